@@ -1,0 +1,151 @@
+"""REST serializers. Validation is the model's ``clean()``; writes go through services."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from .. import services
+from ..models import ApplyRun, Backend, Farm
+
+
+def _full_clean(instance) -> None:
+    try:
+        instance.full_clean()
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(exc.message_dict) from exc
+
+
+class ApplyStatusSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["applied", "pending", "failed"])
+    config_generation = serializers.IntegerField()
+    applied_generation = serializers.IntegerField()
+    error = serializers.CharField(allow_blank=True)
+
+
+class NestedBackendSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Backend
+        fields = ["id", "address", "port", "weight", "state"]
+
+
+class FarmSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="farms-api:farm-detail")
+    backends = NestedBackendSerializer(many=True, read_only=True)
+    apply_status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Farm
+        fields = [
+            "id",
+            "url",
+            "name",
+            "description",
+            "vip",
+            "protocol",
+            "ports",
+            "mode",
+            "scheduler",
+            "state",
+            "backends",
+            "apply_status",
+            "created",
+            "updated",
+        ]
+        # The model's clean() reports duplicates with a clearer message than DRF's generic one.
+        extra_kwargs = {"name": {"validators": []}}
+
+    @extend_schema_field(ApplyStatusSerializer)
+    def get_apply_status(self, farm: Farm) -> dict:
+        return {
+            "status": farm.apply_status,
+            "config_generation": farm.config_generation,
+            "applied_generation": farm.applied_generation,
+            "error": farm.apply_error if farm.apply_status == "failed" else "",
+        }
+
+    def validate(self, attrs: dict) -> dict:
+        candidate = (
+            Farm(**{f: getattr(self.instance, f) for f in services.FARM_FIELDS})
+            if self.instance
+            else Farm()
+        )
+        if self.instance:
+            candidate.pk = self.instance.pk
+        for name, value in attrs.items():
+            setattr(candidate, name, value)
+        _full_clean(candidate)
+        return {name: getattr(candidate, name) for name in attrs}
+
+    def create(self, validated_data: dict) -> Farm:
+        return services.farm_create(**validated_data)
+
+    def update(self, instance: Farm, validated_data: dict) -> Farm:
+        return services.farm_update(farm=instance, **validated_data)
+
+
+class BackendSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="farms-api:backend-detail")
+    farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
+
+    class Meta:
+        model = Backend
+        fields = [
+            "id",
+            "url",
+            "farm",
+            "address",
+            "port",
+            "weight",
+            "state",
+            "created",
+            "updated",
+        ]
+        validators = []  # the model's clean() words the duplicate check
+
+    def validate(self, attrs: dict) -> dict:
+        instance = self.instance
+        candidate = Backend(
+            **(
+                {f: getattr(instance, f) for f in services.BACKEND_FIELDS}
+                if instance
+                else {}
+            ),
+            farm=attrs.get("farm", instance.farm if instance else None),
+        )
+        if instance:
+            candidate.pk = instance.pk
+        for name, value in attrs.items():
+            setattr(candidate, name, value)
+        _full_clean(candidate)
+        return {name: getattr(candidate, name) for name in attrs}
+
+    def create(self, validated_data: dict) -> Backend:
+        return services.backend_create(**validated_data)
+
+    def update(self, instance: Backend, validated_data: dict) -> Backend:
+        if "farm" in validated_data and validated_data["farm"] != instance.farm:
+            raise serializers.ValidationError(
+                {"farm": "A backend cannot move to another farm; create a new one."}
+            )
+        validated_data.pop("farm", None)
+        return services.backend_update(backend=instance, **validated_data)
+
+
+class ApplyRunSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApplyRun
+        fields = [
+            "id",
+            "generation",
+            "kind",
+            "reason",
+            "started",
+            "duration_ms",
+            "ok",
+            "error",
+            "digest",
+            "farms_changed",
+            "commands",
+        ]

@@ -1,0 +1,1 @@
+"""Monitoring keeps its series in Redis; no database models yet."""

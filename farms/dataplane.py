@@ -85,9 +85,7 @@ def ensure_forwarding() -> None:
             log.warning("cannot enable forwarding (%s): %s", path, exc)
 
 
-def kernel_matches(
-    state: KernelState, compiled: dict[int, compiler.FarmRuleset]
-) -> bool:
+def kernel_matches(state: KernelState, compiled: dict[int, compiler.FarmRuleset]) -> bool:
     """True when the kernel's table is exactly what the compiled configuration describes."""
     if not state.table_present or state.base_digest != compiler.base_digest():
         return False
@@ -102,9 +100,7 @@ def kernel_matches(
         if not set(objects.chains) <= state.chains:
             return False
         for map_name, key in objects.dispatch:
-            expected_dispatch.setdefault(map_name, {})[compiler.canonical(key)] = (
-                farm_chain
-            )
+            expected_dispatch.setdefault(map_name, {})[compiler.canonical(key)] = farm_chain
     if state.farm_digests != expected_digests:
         return False
     observed = {name: entries for name, entries in state.dispatch.items() if entries}
@@ -119,9 +115,7 @@ class Applier:
 
     # -- entry points ---------------------------------------------------------------
 
-    def apply_pending(
-        self, requested: int | None = None, reason: str = "change"
-    ) -> ApplyRun | None:
+    def apply_pending(self, requested: int | None = None, reason: str = "change") -> ApplyRun | None:
         """Apply what changed since the last apply; a request already covered is skipped."""
         if requested is not None and requested <= last_handled_generation():
             return None
@@ -132,10 +126,7 @@ class Applier:
         compiled = snap.compiled()
         if not self._base_present():
             return self._full(snap, compiled, reason=f"{reason}: table missing")
-        old = {
-            kf.farm_id: compiler.FarmObjects.from_json(kf.objects_json)
-            for kf in KernelFarm.objects.all()
-        }
+        old = {kf.farm_id: compiler.FarmObjects.from_json(kf.objects_json) for kf in KernelFarm.objects.all()}
         document, changed = compiler.incremental_document(old, compiled)
         if not changed:
             return self._record(
@@ -152,9 +143,7 @@ class Applier:
         try:
             self.kernel.apply(document)
         except ApplyError as exc:
-            log.warning(
-                "incremental apply failed (%s); doing a full resync", exc.message
-            )
+            log.warning("incremental apply failed (%s); doing a full resync", exc.message)
             return self._full(snap, compiled, reason=f"{reason}: incremental failed")
         self._store_kernel_farms(compiled, changed)
         return self._record(
@@ -174,9 +163,7 @@ class Applier:
         compiled = snap.compiled()
         if kernel_matches(self.kernel.observe(), compiled):
             self._store_kernel_farms(compiled, None)
-            pending = Farm.objects.filter(
-                applied_generation__lt=F("config_generation")
-            ).exists()
+            pending = Farm.objects.filter(applied_generation__lt=F("config_generation")).exists()
             if pending or snap.generation > last_handled_generation():
                 return self._record(
                     snap,
@@ -217,9 +204,7 @@ class Applier:
             document = compiler.full_document(good)
             try:
                 self.kernel.apply(document)
-            except (
-                ApplyError
-            ) as exc2:  # even the base or the good farms fail: nothing changed
+            except ApplyError as exc2:  # even the base or the good farms fail: nothing changed
                 failed = {s.id: exc2.message for s in snap.specs}
                 return self._record(
                     snap,
@@ -256,9 +241,7 @@ class Applier:
                 failed[spec.id] = farm_exc.message
         return failed or {s.id: exc.message for s in snap.specs}
 
-    def _store_kernel_farms(
-        self, compiled: dict[int, compiler.FarmRuleset], changed: list[int] | None
-    ) -> None:
+    def _store_kernel_farms(self, compiled: dict[int, compiler.FarmRuleset], changed: list[int] | None) -> None:
         ids = set(compiled) if changed is None else set(changed)
         rows = [
             KernelFarm(
@@ -272,9 +255,7 @@ class Applier:
         ]
         with transaction.atomic():
             if changed is not None:
-                KernelFarm.objects.filter(
-                    farm_id__in=[fid for fid in ids if fid not in compiled]
-                ).delete()
+                KernelFarm.objects.filter(farm_id__in=[fid for fid in ids if fid not in compiled]).delete()
             else:
                 KernelFarm.objects.exclude(farm_id__in=list(compiled)).delete()
             KernelFarm.objects.bulk_create(
@@ -307,22 +288,13 @@ class Applier:
                 started=timezone.now() - timezone.timedelta(milliseconds=duration_ms),
                 duration_ms=duration_ms,
                 ok=not failed and not error,
-                error=error
-                or "\n".join(
-                    f"farm {fid}: {msg}" for fid, msg in sorted(failed.items())
-                ),
-                digest=compiler.digest_of(
-                    sorted((fid, r.digest) for fid, r in compiled.items())
-                ),
+                error=error or "\n".join(f"farm {fid}: {msg}" for fid, msg in sorted(failed.items())),
+                digest=compiler.digest_of(sorted((fid, r.digest) for fid, r in compiled.items())),
                 farms_changed=len(changed),
                 commands=commands,
             )
-            pending = Farm.objects.filter(
-                config_generation__lte=g, applied_generation__lt=F("config_generation")
-            )
-            pending.exclude(id__in=list(failed)).update(
-                applied_generation=g, apply_error=""
-            )
+            pending = Farm.objects.filter(config_generation__lte=g, applied_generation__lt=F("config_generation"))
+            pending.exclude(id__in=list(failed)).update(applied_generation=g, apply_error="")
             for fid, message in failed.items():
                 Farm.objects.filter(id=fid, config_generation__lte=g).update(
                     apply_error=message, failed_generation=g, applied_generation=0

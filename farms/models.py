@@ -54,28 +54,20 @@ class Farm(models.Model):
         help_text="Letters, digits, hyphens and underscores.",
     )
     description = models.CharField(max_length=200, blank=True)
-    vip = models.GenericIPAddressField(
-        "VIP", help_text="Virtual IPv4 or IPv6 address clients connect to."
-    )
-    protocol = models.CharField(
-        max_length=4, choices=FarmProtocolChoices, default=FarmProtocolChoices.TCP
-    )
+    vip = models.GenericIPAddressField("VIP", help_text="Virtual IPv4 or IPv6 address clients connect to.")
+    protocol = models.CharField(max_length=4, choices=FarmProtocolChoices, default=FarmProtocolChoices.TCP)
     ports = models.CharField(
         max_length=500,
         blank=True,
         help_text="Virtual ports: a port, a list and ranges such as 80,443,8000-8100. Empty for protocol 'all'.",
     )
-    mode = models.CharField(
-        max_length=4, choices=FarmModeChoices, default=FarmModeChoices.SNAT
-    )
+    mode = models.CharField(max_length=4, choices=FarmModeChoices, default=FarmModeChoices.SNAT)
     scheduler = models.CharField(
         max_length=8,
         choices=FarmSchedulerChoices,
         default=FarmSchedulerChoices.ROUND_ROBIN,
     )
-    state = models.CharField(
-        max_length=3, choices=FarmStateChoices, default=FarmStateChoices.UP
-    )
+    state = models.CharField(max_length=3, choices=FarmStateChoices, default=FarmStateChoices.UP)
 
     config_generation = models.BigIntegerField(default=0, editable=False)
     applied_generation = models.BigIntegerField(default=0, editable=False)
@@ -106,9 +98,7 @@ class Farm(models.Model):
         errors: dict[str, str] = {}
         if self.protocol == FarmProtocolChoices.ALL:
             if self.ports:
-                errors["ports"] = (
-                    "A farm for all protocols takes every port; leave the ports empty."
-                )
+                errors["ports"] = "A farm for all protocols takes every port; leave the ports empty."
         elif not self.ports:
             errors["ports"] = f"A {self.protocol} farm needs at least one virtual port."
         else:
@@ -132,15 +122,9 @@ class Farm(models.Model):
         version = ipaddress.ip_address(self.vip).version
         backends = list(self.backends.all())
         if any(ipaddress.ip_address(b.address).version != version for b in backends):
-            errors["vip"] = (
-                f"This farm has backends of another IP family than IPv{version}; change them first."
-            )
-        if self.protocol == FarmProtocolChoices.ALL and any(
-            b.port is not None for b in backends
-        ):
-            errors["protocol"] = (
-                "Backends with a port cannot serve a farm for all protocols; clear their ports first."
-            )
+            errors["vip"] = f"This farm has backends of another IP family than IPv{version}; change them first."
+        if self.protocol == FarmProtocolChoices.ALL and any(b.port is not None for b in backends):
+            errors["protocol"] = "Backends with a port cannot serve a farm for all protocols; clear their ports first."
         return errors
 
     def _conflicting_farm(self) -> tuple[str, str] | None:
@@ -173,21 +157,15 @@ class Backend(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(65535)],
         help_text="Empty: the port the client connected to.",
     )
-    weight = models.PositiveIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(10000)]
-    )
-    state = models.CharField(
-        max_length=8, choices=BackendStateChoices, default=BackendStateChoices.ENABLED
-    )
+    weight = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(10000)])
+    state = models.CharField(max_length=8, choices=BackendStateChoices, default=BackendStateChoices.ENABLED)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ("farm", "id")
         constraints = [
-            models.UniqueConstraint(
-                fields=["farm", "address", "port"], name="backend_unique_address_port"
-            ),
+            models.UniqueConstraint(fields=["farm", "address", "port"], name="backend_unique_address_port"),
         ]
 
     def __str__(self) -> str:
@@ -202,22 +180,13 @@ class Backend(models.Model):
         farm = getattr(self, "farm", None) if self.farm_id else None
         if farm and self.address:
             self.address = str(ipaddress.ip_address(self.address))
-            if (
-                ipaddress.ip_address(self.address).version
-                != ipaddress.ip_address(farm.vip).version
-            ):
-                family = "IPv%d" % ipaddress.ip_address(farm.vip).version
-                errors["address"] = (
-                    f"Farm '{farm.name}' has an {family} VIP; its backends must be {family} too."
-                )
+            if ipaddress.ip_address(self.address).version != ipaddress.ip_address(farm.vip).version:
+                family = f"IPv{ipaddress.ip_address(farm.vip).version}"
+                errors["address"] = f"Farm '{farm.name}' has an {family} VIP; its backends must be {family} too."
         if farm and self.port is not None and farm.protocol == FarmProtocolChoices.ALL:
-            errors["port"] = (
-                "A farm for all protocols forwards every port unchanged; leave the port empty."
-            )
+            errors["port"] = "A farm for all protocols forwards every port unchanged; leave the port empty."
         if farm and not errors:
-            twins = Backend.objects.filter(
-                farm=farm, address=self.address, port=self.port
-            ).exclude(pk=self.pk)
+            twins = Backend.objects.filter(farm=farm, address=self.address, port=self.port).exclude(pk=self.pk)
             if twins.exists():
                 errors["address"] = f"Farm '{farm.name}' already has backend {self}."
         if errors:

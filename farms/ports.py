@@ -18,9 +18,7 @@ def parse_ports(text: str) -> list[tuple[int, int]]:
             low = int(low_s)
             high = int(high_s) if sep else low
         except ValueError:
-            raise PortSyntaxError(
-                f"'{raw}' is not a port or a range like 8000-8100"
-            ) from None
+            raise PortSyntaxError(f"'{raw}' is not a port or a range like 8000-8100") from None
         for port in (low, high):
             if not 1 <= port <= 65535:
                 raise PortSyntaxError(f"port {port} is out of range (1-65535)")
@@ -41,13 +39,6 @@ def format_ports(ranges: list[tuple[int, int]]) -> str:
     return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
 
 
-def overlaps(
-    a: list[tuple[int, int]], b: list[tuple[int, int]]
-) -> list[tuple[int, int]]:
+def overlaps(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The ranges the two lists have in common."""
-    return [
-        (max(x[0], y[0]), min(x[1], y[1]))
-        for x in a
-        for y in b
-        if x[0] <= y[1] and y[0] <= x[1]
-    ]
+    return [(max(x[0], y[0]), min(x[1], y[1])) for x in a for y in b if x[0] <= y[1] and y[0] <= x[1]]

@@ -31,12 +31,8 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 DEBUG = os.environ.get("DEBUG", "0") == "1"
-ALLOWED_HOSTS = [
-    h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()
-]
-CSRF_TRUSTED_ORIGINS = [
-    o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o
-]
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -116,11 +112,7 @@ LOGIN_URL = "/admin/login/"
 
 REDIS_SOCKET = VAR_DIR / "redis.sock"
 REDIS_URL = os.environ.get("REDIS_URL") or f"unix://{REDIS_SOCKET}"
-_BROKER_URL = (
-    REDIS_URL.replace("unix://", "redis+socket://", 1)
-    if REDIS_URL.startswith("unix://")
-    else REDIS_URL
-)
+_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1) if REDIS_URL.startswith("unix://") else REDIS_URL
 
 CELERY_BROKER_URL = _BROKER_URL
 CELERY_TASK_IGNORE_RESULT = True
@@ -140,9 +132,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # The worker waits this long after an apply before the next one, so a burst of
 # writes becomes a handful of transactions instead of one per write.
-LBWEB_APPLY_COALESCE_SECONDS = float(
-    os.environ.get("LBWEB_APPLY_COALESCE_SECONDS", "0.2")
-)
+LBWEB_APPLY_COALESCE_SECONDS = float(os.environ.get("LBWEB_APPLY_COALESCE_SECONDS", "0.2"))
 # The worker makes sure the kernel forwards packets (an LB that does not route balances nothing).
 LBWEB_MANAGE_SYSCTL = os.environ.get("LBWEB_MANAGE_SYSCTL", "1") == "1"
 

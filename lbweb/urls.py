@@ -11,10 +11,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("farms.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path(
-        "api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"
-    ),
-    path(
-        "api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"
-    ),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
 ]

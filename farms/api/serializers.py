@@ -66,11 +66,7 @@ class FarmSerializer(serializers.ModelSerializer):
         }
 
     def validate(self, attrs: dict) -> dict:
-        candidate = (
-            Farm(**{f: getattr(self.instance, f) for f in services.FARM_FIELDS})
-            if self.instance
-            else Farm()
-        )
+        candidate = Farm(**{f: getattr(self.instance, f) for f in services.FARM_FIELDS}) if self.instance else Farm()
         if self.instance:
             candidate.pk = self.instance.pk
         for name, value in attrs.items():
@@ -107,11 +103,7 @@ class BackendSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict) -> dict:
         instance = self.instance
         candidate = Backend(
-            **(
-                {f: getattr(instance, f) for f in services.BACKEND_FIELDS}
-                if instance
-                else {}
-            ),
+            **({f: getattr(instance, f) for f in services.BACKEND_FIELDS} if instance else {}),
             farm=attrs.get("farm", instance.farm if instance else None),
         )
         if instance:
@@ -126,9 +118,7 @@ class BackendSerializer(serializers.ModelSerializer):
 
     def update(self, instance: Backend, validated_data: dict) -> Backend:
         if "farm" in validated_data and validated_data["farm"] != instance.farm:
-            raise serializers.ValidationError(
-                {"farm": "A backend cannot move to another farm; create a new one."}
-            )
+            raise serializers.ValidationError({"farm": "A backend cannot move to another farm; create a new one."})
         validated_data.pop("farm", None)
         return services.backend_update(backend=instance, **validated_data)
 

@@ -35,9 +35,7 @@ class KernelState:
     base_digest: str | None = None
     farm_digests: dict[str, str] = field(default_factory=dict)  # farm chain -> digest
     chains: set[str] = field(default_factory=set)
-    dispatch: dict[str, dict[str, str]] = field(
-        default_factory=dict
-    )  # map -> canonical key -> target
+    dispatch: dict[str, dict[str, str]] = field(default_factory=dict)  # map -> canonical key -> target
 
     def dispatch_size(self) -> int:
         return sum(len(v) for v in self.dispatch.values())
@@ -83,9 +81,7 @@ class Kernel:
 
     def base_digest(self) -> str | None:
         """The digest lbweb's skeleton carries, read from the kernel (None: table or chain missing)."""
-        rc, out, _err = self._nft.cmd(
-            f"list chain {TABLE_FAMILY} {TABLE_NAME} prerouting"
-        )
+        rc, out, _err = self._nft.cmd(f"list chain {TABLE_FAMILY} {TABLE_NAME} prerouting")
         if rc != 0 or not out:
             return None
         for item in json.loads(out)["nftables"]:
@@ -112,7 +108,5 @@ class Kernel:
                 if comment.startswith(BASE_DIGEST_PREFIX):
                     state.base_digest = comment.removeprefix(BASE_DIGEST_PREFIX)
                 elif comment.startswith(DIGEST_PREFIX):
-                    state.farm_digests[item["rule"]["chain"]] = comment.removeprefix(
-                        DIGEST_PREFIX
-                    )
+                    state.farm_digests[item["rule"]["chain"]] = comment.removeprefix(DIGEST_PREFIX)
         return state

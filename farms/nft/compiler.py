@@ -106,10 +106,7 @@ def _dispatch_keys(farm: FarmSpec) -> tuple[tuple[str, Any], ...]:
     map_name = dispatch_map_name(farm.family, farm.protocol)
     if farm.protocol == "all":
         return ((map_name, farm.vip),)
-    return tuple(
-        (map_name, f.concat(farm.vip, farm.protocol, f.port_value(lo, hi)))
-        for lo, hi in farm.ports
-    )
+    return tuple((map_name, f.concat(farm.vip, farm.protocol, f.port_value(lo, hi))) for lo, hi in farm.ports)
 
 
 def _backend_rule(farm: FarmSpec, backend) -> list[Json]:
@@ -129,23 +126,17 @@ def _scheduler_map(farm: FarmSpec) -> Json:
         elems, low = [], 0
         for b in backends:
             high = low + b.weight - 1
-            elems.append(
-                [f.port_value(low, high), f.jump(backend_chain_name(farm, b.id))]
-            )
+            elems.append([f.port_value(low, high), f.jump(backend_chain_name(farm, b.id))])
             low = high + 1
         return f.vmap(f.numgen("random", total), {"set": elems})
-    elems = [
-        [i, f.jump(backend_chain_name(farm, b.id))] for i, b in enumerate(backends)
-    ]
+    elems = [[i, f.jump(backend_chain_name(farm, b.id))] for i, b in enumerate(backends)]
     return f.vmap(f.numgen("inc", len(backends)), {"set": elems})
 
 
 def compile_farm(farm: FarmSpec) -> FarmRuleset:
     """Compile one farm; a disabled farm owns nothing in the kernel."""
     if not farm.enabled:
-        return FarmRuleset(
-            farm.id, farm.name, FarmObjects(digest=digest_of(["off", COMPILER_VERSION]))
-        )
+        return FarmRuleset(farm.id, farm.name, FarmObjects(digest=digest_of(["off", COMPILER_VERSION])))
     farm_chain = farm_chain_name(farm)
     backends = farm.active_backends
     be_chains = [backend_chain_name(farm, b.id) for b in backends]
@@ -156,8 +147,7 @@ def compile_farm(farm: FarmSpec) -> FarmRuleset:
     creates: list[Json] = [f.add("counter", f.counter(name)) for name in counters]
     creates += [f.add("chain", f.chain(name)) for name in [farm_chain, *be_chains]]
     creates += [
-        f.add("rule", f.rule(name, _backend_rule(farm, b)))
-        for name, b in zip(be_chains, backends)
+        f.add("rule", f.rule(name, _backend_rule(farm, b))) for name, b in zip(be_chains, backends, strict=True)
     ]
     head = [f.counter_ref(farm_chain), f.set_ct_mark(farm.mark)]
     # No enabled backend: drop instead of letting the VIP fall through to the host.
@@ -165,9 +155,7 @@ def compile_farm(farm: FarmSpec) -> FarmRuleset:
     farm_rule = f.rule(farm_chain, [*head, tail])
     creates.append(f.add("rule", farm_rule))
     for map_name, key in dispatch:
-        creates.append(
-            f.add("element", f.element(map_name, [[key, f.jump(farm_chain)]]))
-        )
+        creates.append(f.add("element", f.element(map_name, [[key, f.jump(farm_chain)]])))
     if snat_mark is not None:
         creates.append(f.add("element", f.element("snat_marks", [snat_mark])))
 
@@ -186,14 +174,10 @@ def compile_farm(farm: FarmSpec) -> FarmRuleset:
 def _dispatch_rules() -> list[list[Json]]:
     rules = []
     for family, proto in ((4, "ip"), (6, "ip6")):
-        key = f.concat(
-            f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport")
-        )
+        key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
         rules.append([f.vmap(key, "@" + dispatch_map_name(family, "tcp"))])
     for family, proto in ((4, "ip"), (6, "ip6")):
-        rules.append(
-            [f.vmap(f.payload(proto, "daddr"), "@" + dispatch_map_name(family, "all"))]
-        )
+        rules.append([f.vmap(f.payload(proto, "daddr"), "@" + dispatch_map_name(family, "all"))])
     return rules
 
 
@@ -222,23 +206,15 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         f.add("set", f.named_set("snat_marks", "mark")),
         f.add(
             "chain",
-            f.base_chain(
-                "prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT
-            ),
+            f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT),
         ),
         f.add(
             "chain",
-            f.base_chain(
-                "postrouting", type_="nat", hook="postrouting", prio=PRIO_SRCNAT
-            ),
+            f.base_chain("postrouting", type_="nat", hook="postrouting", prio=PRIO_SRCNAT),
         ),
     ]
     rules = [f.rule("prerouting", expr) for expr in _dispatch_rules()]
-    rules.append(
-        f.rule(
-            "postrouting", [f.match(f.ct("mark"), "@snat_marks"), {"masquerade": None}]
-        )
-    )
+    rules.append(f.rule("postrouting", [f.match(f.ct("mark"), "@snat_marks"), {"masquerade": None}]))
     return cmds, rules, digest_of([COMPILER_VERSION, cmds, rules])
 
 
@@ -270,47 +246,28 @@ def full_document(farms: list[FarmSpec]) -> Json:
     return document(cmds)
 
 
-def removal_commands(
-    old: FarmObjects, keep_chains: set[str], keep_counters: set[str]
-) -> list[Json]:
+def removal_commands(old: FarmObjects, keep_chains: set[str], keep_counters: set[str]) -> list[Json]:
     """Unhook one farm's applied objects; chains and counters still wanted are emptied, not deleted.
 
     Keeping a counter that the new ruleset names again keeps its figures.
     """
-    cmds = [
-        f.delete("element", f.element(map_name, [key]))
-        for map_name, key in old.dispatch
-    ]
+    cmds = [f.delete("element", f.element(map_name, [key])) for map_name, key in old.dispatch]
     if old.snat_mark is not None:
         cmds.append(f.delete("element", f.element("snat_marks", [old.snat_mark])))
     cmds += [f.flush("chain", f.chain(name)) for name in old.chains]
-    cmds += [
-        f.delete("chain", f.chain(name))
-        for name in old.chains
-        if name not in keep_chains
-    ]
-    cmds += [
-        f.delete("counter", f.counter(name))
-        for name in old.counters
-        if name not in keep_counters
-    ]
+    cmds += [f.delete("chain", f.chain(name)) for name in old.chains if name not in keep_chains]
+    cmds += [f.delete("counter", f.counter(name)) for name in old.counters if name not in keep_counters]
     return cmds
 
 
-def changed_farms(
-    old: dict[int, FarmObjects], new: dict[int, FarmRuleset]
-) -> list[int]:
+def changed_farms(old: dict[int, FarmObjects], new: dict[int, FarmRuleset]) -> list[int]:
     def digest(side: dict, fid: int) -> str | None:
         return side[fid].digest if fid in side else None
 
-    return sorted(
-        fid for fid in set(old) | set(new) if digest(old, fid) != digest(new, fid)
-    )
+    return sorted(fid for fid in set(old) | set(new) if digest(old, fid) != digest(new, fid))
 
 
-def incremental_document(
-    old: dict[int, FarmObjects], new: dict[int, FarmRuleset]
-) -> tuple[Json, list[int]]:
+def incremental_document(old: dict[int, FarmObjects], new: dict[int, FarmRuleset]) -> tuple[Json, list[int]]:
     """Commands for the farms whose digest changed, and those farm ids.
 
     Only the changed farms' chains, counters and map elements are named, so
@@ -320,9 +277,7 @@ def incremental_document(
     """
     changed = changed_farms(old, new)
     keep_chains = {c for fid in changed if fid in new for c in new[fid].objects.chains}
-    keep_counters = {
-        c for fid in changed if fid in new for c in new[fid].objects.counters
-    }
+    keep_counters = {c for fid in changed if fid in new for c in new[fid].objects.counters}
     cmds: list[Json] = []
     for fid in changed:
         if fid in old:

@@ -45,9 +45,7 @@ def rule(chain_name: str, expr: list[Json], comment: str | None = None) -> Json:
     return body
 
 
-def named_map(
-    name: str, key_type: str | list[str], data: str, flags: list[str] | None = None
-) -> Json:
+def named_map(name: str, key_type: str | list[str], data: str, flags: list[str] | None = None) -> Json:
     body = _ref(name=name, type=key_type, map=data)
     if flags:
         body["flags"] = flags

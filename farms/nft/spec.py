@@ -50,6 +50,4 @@ class FarmSpec:
 
     @property
     def active_backends(self) -> tuple[BackendSpec, ...]:
-        return tuple(
-            sorted((b for b in self.backends if b.enabled), key=lambda b: b.id)
-        )
+        return tuple(sorted((b for b in self.backends if b.enabled), key=lambda b: b.id))

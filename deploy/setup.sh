@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Bring this machine to an installed lbweb: Debian packages, virtualenv, database, admin account, static files.
+# Idempotent: every step checks before it acts, so running it again is safe.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server ${LBWEB_EXTRA_APT:-})
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "lbweb setup: installing ${missing[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+REQS=${LBWEB_REQUIREMENTS:-requirements.txt}
+stamp=".venv/.installed-$(cat requirements*.txt | sha256sum | cut -c1-16)-$(basename "$REQS")"
+if [ ! -e "$stamp" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check -r "$REQS"
+  touch "$stamp"
+fi
+
+mkdir -p "${LBWEB_VAR_DIR:-var}"
+.venv/bin/python manage.py migrate --noinput -v0
+.venv/bin/python manage.py collectstatic --noinput -v0

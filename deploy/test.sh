@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Install what the tests need, lint, and run the whole suite (root: the data-plane tests build network namespaces).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LBWEB_REQUIREMENTS=requirements-test.txt deploy/setup.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+exec .venv/bin/pytest "$@"

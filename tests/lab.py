@@ -1,0 +1,224 @@
+"""The namespace lab of DESIGN.md: a client, a load balancer and three backends.
+
+Only 198.18.0.0/15 and 2001:2::/48 are used, only inside namespaces this
+module creates, and :meth:`Lab.destroy` removes them all (also after a
+failure). Nothing is ever applied to the host's own network namespace.
+
+    client 198.18.0.2 ---- 198.18.0.1 [LB] br0 198.18.1.1 ---- b1 198.18.1.11
+           2001:2::2         2001:2::1         2001:2:0:1::1  |-- b2 198.18.1.12
+                                                              `-- b3 198.18.1.13
+    VIPs: 198.18.100.0/24 and 2001:2:0:100::/64 (routed to the LB, held by no one)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+CLONE_NEWNET = 0x40000000
+BACKENDS = {"b1": 11, "b2": 12, "b3": 13}
+CLIENT4, CLIENT6 = "198.18.0.2", "2001:2::2"
+LB_BACKSIDE4, LB_BACKSIDE6 = "198.18.1.1", "2001:2:0:1::1"
+BACKEND_PORTS = (80, 8080)
+
+
+def vip4(n: int = 1) -> str:
+    return f"198.18.100.{n}"
+
+
+def vip6(n: int = 1) -> str:
+    return f"2001:2:0:100::{n}"
+
+
+def backend4(name: str) -> str:
+    return f"198.18.1.{BACKENDS[name]}"
+
+
+def backend6(name: str) -> str:
+    return f"2001:2:0:1::{BACKENDS[name]}"
+
+
+def sh(*args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, check=check, capture_output=True, text=True, input=input)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def run_in_netns(ns: str, func: Callable[[], Any]) -> Any:
+    """Run ``func`` in a fresh thread that has entered namespace ``ns``; sockets it makes stay there."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"setns {ns} failed")
+            finally:
+                os.close(fd)
+            box["value"] = func()
+        except BaseException as exc:  # handed back to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class Lab:
+    """Builds and tears down the namespaces; runs servers and clients in them."""
+
+    def __init__(self, tag: str | None = None):
+        self.tag = tag or f"lbt{os.getpid() % 100000}"
+        self.client = f"{self.tag}-client"
+        self.lb = f"{self.tag}-lb"
+        self.backends = {name: f"{self.tag}-{name}" for name in BACKENDS}
+        self.servers: list[subprocess.Popen] = []
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.client, self.lb, *self.backends.values()]
+
+    def ns(self, ns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return sh("ip", "netns", "exec", ns, *args, check=check)
+
+    def build(self) -> Lab:
+        try:
+            self._build()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def _build(self) -> None:
+        for ns in self.namespaces:
+            sh("ip", "netns", "add", ns)
+            self.ns(ns, "ip", "link", "set", "lo", "up")
+        # client <-> LB
+        sh("ip", "link", "add", "eth0", "netns", self.client, "type", "veth", "peer", "name", "cli0", "netns", self.lb)
+        self._addr(self.client, "eth0", f"{CLIENT4}/24", f"{CLIENT6}/64")
+        self._addr(self.lb, "cli0", "198.18.0.1/24", "2001:2::1/64")
+        self.ns(self.client, "ip", "route", "add", "default", "via", "198.18.0.1")
+        self.ns(self.client, "ip", "-6", "route", "add", "default", "via", "2001:2::1")
+        # LB bridge <-> backends
+        self.ns(self.lb, "ip", "link", "add", "br0", "type", "bridge")
+        self._addr(self.lb, "br0", f"{LB_BACKSIDE4}/24", f"{LB_BACKSIDE6}/64")
+        for name, ns in self.backends.items():
+            sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", name, "netns", self.lb)
+            self.ns(self.lb, "ip", "link", "set", name, "master", "br0")
+            self.ns(self.lb, "ip", "link", "set", name, "up")
+            self._addr(ns, "eth0", f"{backend4(name)}/24", f"{backend6(name)}/64")
+            self.ns(ns, "ip", "route", "add", "default", "via", LB_BACKSIDE4)
+            self.ns(ns, "ip", "-6", "route", "add", "default", "via", LB_BACKSIDE6)
+        for key in ("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"):
+            self.ns(self.lb, "sysctl", "-qw", key)
+        for name, ns in self.backends.items():
+            self.servers.append(self._start_server(ns, name))
+        for name in self.backends:
+            self._wait_server(name)
+
+    def _addr(self, ns: str, dev: str, v4: str, v6: str) -> None:
+        self.ns(ns, "ip", "addr", "add", v4, "dev", dev)
+        self.ns(ns, "ip", "-6", "addr", "add", v6, "dev", dev, "nodad")
+        self.ns(ns, "ip", "link", "set", dev, "up")
+
+    def _start_server(self, ns: str, name: str) -> subprocess.Popen:
+        ports = ",".join(str(p) for p in BACKEND_PORTS)
+        return subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, str(HERE / "lab_server.py"), name, ports],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def _wait_server(self, name: str, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                run_in_netns(self.lb, lambda: socket.create_connection((backend4(name), 80), timeout=1).close())
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def destroy(self) -> None:
+        for proc in self.servers:
+            proc.terminate()
+        for proc in self.servers:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.servers.clear()
+        for ns in self.namespaces:
+            sh("ip", "netns", "pids", ns, check=False)
+            pids = sh("ip", "netns", "pids", ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            sh("ip", "netns", "del", ns, check=False)
+
+    # -- traffic from the client --------------------------------------------------------
+
+    def connect(self, address: str, port: int, timeout: float = 3) -> socket.socket:
+        """A TCP connection opened from the client namespace."""
+        return run_in_netns(self.client, lambda: socket.create_connection((address, port), timeout=timeout))
+
+    def http_get(self, address: str, port: int = 80, count: int = 1, timeout: float = 3) -> list[dict]:
+        """``count`` requests from the client, each on a new connection; returns the backends' answers."""
+
+        def many() -> list[dict]:
+            answers = []
+            for _ in range(count):
+                answers.append(_request(socket.create_connection((address, port), timeout=timeout), close=True))
+            return answers
+
+        return run_in_netns(self.client, many)
+
+    def try_connect(self, address: str, port: int, timeout: float = 1) -> bool:
+        try:
+            self.connect(address, port, timeout=timeout).close()
+            return True
+        except OSError:
+            return False
+
+
+class KeepAlive:
+    """One HTTP/1.1 keep-alive connection from the client; every request reuses it."""
+
+    def __init__(self, lab: Lab, address: str, port: int = 80):
+        self.sock = lab.connect(address, port)
+
+    def get(self) -> dict:
+        return _request(self.sock, close=False)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _request(sock: socket.socket, close: bool) -> dict:
+    conn = http.client.HTTPConnection("lab")
+    conn.sock = sock
+    conn.request("GET", "/", headers={"Connection": "close" if close else "keep-alive"})
+    response = conn.getresponse()
+    body = json.loads(response.read())
+    if close:
+        sock.close()
+    return body

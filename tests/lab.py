@@ -12,6 +12,7 @@ failure). Nothing is ever applied to the host's own network namespace.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import http.client
 import json
@@ -169,10 +170,8 @@ class Lab:
             sh("ip", "netns", "pids", ns, check=False)
             pids = sh("ip", "netns", "pids", ns, check=False).stdout.split()
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), 9)
-                except (ProcessLookupError, ValueError):
-                    pass
             sh("ip", "netns", "del", ns, check=False)
 
     # -- traffic from the client --------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -66,9 +68,7 @@ class FarmSerializer(serializers.ModelSerializer):
         }
 
     def validate(self, attrs: dict) -> dict:
-        candidate = Farm(**{f: getattr(self.instance, f) for f in services.FARM_FIELDS}) if self.instance else Farm()
-        if self.instance:
-            candidate.pk = self.instance.pk
+        candidate = copy.copy(self.instance) if self.instance else Farm()
         for name, value in attrs.items():
             setattr(candidate, name, value)
         _full_clean(candidate)
@@ -101,13 +101,7 @@ class BackendSerializer(serializers.ModelSerializer):
         validators = []  # the model's clean() words the duplicate check
 
     def validate(self, attrs: dict) -> dict:
-        instance = self.instance
-        candidate = Backend(
-            **({f: getattr(instance, f) for f in services.BACKEND_FIELDS} if instance else {}),
-            farm=attrs.get("farm", instance.farm if instance else None),
-        )
-        if instance:
-            candidate.pk = instance.pk
+        candidate = copy.copy(self.instance) if self.instance else Backend()
         for name, value in attrs.items():
             setattr(candidate, name, value)
         _full_clean(candidate)

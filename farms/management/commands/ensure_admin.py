@@ -30,4 +30,6 @@ class Command(BaseCommand):
         if given:
             self.stdout.write(f"admin account '{username}' created with the password from LBWEB_ADMIN_PASSWORD")
         else:
-            self.stdout.write(self.style.WARNING(f"admin account '{username}' created; password (shown once): {password}"))
+            self.stdout.write(
+                self.style.WARNING(f"admin account '{username}' created; password (shown once): {password}")
+            )

@@ -1,0 +1,39 @@
+"""``manage.py kernel``: what lbweb's table in this namespace holds, compared with the database."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from farms import dataplane
+from farms.nft import compiler
+from farms.nft.applier import Kernel
+
+
+class Command(BaseCommand):
+    help = "Compare the kernel's lbweb table with the database (run it where the worker runs)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--check", action="store_true", help="exit with status 1 when they differ")
+
+    def handle(self, *args, check: bool, **options):
+        snap = dataplane.snapshot()
+        compiled = snap.compiled()
+        state = Kernel().observe()
+        matches = dataplane.kernel_matches(state, compiled)
+        report = {
+            "generation": snap.generation,
+            "matches": matches,
+            "table_present": state.table_present,
+            "base_ok": state.base_digest == compiler.base_digest(),
+            "farms": {
+                r.name: {
+                    "expected": r.digest if r.objects.chains else None,
+                    "kernel": state.farm_digests.get(r.objects.chains[0]) if r.objects.chains else None,
+                }
+                for r in compiled.values()
+            },
+            "dispatch_entries": state.dispatch_size(),
+        }
+        self.stdout.write(json.dumps(report, indent=2))
+        if check and not matches:
+            raise CommandError("the kernel differs from the database")

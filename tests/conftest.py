@@ -1,0 +1,126 @@
+"""Shared fixtures: a real Redis, the namespace lab, the real Celery worker, an authenticated API client."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.lab import Lab
+from tests.stack import ROOT, RedisServer, Worker, database_url
+
+OUTPUT = ROOT / "test-output"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    from lbweb.celery import app
+
+    app.conf.broker_url = server.broker_url
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def lab():
+    if os.geteuid() != 0:
+        pytest.fail("the data-plane tests build network namespaces: run the suite as root")
+    lab = Lab().build()
+    yield lab
+    lab.destroy()
+
+
+@pytest.fixture
+def worker_env(redis_server, transactional_db):
+    from django.db import connection
+
+    return dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="lbweb.settings",
+        DATABASE_URL=database_url(connection.settings_dict),
+        REDIS_URL=redis_server.url,
+        LBWEB_APPLY_COALESCE_SECONDS=os.environ.get("LBWEB_APPLY_COALESCE_SECONDS", "0.2"),
+    )
+
+
+@pytest.fixture
+def worker(lab, worker_env, request):
+    """The real worker in the LB namespace, starting from an LB without lbweb's table."""
+    lab.ns(lab.lb, "nft", "delete", "table", "inet", "lbweb", check=False)
+    proc = Worker(lab.lb, worker_env, OUTPUT / "logs" / f"worker-{request.node.name}.log").start()
+    yield proc
+    proc.stop()
+
+
+class Api:
+    """requests against the live server's REST API, with token authentication."""
+
+    def __init__(self, base_url: str, token: str):
+        self.base = base_url.rstrip("/") + "/api/v1/"
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Token {token}"
+
+    def _call(self, method: str, path: str, expect: int | None, **kwargs) -> requests.Response:
+        response = self.session.request(method, self.base + path, timeout=30, **kwargs)
+        if expect is not None:
+            assert response.status_code == expect, f"{method} {path}: {response.status_code} {response.text}"
+        return response
+
+    def get(self, path, expect=200, **kw):
+        return self._call("GET", path, expect, **kw).json()
+
+    def post(self, path, data, expect=201):
+        return self._call("POST", path, expect, json=data).json()
+
+    def patch(self, path, data, expect=200):
+        return self._call("PATCH", path, expect, json=data).json()
+
+    def delete(self, path, expect=204):
+        return self._call("DELETE", path, expect)
+
+    def farm(self, backends: list[dict] | None = None, **fields) -> dict:
+        farm = self.post("farms/", fields)
+        for backend in backends or []:
+            self.post("backends/", {"farm": farm["id"], **backend})
+        return self.get(f"farms/{farm['id']}/")
+
+    def wait_applied(self, farm_id: int, timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            farm = self.get(f"farms/{farm_id}/")
+            if farm["apply_status"]["status"] == "applied":
+                return farm
+            if time.monotonic() > deadline:
+                raise AssertionError(f"farm {farm_id} not applied: {farm['apply_status']}")
+            time.sleep(0.05)
+
+    def wait_generation(self, generation: int, timeout: float = 30) -> dict:
+        """Wait until an apply run has handled ``generation`` (for deletions, which leave no farm to poll)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            runs = self.get("apply-runs/?limit=1")["results"]
+            if runs and runs[0]["generation"] >= generation:
+                return runs[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"generation {generation} not applied; last run: {runs}")
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def admin_user(django_user_model):
+    return django_user_model.objects.create_superuser("admin", "", "admin-password")
+
+
+@pytest.fixture
+def api(live_server, admin_user) -> Api:
+    from rest_framework.authtoken.models import Token
+
+    return Api(live_server.url, Token.objects.create(user=admin_user).key)
+
+
+def pytest_sessionstart(session):
+    Path(OUTPUT).mkdir(exist_ok=True)

@@ -1,0 +1,107 @@
+"""Real processes for tests and benchmarks: a Redis on a unix socket and the Celery worker in a namespace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = ROOT / ".venv" / "bin"
+
+
+class RedisServer:
+    """A private redis-server on a unix socket (reachable from every namespace through the filesystem)."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.socket = self.directory / "redis.sock"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def broker_url(self) -> str:
+        return f"redis+socket://{self.socket}"
+
+    def start(self) -> RedisServer:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        server = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.proc = subprocess.Popen(
+            [server, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700"]
+            + ["--save", "", "--appendonly", "no", "--dir", str(self.directory)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while not self.socket.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def database_url(settings_dict: dict) -> str:
+    """The URL the worker needs to open the same database as this process."""
+    engine = settings_dict["ENGINE"]
+    if engine.endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = settings_dict.get("USER") or ""
+    password = settings_dict.get("PASSWORD") or ""
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or "localhost"
+    port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
+    return f"postgres://{auth}{host}{port}/{settings_dict['NAME']}"
+
+
+class Worker:
+    """``celery -A lbweb worker -Q dataplane -c 1`` inside the LB namespace."""
+
+    def __init__(self, netns: str, env: dict[str, str], log_path: Path):
+        self.netns = netns
+        self.env = env
+        self.log_path = Path(log_path)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30) -> Worker:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        cmd = ["ip", "netns", "exec", self.netns, str(VENV_BIN / "celery"), "-A", "lbweb", "worker"]
+        cmd += ["-Q", "dataplane", "-c", "1", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while b" ready." not in self.log_path.read_bytes()[offset:]:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log_path.read_bytes()[offset:][-3000:].decode(errors="replace")
+                self.kill()
+                raise RuntimeError(f"celery worker did not become ready:\n{tail}")
+            time.sleep(0.05)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the worker dies mid-task, as in a crash."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()

@@ -1,0 +1,186 @@
+"""Real kernel, real packets: farms created through the REST API, applied by the real worker in the LB namespace."""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from farms.models import ApplyRun
+from tests.lab import CLIENT4, CLIENT6, LB_BACKSIDE4, KeepAlive, backend4, backend6, vip4, vip6
+from tests.stack import ROOT, VENV_BIN
+
+pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
+
+THREE = ("b1", "b2", "b3")
+
+
+def make_farm(api, name, vip, backends=THREE, family=4, **fields):
+    address = backend4 if family == 4 else backend6
+    defaults = {"protocol": "tcp", "ports": "80", "mode": "dnat", "scheduler": "rr"}
+    farm = api.farm(name=name, vip=vip, backends=[{"address": address(b)} for b in backends], **{**defaults, **fields})
+    return api.wait_applied(farm["id"])
+
+
+def backend_id(farm, address):
+    return next(b["id"] for b in farm["backends"] if b["address"] == address)
+
+
+def kernel_check(lab, worker):
+    """``manage.py kernel --check`` in the LB namespace, against the worker's database."""
+    cmd = ["ip", "netns", "exec", lab.lb, str(VENV_BIN / "python"), "manage.py", "kernel", "--check"]
+    result = subprocess.run(cmd, cwd=ROOT, env=worker.env, capture_output=True, text=True)
+    return result.returncode == 0, result.stdout + result.stderr
+
+
+def test_round_robin_reaches_all_three_backends_in_turn(api, worker, lab):
+    make_farm(api, "web", vip4(1))
+    seq = [a["backend"] for a in lab.http_get(vip4(1), 80, count=9)]
+    assert set(seq[:3]) == set(THREE)
+    assert seq == seq[:3] * 3, seq
+
+
+def test_weights_one_to_three_split_traffic_about_25_75(api, worker, lab):
+    farm = api.farm(name="weighted", vip=vip4(2), protocol="tcp", ports="80", mode="dnat", scheduler="weight")
+    api.post("backends/", {"farm": farm["id"], "address": backend4("b1"), "weight": 1})
+    api.post("backends/", {"farm": farm["id"], "address": backend4("b2"), "weight": 3})
+    api.wait_applied(farm["id"])
+    counts = collections.Counter(a["backend"] for a in lab.http_get(vip4(2), 80, count=400))
+    share = counts["b1"] / 400
+    assert set(counts) == {"b1", "b2"}
+    assert 0.18 <= share <= 0.32, counts  # 25% +- 7 points: over 3 standard deviations at n=400
+
+
+def test_dnat_keeps_the_client_address_and_snat_shows_the_lb(api, worker, lab):
+    make_farm(api, "keep-client", vip4(3), mode="dnat")
+    make_farm(api, "hide-client", vip4(4), mode="snat")
+    assert {a["client"] for a in lab.http_get(vip4(3), 80, count=6)} == {CLIENT4}
+    assert {a["client"] for a in lab.http_get(vip4(4), 80, count=6)} == {LB_BACKSIDE4}
+
+
+def test_port_lists_and_a_backend_port_that_differs_from_the_virtual_port(api, worker, lab):
+    make_farm(api, "two-ports", vip4(5), ports="80,8080", backends=("b1",))
+    assert lab.http_get(vip4(5), 8080)[0]["port"] == 8080
+    assert lab.http_get(vip4(5), 80)[0]["port"] == 80
+    farm = api.farm(name="remap", vip=vip4(6), protocol="tcp", ports="80", mode="dnat", scheduler="rr")
+    api.post("backends/", {"farm": farm["id"], "address": backend4("b3"), "port": 8080})
+    api.wait_applied(farm["id"])
+    assert lab.http_get(vip4(6), 80)[0] == {"backend": "b3", "client": CLIENT4, "port": 8080}
+
+
+def test_ipv6_farm_balances_over_ipv6_backends(api, worker, lab):
+    make_farm(api, "web6", vip6(1), family=6)
+    answers = lab.http_get(vip6(1), 80, count=6)
+    assert {a["backend"] for a in answers} == set(THREE)
+    assert {a["client"] for a in answers} == {CLIENT6}
+
+
+def test_disabled_backend_gets_no_new_connection_but_keeps_its_established_one(api, worker, lab):
+    farm = make_farm(api, "drainme", vip4(7))
+    kept = KeepAlive(lab, vip4(7))
+    try:
+        victim = kept.get()["backend"]
+        api.patch(f"backends/{backend_id(farm, backend4(victim))}/", {"state": "disabled"})
+        api.wait_applied(farm["id"])
+        fresh = collections.Counter(a["backend"] for a in lab.http_get(vip4(7), 80, count=30))
+        assert victim not in fresh and len(fresh) == 2, fresh
+        for _ in range(3):
+            assert kept.get()["backend"] == victim  # the established connection still works
+    finally:
+        kept.close()
+
+
+def test_established_connection_survives_unrelated_applies(api, worker, lab):
+    make_farm(api, "steady", vip4(8))
+    kept = KeepAlive(lab, vip4(8))
+    try:
+        first = kept.get()["backend"]
+        for i in range(10):
+            make_farm(api, f"other{i}", vip4(20 + i), backends=("b1",))
+            assert kept.get()["backend"] == first
+    finally:
+        kept.close()
+
+
+def test_deleting_a_farm_removes_its_rules_and_nothing_else(api, worker, lab):
+    lab.ns(lab.lb, "nft", "add table inet sentinel; add chain inet sentinel c { type filter hook forward priority 0; }")
+    lab.ns(lab.lb, "nft", "add rule inet sentinel c ip daddr 198.18.1.0/24 counter")
+    try:
+        before = lab.ns(lab.lb, "nft", "-j", "-s", "list", "table", "inet", "sentinel").stdout
+        make_farm(api, "stays", vip4(9))
+        gone = make_farm(api, "gone", vip4(10))
+        assert lab.try_connect(vip4(10), 80)
+        api.delete(f"farms/{gone['id']}/")
+        api.wait_generation(gone["apply_status"]["config_generation"] + 1)
+        table = lab.ns(lab.lb, "nft", "list", "table", "inet", "lbweb").stdout
+        assert "farm-gone" not in table and "be-gone-" not in table and vip4(10) not in table
+        assert "farm-stays" in table
+        assert not lab.try_connect(vip4(10), 80)
+        assert lab.http_get(vip4(9), 80)[0]["backend"] in THREE
+        assert lab.ns(lab.lb, "nft", "-j", "-s", "list", "table", "inet", "sentinel").stdout == before
+        ok, report = kernel_check(lab, worker)
+        assert ok, report
+    finally:
+        lab.ns(lab.lb, "nft", "delete", "table", "inet", "sentinel", check=False)
+
+
+def test_worker_killed_mid_stream_restarts_and_the_kernel_matches_the_database(api, worker, lab):
+    farms = [make_farm(api, f"crash{i}", vip4(40 + i), backends=("b1", "b2")) for i in range(4)]
+    backends = [b["id"] for f in farms for b in f["backends"]]
+    for i in range(40):
+        if i == 12:
+            worker.kill()
+        api.patch(f"backends/{backends[i % len(backends)]}/", {"weight": 1 + i})
+        if i % 7 == 0:
+            api.post("backends/", {"farm": farms[i % 4]["id"], "address": backend4("b3"), "port": 8000 + i})
+    worker.start()
+    for farm in farms:
+        api.wait_applied(farm["id"])
+    ok, report = kernel_check(lab, worker)
+    assert ok, report
+    for i in range(4):
+        assert lab.http_get(vip4(40 + i), 80)[0]["backend"] in THREE
+
+
+def test_drift_is_repaired_by_reconcile(api, worker, lab):
+    from farms.tasks import reconcile
+
+    make_farm(api, "drifty", vip4(50))
+    lab.ns(lab.lb, "nft", "delete", "table", "inet", "lbweb")  # someone deletes the table by hand
+    assert not lab.try_connect(vip4(50), 80)
+    assert not kernel_check(lab, worker)[0]
+    reconcile.apply_async(kwargs={"reason": "test drift"})
+    for _ in range(100):
+        if kernel_check(lab, worker)[0]:
+            break
+        threading.Event().wait(0.1)
+    ok, report = kernel_check(lab, worker)
+    assert ok, report
+    assert lab.http_get(vip4(50), 80)[0]["backend"] in THREE
+    run = ApplyRun.objects.filter(reason__startswith="test drift").get()
+    assert run.kind == "full" and run.ok
+
+
+def test_a_burst_of_100_writes_becomes_a_handful_of_applies(api, worker, lab):
+    from farms import services
+    from farms.models import Backend
+
+    farm = make_farm(api, "bursty", vip4(60), scheduler="weight")
+    first_run = ApplyRun.objects.order_by("-id").first().id
+    backend = Backend.objects.get(id=farm["backends"][0]["id"])
+    started = time.monotonic()
+    for i in range(100):  # each write is its own transaction and enqueues its own apply
+        services.backend_update(backend=backend, weight=1 + i)
+    elapsed = time.monotonic() - started
+    final = api.wait_applied(farm["id"])
+    runs = ApplyRun.objects.filter(id__gt=first_run).exclude(kind="noop")
+    print(f"100 writes in {elapsed:.2f}s -> {runs.count()} kernel transactions")
+    allowed = 3 + int(elapsed / 0.2)  # at most one apply per coalescing window, plus the edges
+    assert 1 <= runs.count() <= allowed, list(runs.values("generation", "kind", "duration_ms"))
+    assert next(b["weight"] for b in final["backends"] if b["id"] == backend.id) == 100
+    table = json.loads(lab.ns(lab.lb, "nft", "-j", "list", "table", "inet", "lbweb").stdout)
+    assert any(r.get("rule", {}).get("chain") == "farm-bursty" for r in table["nftables"])

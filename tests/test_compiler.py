@@ -1,0 +1,167 @@
+"""The pure compiler: golden documents, determinism, purity, incremental scope, and nft's own verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from farms.nft import compiler
+from farms.nft.spec import BackendSpec, FarmSpec
+from tests.stack import ROOT
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("LBWEB_UPDATE_GOLDEN") == "1"
+
+WEB = FarmSpec(
+    id=1,
+    name="web",
+    vip="198.18.100.1",
+    protocol="tcp",
+    ports=((80, 80), (443, 443), (8000, 8100)),
+    mode="snat",
+    scheduler="rr",
+    backends=(
+        BackendSpec(id=1, address="198.18.1.11"),
+        BackendSpec(id=2, address="198.18.1.12", port=8080),
+        BackendSpec(id=3, address="198.18.1.13", enabled=False),
+    ),
+)
+DNS6 = FarmSpec(
+    id=2,
+    name="dns6",
+    vip="2001:2:0:100::1",
+    protocol="udp",
+    ports=((53, 53),),
+    mode="dnat",
+    scheduler="weight",
+    backends=(
+        BackendSpec(id=4, address="2001:2:0:1::11", weight=1),
+        BackendSpec(id=5, address="2001:2:0:1::12", weight=3),
+    ),
+)
+ANY = FarmSpec(
+    id=3, name="any", vip="198.18.100.2", protocol="all", mode="dnat", backends=(BackendSpec(6, "198.18.1.11"),)
+)
+EMPTY = FarmSpec(id=4, name="empty", vip="198.18.100.3", protocol="sctp", ports=((9000, 9000),), mode="dnat")
+OFF = FarmSpec(id=5, name="off", vip="198.18.100.4", ports=((80, 80),), enabled=False, backends=WEB.backends[:1])
+ALL_FARMS = [WEB, DNS6, ANY, EMPTY, OFF]
+
+WEB_REWEIGHTED = FarmSpec(**{**WEB.__dict__, "scheduler": "weight", "backends": WEB.backends[:2]})
+
+
+def documents() -> dict[str, dict]:
+    old = {r.farm_id: r.objects for r in map(compiler.compile_farm, ALL_FARMS)}
+    new = {r.farm_id: r for r in map(compiler.compile_farm, [WEB_REWEIGHTED, *ALL_FARMS[1:]])}
+    return {
+        "full": compiler.full_document(ALL_FARMS),
+        "incremental-change-one-farm": compiler.incremental_document(old, new)[0],
+        "incremental-delete-one-farm": compiler.incremental_document(old, {k: v for k, v in new.items() if k != 1})[0],
+    }
+
+
+def pretty(document: dict) -> str:
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+@pytest.mark.parametrize("name", sorted(documents()))
+def test_golden_documents(name):
+    path = GOLDEN / f"{name}.json"
+    produced = pretty(documents()[name])
+    if UPDATE or not path.exists():
+        path.write_text(produced)
+    assert produced == path.read_text(), f"{path} differs: run with LBWEB_UPDATE_GOLDEN=1 after checking the change"
+
+
+@pytest.fixture
+def throwaway_netns():
+    if os.geteuid() != 0:
+        pytest.fail("nft --check in a namespace needs root")
+    name = f"lbt-nft-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    yield name
+    subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def nft(netns: str, *args: str, document: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = ["ip", "netns", "exec", netns, "nft", *args]
+    return subprocess.run(cmd, input=json.dumps(document) if document else None, capture_output=True, text=True)
+
+
+def test_every_golden_document_is_accepted_by_nft(throwaway_netns, tmp_path):
+    """The full document from nothing, then each incremental one on top of it, as nft would take them."""
+    full = GOLDEN / "full.json"
+    result = nft(throwaway_netns, "--check", "-j", "-f", str(full))
+    assert result.returncode == 0, result.stderr
+    assert nft(throwaway_netns, "-j", "-f", str(full)).returncode == 0
+    for path in sorted(GOLDEN.glob("incremental-*.json")):
+        result = nft(throwaway_netns, "--check", "-j", "-f", str(path))
+        assert result.returncode == 0, f"{path.name}: {result.stderr}"
+    listing = nft(throwaway_netns, "list", "table", "inet", "lbweb").stdout
+    assert "farm-web" in listing and "dispatch6" in listing
+
+
+def test_compiler_imports_no_django():
+    code = "import sys, farms.nft.compiler, farms.nft.spec; print(sorted(m for m in sys.modules if 'django' in m))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_same_input_gives_byte_identical_output_whatever_the_order():
+    shuffled = ALL_FARMS[:]
+    random.Random(7).shuffle(shuffled)
+    assert compiler.canonical(compiler.full_document(shuffled)) == compiler.canonical(compiler.full_document(ALL_FARMS))
+    assert compiler.compile_farm(WEB).digest == compiler.compile_farm(WEB).digest
+
+
+def test_every_command_names_only_lbweb_table():
+    for document in documents().values():
+        for command in document["nftables"]:
+            ((_verb, body),) = command.items()
+            ((_kind, obj),) = body.items()
+            assert obj["family"] == "inet"
+            assert obj.get("table", obj.get("name")) == "lbweb"
+            assert "ruleset" not in body
+
+
+def test_changing_one_farm_names_only_that_farms_objects():
+    document = documents()["incremental-change-one-farm"]
+    text = json.dumps(document)
+    for other in ("dns6", "any", "empty"):
+        assert f"farm-{other}" not in text and f"be-{other}-" not in text
+    assert "farm-web" in text
+    assert not any("table" in next(iter(c.values())) for c in document["nftables"])
+
+
+def test_unchanged_configuration_needs_no_command():
+    compiled = {r.farm_id: r for r in map(compiler.compile_farm, ALL_FARMS)}
+    document, changed = compiler.incremental_document({k: v.objects for k, v in compiled.items()}, compiled)
+    assert changed == [] and document == {"nftables": []}
+
+
+def test_round_robin_and_weighted_schedulers():
+    rr = compiler.compile_farm(WEB).creates
+    farm_rule = next(
+        c["add"]["rule"] for c in rr if "rule" in c.get("add", {}) and c["add"]["rule"]["chain"] == "farm-web"
+    )
+    vmap = farm_rule["expr"][-1]["vmap"]
+    assert vmap["key"] == {"numgen": {"mode": "inc", "mod": 2, "offset": 0}}  # the disabled backend is left out
+    weighted = compiler.compile_farm(DNS6).creates
+    rule = next(
+        c["add"]["rule"] for c in weighted if "rule" in c.get("add", {}) and c["add"]["rule"]["chain"] == "farm-dns6"
+    )
+    assert rule["expr"][-1]["vmap"]["key"]["numgen"] == {"mode": "random", "mod": 4, "offset": 0}
+    assert [e[0] for e in rule["expr"][-1]["vmap"]["data"]["set"]] == [0, {"range": [1, 3]}]
+
+
+def test_farm_without_enabled_backend_drops_and_an_off_farm_owns_nothing():
+    empty = compiler.compile_farm(EMPTY)
+    assert {"drop": None} in next(c["add"]["rule"]["expr"] for c in empty.creates if "rule" in c.get("add", {}))
+    off = compiler.compile_farm(OFF)
+    assert off.creates == [] and off.objects.chains == ()

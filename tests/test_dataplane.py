@@ -184,3 +184,25 @@ def test_a_burst_of_100_writes_becomes_a_handful_of_applies(api, worker, lab):
     assert next(b["weight"] for b in final["backends"] if b["id"] == backend.id) == 100
     table = json.loads(lab.ns(lab.lb, "nft", "-j", "list", "table", "inet", "lbweb").stdout)
     assert any(r.get("rule", {}).get("chain") == "farm-bursty" for r in table["nftables"])
+
+
+def test_a_farm_the_kernel_refuses_is_failed_with_its_message_and_the_others_still_apply(api, worker, lab):
+    from farms.models import Backend, Farm
+
+    good = make_farm(api, "good", vip4(70))
+    bad = make_farm(api, "bad", vip4(71), backends=("b1",))
+    # A value no validation would let through, written behind the services' back: only libnftables can refuse it.
+    Backend.objects.filter(farm_id=bad["id"]).update(port=70000)
+    api.patch(f"farms/{bad['id']}/", {"description": "touch"})
+    api.patch(f"farms/{good['id']}/", {"description": "touch"})
+    deadline = time.monotonic() + 30
+    while api.get(f"farms/{bad['id']}/")["apply_status"]["status"] != "failed":
+        assert time.monotonic() < deadline, api.get(f"farms/{bad['id']}/")["apply_status"]
+        time.sleep(0.1)
+    status = api.get(f"farms/{bad['id']}/")["apply_status"]
+    assert "Error" in status["error"], status
+    assert api.wait_applied(good["id"])
+    assert lab.http_get(vip4(70), 80)[0]["backend"] in THREE
+    run = ApplyRun.objects.filter(ok=False).first()
+    assert run is not None and str(bad["id"]) in run.error
+    assert Farm.objects.get(id=bad["id"]).apply_status == "failed"

@@ -30,6 +30,41 @@ class BackendStateChoices(models.TextChoices):
     DISABLED = "disabled", "Disabled"
 
 
+class BackendHealthChoices(models.TextChoices):
+    UNKNOWN = "unknown", "Unknown (not checked yet, or no check): takes traffic"
+    UP = "up", "Up"
+    DOWN = "down", "Down: takes no new connection"
+
+
+class FarmAllDownChoices(models.TextChoices):
+    REJECT = "reject", "Reject new connections (TCP reset, ICMP port unreachable)"
+    FALLBACK = "fallback", "Send new connections to the fallback address"
+
+
+class FarmTrafficChoices(models.TextChoices):
+    BALANCED = "balanced", "Balanced over the active backends"
+    FALLBACK = "fallback", "No active backend: sent to the fallback address"
+    REJECTED = "rejected", "No active backend: rejected"
+    OFF = "off", "Farm off"
+
+
+class HealthCheckTypeChoices(models.TextChoices):
+    NONE = "none", "No check (backends always taken as healthy)"
+    TCP = "tcp", "TCP connect"
+    HTTP = "http", "HTTP request"
+    HTTPS = "https", "HTTPS request"
+    UDP = "udp", "UDP request and reply"
+    ICMP = "icmp", "ICMP echo (ping)"
+    COMMAND = "command", "Custom command"
+
+
+class HttpMethodChoices(models.TextChoices):
+    GET = "GET", "GET"
+    HEAD = "HEAD", "HEAD"
+    OPTIONS = "OPTIONS", "OPTIONS"
+    POST = "POST", "POST"
+
+
 class ApplyStatusChoices(models.TextChoices):
     APPLIED = "applied", "Applied"
     PENDING = "pending", "Pending"

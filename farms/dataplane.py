@@ -17,8 +17,14 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from .choices import ApplyKindChoices, BackendStateChoices, FarmStateChoices
-from .models import ApplyRun, ConfigGeneration, Farm, KernelFarm
+from .choices import (
+    ApplyKindChoices,
+    BackendHealthChoices,
+    BackendStateChoices,
+    FarmAllDownChoices,
+    FarmStateChoices,
+)
+from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFarm
 from .nft import compiler
 from .nft.applier import ApplyError, Kernel, KernelState
 from .nft.spec import BackendSpec, FarmSpec
@@ -53,8 +59,14 @@ def farm_spec(farm: Farm) -> FarmSpec:
                 port=b.port,
                 weight=b.weight,
                 enabled=b.state == BackendStateChoices.ENABLED,
+                healthy=b.health != BackendHealthChoices.DOWN,
             )
             for b in farm.backends.all()
+        ),
+        fallback=(
+            BackendSpec(id=0, address=farm.fallback_address, port=farm.fallback_port)
+            if farm.when_all_down == FarmAllDownChoices.FALLBACK and farm.fallback_address
+            else None
         ),
     )
 
@@ -65,6 +77,18 @@ def snapshot() -> Snapshot:
         generation = ConfigGeneration.current()
         farms = Farm.objects.prefetch_related("backends").order_by("id")
         return Snapshot(generation, [farm_spec(f) for f in farms])
+
+
+def cut_backend_connections(backend_id: int) -> int:
+    """Delete the conntrack entries of a backend that went down (unless it came back meanwhile)."""
+    from .conntrack import delete_backend_connections
+
+    backend = Backend.objects.filter(pk=backend_id).first()
+    if backend is None or backend.health != BackendHealthChoices.DOWN:
+        return 0
+    deleted = delete_backend_connections(backend.farm_id, backend.address, backend.port)
+    log.info("backend %s of farm %s is down: %d connection(s) cut", backend, backend.farm_id, deleted)
+    return deleted
 
 
 def last_handled_generation() -> int:

@@ -2,7 +2,7 @@
 
 import django_filters
 
-from .models import ApplyRun, Backend, Farm
+from .models import ApplyRun, Backend, Farm, HealthEvent
 
 
 class FarmFilterSet(django_filters.FilterSet):
@@ -16,10 +16,18 @@ class BackendFilterSet(django_filters.FilterSet):
 
     class Meta:
         model = Backend
-        fields = ["farm", "farm_name", "address", "port", "state"]
+        fields = ["farm", "farm_name", "address", "port", "state", "health"]
 
 
 class ApplyRunFilterSet(django_filters.FilterSet):
     class Meta:
         model = ApplyRun
         fields = ["ok", "kind"]
+
+
+class HealthEventFilterSet(django_filters.FilterSet):
+    farm = django_filters.NumberFilter(field_name="backend__farm")
+
+    class Meta:
+        model = HealthEvent
+        fields = ["backend", "farm", "current"]

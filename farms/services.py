@@ -8,6 +8,7 @@ generation, and asks the worker for an apply once the transaction commits.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from django.db import transaction
 
@@ -24,37 +25,47 @@ FARM_FIELDS = (
     "mode",
     "scheduler",
     "state",
+    "when_all_down",
+    "fallback_address",
+    "fallback_port",
 )
 BACKEND_FIELDS = ("address", "port", "weight", "state")
 
 
-def request_apply(generation: int) -> None:
-    """Enqueue an apply after commit; if the broker is down the change stays pending, never lost."""
+def enqueue_on_commit(task_name: str, *args: int, what: str) -> None:
+    """Queue a worker task once the transaction commits; if the broker is down the saved change stays."""
 
     def enqueue() -> None:
-        from .tasks import apply_config
+        from . import tasks
 
         try:
-            apply_config.apply_async(args=[generation], retry=False)
-        except Exception as exc:  # broker down: reconcile at worker start applies it
-            log.warning(
-                "apply of generation %s not enqueued (%s); it stays pending",
-                generation,
-                exc,
-            )
+            getattr(tasks, task_name).apply_async(args=list(args), retry=False)
+        except Exception as exc:  # broker down: the worker's reconcile at start picks up what is pending
+            log.warning("%s not enqueued (%s)", what, exc)
 
     transaction.on_commit(enqueue)
 
 
-def _mark_changed(farm: Farm) -> int:
+def request_apply(generation: int) -> None:
+    """Enqueue an apply after commit; if the broker is down the change stays pending, never lost."""
+    enqueue_on_commit("apply_config", generation, what=f"apply of generation {generation} (it stays pending)")
+
+
+def mark_farms_changed(farm_ids: Iterable[int]) -> int:
+    """Give these farms one new generation and ask for one apply (inside the caller's transaction)."""
     generation = ConfigGeneration.bump()
-    Farm.objects.filter(pk=farm.pk).update(config_generation=generation)
-    farm.config_generation = generation
+    Farm.objects.filter(pk__in=list(farm_ids)).update(config_generation=generation)
     request_apply(generation)
     return generation
 
 
-def _assign(instance, fields: tuple[str, ...], values: dict) -> None:
+def _mark_changed(farm: Farm) -> int:
+    farm.config_generation = mark_farms_changed([farm.pk])
+    return farm.config_generation
+
+
+def assign_fields(instance, fields: tuple[str, ...], values: dict) -> None:
+    """Set the given fields on a model instance, refusing any field not in ``fields``."""
     unknown = set(values) - set(fields)
     if unknown:
         raise TypeError(f"unknown field(s): {', '.join(sorted(unknown))}")
@@ -66,7 +77,7 @@ def _assign(instance, fields: tuple[str, ...], values: dict) -> None:
 def farm_create(**values) -> Farm:
     """Create a farm from its field values (see FARM_FIELDS)."""
     farm = Farm()
-    _assign(farm, FARM_FIELDS, values)
+    assign_fields(farm, FARM_FIELDS, values)
     farm.full_clean()
     farm.save()
     _mark_changed(farm)
@@ -76,7 +87,7 @@ def farm_create(**values) -> Farm:
 @transaction.atomic
 def farm_update(*, farm: Farm, **values) -> Farm:
     """Change some fields of a farm."""
-    _assign(farm, FARM_FIELDS, values)
+    assign_fields(farm, FARM_FIELDS, values)
     farm.full_clean()
     farm.save()
     _mark_changed(farm)
@@ -94,7 +105,7 @@ def farm_delete(*, farm: Farm) -> None:
 def backend_create(*, farm: Farm, **values) -> Backend:
     """Add a backend to a farm."""
     backend = Backend(farm=farm)
-    _assign(backend, BACKEND_FIELDS, values)
+    assign_fields(backend, BACKEND_FIELDS, values)
     backend.full_clean()
     backend.save()
     _mark_changed(farm)
@@ -104,7 +115,7 @@ def backend_create(*, farm: Farm, **values) -> Backend:
 @transaction.atomic
 def backend_update(*, backend: Backend, **values) -> Backend:
     """Change some fields of a backend (weight, state, ...)."""
-    _assign(backend, BACKEND_FIELDS, values)
+    assign_fields(backend, BACKEND_FIELDS, values)
     backend.full_clean()
     backend.save()
     _mark_changed(backend.farm)

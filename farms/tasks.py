@@ -22,6 +22,12 @@ def reconcile(reason: str = "reconcile") -> int | None:
     return run.pk if run else None
 
 
+@shared_task(name="farms.tasks.cut_backend_connections")
+def cut_backend_connections(backend_id: int) -> int:
+    """Delete the established connections of a backend that went down (its id only; the rest is read here)."""
+    return dataplane.cut_backend_connections(backend_id)
+
+
 @worker_ready.connect
 def restore_at_boot(sender=None, **_kwargs) -> None:
     """When the worker starts (boot, restart), make the kernel match the database."""

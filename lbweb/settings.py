@@ -158,6 +158,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"BackendHealthEnum": "farms.choices.BackendHealthChoices"},
 }
 
 LOGGING = {
@@ -171,3 +172,6 @@ LOGGING = {
         }
     },
 }
+
+# healthd's heartbeat older than this shows as "health checking stopped".
+LBWEB_HEALTHD_STALE_SECONDS = float(os.environ.get("LBWEB_HEALTHD_STALE_SECONDS", "5"))

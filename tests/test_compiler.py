@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,17 @@ ANY = FarmSpec(
 )
 EMPTY = FarmSpec(id=4, name="empty", vip="198.18.100.3", protocol="sctp", ports=((9000, 9000),), mode="dnat")
 OFF = FarmSpec(id=5, name="off", vip="198.18.100.4", ports=((80, 80),), enabled=False, backends=WEB.backends[:1])
-ALL_FARMS = [WEB, DNS6, ANY, EMPTY, OFF]
+ALL_DOWN = FarmSpec(
+    id=6,
+    name="alldown",
+    vip="198.18.100.5",
+    protocol="udp",
+    ports=((53, 53),),
+    mode="dnat",
+    backends=(BackendSpec(7, "198.18.1.11", healthy=False),),
+    fallback=BackendSpec(0, "198.18.1.13", port=5353),
+)
+ALL_FARMS = [WEB, DNS6, ANY, EMPTY, OFF, ALL_DOWN]
 
 WEB_REWEIGHTED = FarmSpec(**{**WEB.__dict__, "scheduler": "weight", "backends": WEB.backends[:2]})
 
@@ -160,8 +171,39 @@ def test_round_robin_and_weighted_schedulers():
     assert [e[0] for e in rule["expr"][-1]["vmap"]["data"]["set"]] == [0, {"range": [1, 3]}]
 
 
-def test_farm_without_enabled_backend_drops_and_an_off_farm_owns_nothing():
+def farm_rule_of(ruleset: compiler.FarmRuleset) -> dict:
+    chain = f"farm-{ruleset.name}"
+    return next(c["add"]["rule"] for c in ruleset.creates if c.get("add", {}).get("rule", {}).get("chain") == chain)
+
+
+def test_farm_without_enabled_backend_rejects_and_an_off_farm_owns_nothing():
     empty = compiler.compile_farm(EMPTY)
-    assert {"drop": None} in next(c["add"]["rule"]["expr"] for c in empty.creates if "rule" in c.get("add", {}))
+    assert farm_rule_of(empty)["expr"][-1] == {"reject": None}  # sctp: ICMP port unreachable
+    tcp_empty = compiler.compile_farm(FarmSpec(**{**EMPTY.__dict__, "protocol": "tcp"}))
+    assert farm_rule_of(tcp_empty)["expr"][-1] == {"reject": {"type": "tcp reset"}}
     off = compiler.compile_farm(OFF)
     assert off.creates == [] and off.objects.chains == ()
+
+
+def test_a_backend_healthd_saw_down_leaves_the_scheduler_like_a_disabled_one():
+    down = FarmSpec(**{**WEB.__dict__, "backends": (WEB.backends[0], replace(WEB.backends[1], healthy=False))})
+    assert [b.id for b in down.active_backends] == [1]
+    ruleset = compiler.compile_farm(down)
+    assert ruleset.objects.chains == ("farm-web", "be-web-1")
+    assert farm_rule_of(ruleset)["expr"][-1]["vmap"]["key"]["numgen"]["mod"] == 1
+    assert ruleset.digest != compiler.compile_farm(WEB).digest
+    assert down.traffic == "balanced"
+
+
+def test_with_every_backend_down_the_fallback_takes_new_connections():
+    ruleset = compiler.compile_farm(ALL_DOWN)
+    assert ALL_DOWN.traffic == "fallback"
+    assert ruleset.objects.chains == ("farm-alldown", "be-alldown-fallback")
+    assert farm_rule_of(ruleset)["expr"][-1] == {"jump": {"target": "be-alldown-fallback"}}
+    fallback_rule = next(
+        c["add"]["rule"] for c in ruleset.creates if c["add"].get("rule", {}).get("chain") == "be-alldown-fallback"
+    )
+    assert {"dnat": {"family": "ip", "addr": "198.18.1.13", "port": 5353}} in fallback_rule["expr"]
+    recovered = FarmSpec(**{**ALL_DOWN.__dict__, "backends": (replace(ALL_DOWN.backends[0], healthy=True),)})
+    assert recovered.traffic == "balanced"
+    assert "be-alldown-fallback" not in compiler.compile_farm(recovered).objects.chains

@@ -1,6 +1,14 @@
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from .views import ApplyRunViewSet, BackendViewSet, FarmViewSet
+from .views import (
+    ApplyRunViewSet,
+    BackendViewSet,
+    FarmViewSet,
+    HealthCheckViewSet,
+    HealthEventViewSet,
+    HealthStatusView,
+)
 
 app_name = "farms-api"
 
@@ -8,5 +16,10 @@ router = DefaultRouter()
 router.register("farms", FarmViewSet)
 router.register("backends", BackendViewSet)
 router.register("apply-runs", ApplyRunViewSet)
+router.register("health-checks", HealthCheckViewSet)
+router.register("health-events", HealthEventViewSet)
 
-urlpatterns = router.urls
+urlpatterns = [
+    path("health-status/", HealthStatusView.as_view(), name="health-status"),
+    *router.urls,
+]

@@ -8,7 +8,10 @@ Layout of the one table lbweb owns (``table inet lbweb``):
   and jumps to the farm's chain: one lookup whatever the number of farms.
 * ``farm-<name>`` counts the connection, sets the farm's conntrack mark and
   picks a backend with ``numgen`` through an anonymous verdict map.
-* ``be-<name>-<id>`` counts and DNATs to one backend.
+* ``be-<name>-<id>`` counts and DNATs to one backend; ``be-<name>-fallback``
+  DNATs to the farm's fallback address while no backend is active, and a
+  farm with neither rejects new connections (TCP reset, else ICMP port
+  unreachable; reject in a nat prerouting chain needs Linux >= 5.2).
 * ``postrouting`` (nat, srcnat) masquerades connections whose ct mark is in
   ``snat_marks`` (farms in SNAT mode) and nothing else.
 
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fragments as f
-from .spec import FarmSpec
+from .spec import BackendSpec, FarmSpec
 
 COMPILER_VERSION = "1"
 DIGEST_PREFIX = "lbweb:"
@@ -50,8 +53,12 @@ def farm_chain_name(farm: FarmSpec) -> str:
     return f"farm-{farm.name}"
 
 
-def backend_chain_name(farm: FarmSpec, backend_id: int) -> str:
+def backend_chain_name(farm: FarmSpec, backend_id: int | str) -> str:
     return f"be-{farm.name}-{backend_id}"
+
+
+def fallback_chain_name(farm: FarmSpec) -> str:
+    return backend_chain_name(farm, "fallback")
 
 
 def dispatch_map_name(family: int, protocol: str) -> str:
@@ -109,9 +116,9 @@ def _dispatch_keys(farm: FarmSpec) -> tuple[tuple[str, Any], ...]:
     return tuple((map_name, f.concat(farm.vip, farm.protocol, f.port_value(lo, hi))) for lo, hi in farm.ports)
 
 
-def _backend_rule(farm: FarmSpec, backend) -> list[Json]:
+def _backend_rule(farm: FarmSpec, backend: BackendSpec, chain_name: str) -> list[Json]:
     nat: Json = {"family": "ip" if farm.family == 4 else "ip6", "addr": backend.address}
-    expr: list[Json] = [f.counter_ref(backend_chain_name(farm, backend.id))]
+    expr: list[Json] = [f.counter_ref(chain_name)]
     if backend.port is not None:
         expr.append(f.match(f.meta("l4proto"), farm.protocol))
         nat["port"] = backend.port
@@ -140,6 +147,8 @@ def compile_farm(farm: FarmSpec) -> FarmRuleset:
     farm_chain = farm_chain_name(farm)
     backends = farm.active_backends
     be_chains = [backend_chain_name(farm, b.id) for b in backends]
+    if farm.traffic == "fallback":
+        backends, be_chains = (farm.fallback,), [fallback_chain_name(farm)]
     counters = [farm_chain, *be_chains]
     dispatch = _dispatch_keys(farm)
     snat_mark = farm.mark if farm.mode == "snat" else None
@@ -147,11 +156,15 @@ def compile_farm(farm: FarmSpec) -> FarmRuleset:
     creates: list[Json] = [f.add("counter", f.counter(name)) for name in counters]
     creates += [f.add("chain", f.chain(name)) for name in [farm_chain, *be_chains]]
     creates += [
-        f.add("rule", f.rule(name, _backend_rule(farm, b))) for name, b in zip(be_chains, backends, strict=True)
+        f.add("rule", f.rule(name, _backend_rule(farm, b, name))) for name, b in zip(be_chains, backends, strict=True)
     ]
     head = [f.counter_ref(farm_chain), f.set_ct_mark(farm.mark)]
-    # No enabled backend: drop instead of letting the VIP fall through to the host.
-    tail = _scheduler_map(farm) if backends else {"drop": None}
+    if farm.traffic == "balanced":
+        tail = _scheduler_map(farm)
+    elif farm.traffic == "fallback":
+        tail = f.jump(be_chains[0])
+    else:  # no active backend and no fallback: refuse at once rather than let the VIP fall through
+        tail = f.reject(tcp_reset=farm.protocol == "tcp")
     farm_rule = f.rule(farm_chain, [*head, tail])
     creates.append(f.add("rule", farm_rule))
     for map_name, key in dispatch:

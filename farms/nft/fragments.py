@@ -88,6 +88,11 @@ def set_ct_mark(value: int) -> Json:
     return {"mangle": {"key": ct("mark"), "value": value}}
 
 
+def reject(tcp_reset: bool) -> Json:
+    """Refuse a new connection: a TCP reset, or ICMP port unreachable for any protocol."""
+    return {"reject": {"type": "tcp reset"}} if tcp_reset else {"reject": None}
+
+
 def counter_ref(name: str) -> Json:
     return {"counter": name}
 

@@ -23,6 +23,7 @@ class BackendSpec:
     port: int | None = None
     weight: int = 1
     enabled: bool = True
+    healthy: bool = True  # False only when healthd saw it down; "unknown" takes traffic
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class FarmSpec:
     scheduler: str = "rr"
     enabled: bool = True
     backends: tuple[BackendSpec, ...] = field(default_factory=tuple)
+    fallback: BackendSpec | None = None  # where new connections go when no backend is active; None: reject
 
     @property
     def family(self) -> int:
@@ -50,4 +52,14 @@ class FarmSpec:
 
     @property
     def active_backends(self) -> tuple[BackendSpec, ...]:
-        return tuple(sorted((b for b in self.backends if b.enabled), key=lambda b: b.id))
+        """The backends that take new connections: enabled by the operator and not seen down by healthd."""
+        return tuple(sorted((b for b in self.backends if b.enabled and b.healthy), key=lambda b: b.id))
+
+    @property
+    def traffic(self) -> str:
+        """Where new connections go: balanced, fallback, rejected, or off (values of FarmTrafficChoices)."""
+        if not self.enabled:
+            return "off"
+        if self.active_backends:
+            return "balanced"
+        return "fallback" if self.fallback else "rejected"

@@ -1,0 +1,1 @@
+"""healthd: health checks of every backend (``manage.py healthd``)."""

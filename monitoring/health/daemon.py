@@ -1,0 +1,222 @@
+"""healthd: one asyncio process probing every backend of every farm concurrently.
+
+Each backend has its own probe loop (phases spread over the interval). Rise
+and fall turn probe results into transitions, which one writer records in
+batches through ``farms.health_services`` (generation bump, apply), so a
+burst of failures becomes one transaction and one apply. All database work
+runs on one thread beside the event loop. The daemon starts from the health
+recorded in the database, so a restart neither flaps nor forgets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import resource
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import redis.asyncio
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from farms.health_services import HealthTransition, health_record
+from farms.models import ConfigGeneration
+
+from . import heartbeat
+from .icmp import Pinger
+from .probes import Target, probe
+from .state import BackendHealth
+from .targets import load_targets
+
+log = logging.getLogger("lbweb.healthd")
+T = TypeVar("T")
+
+
+@dataclass
+class Stats:
+    """What the heartbeat reports about the daemon's own work."""
+
+    started_at: float = field(default_factory=time.time)
+    checks: int = 0
+    local_errors: int = 0
+    last_local_error: str = ""
+    transitions: int = 0
+
+
+@dataclass
+class ProbeLoop:
+    target: Target
+    state: BackendHealth
+    task: asyncio.Task
+
+
+def _raise_file_limit() -> None:
+    """A thousand concurrent probes need more descriptors than the usual soft limit of 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class HealthDaemon:
+    """Probe loops per backend, a transition writer, a configuration watcher and a heartbeat."""
+
+    def __init__(self, reload_seconds: float = 0.5):
+        self.reload_seconds = reload_seconds
+        self.loops: dict[int, ProbeLoop] = {}
+        self.stats = Stats()
+        self.pinger = Pinger()
+        self.generation: int | None = None
+        self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="healthd-db")
+        self._transitions: asyncio.Queue[HealthTransition] = asyncio.Queue()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Check until ``stop`` is set, then record what is still queued and exit."""
+        _raise_file_limit()
+        while self.generation is None and not stop.is_set():
+            try:
+                await self.reload()
+            except Exception:
+                log.exception("cannot read the configuration; retrying")
+                await asyncio.sleep(1)
+        log.info("healthd: checking %d backend(s) at generation %s", len(self.loops), self.generation)
+        services = [
+            asyncio.create_task(self._watch_config()),
+            asyncio.create_task(self._write_transitions()),
+            asyncio.create_task(self._heartbeat()),
+        ]
+        await stop.wait()
+        for task in [*services, *(loop.task for loop in self.loops.values())]:
+            task.cancel()
+        await asyncio.gather(*services, *(loop.task for loop in self.loops.values()), return_exceptions=True)
+        await self._record_queued()
+        self.pinger.close()
+        self._db.shutdown()
+        log.info("healthd: stopped")
+
+    # -- configuration -----------------------------------------------------------------
+
+    async def _in_db(self, func: Callable[..., T], *args: Any) -> T:
+        def call() -> T:
+            close_old_connections()
+            return func(*args)
+
+        return await asyncio.get_running_loop().run_in_executor(self._db, call)
+
+    async def reload(self) -> None:
+        """Start, stop or restart probe loops so they match the database; keep what did not change."""
+        generation, targets, recorded = await self._in_db(load_targets)
+        carried: dict[int, str] = {}
+        for backend_id, loop in list(self.loops.items()):
+            if targets.get(backend_id) != loop.target:
+                loop.task.cancel()
+                del self.loops[backend_id]
+                carried[backend_id] = loop.state.health
+        for backend_id, target in targets.items():
+            if backend_id not in self.loops:
+                health = carried.get(backend_id, recorded[backend_id])
+                state = BackendHealth(health, rise=target.check.rise, fall=target.check.fall)
+                task = asyncio.create_task(self._probe_loop(target, state), name=f"probe-{backend_id}")
+                self.loops[backend_id] = ProbeLoop(target, state, task)
+        self.generation = generation
+
+    async def _watch_config(self) -> None:
+        while True:
+            await asyncio.sleep(self.reload_seconds)
+            try:
+                if await self._in_db(ConfigGeneration.current) != self.generation:
+                    await self.reload()
+            except Exception:
+                log.exception("cannot read the configuration; keeping the current checks")
+
+    # -- probing ---------------------------------------------------------------------
+
+    async def _probe_loop(self, target: Target, state: BackendHealth) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(random.uniform(0, target.check.interval))  # spread the probes over the interval
+        while True:
+            started = loop.time()
+            result = await probe(target, self.pinger)
+            self.stats.checks += 1
+            if result.local:  # healthd's own trouble says nothing about the backend
+                self.stats.local_errors += 1
+                self.stats.last_local_error = result.reason
+            elif (health := state.observe(result.ok)) is not None:
+                self.stats.transitions += 1
+                self._transitions.put_nowait(HealthTransition(target.backend_id, health, result.reason, timezone.now()))
+            await asyncio.sleep(max(0.0, started + state.next_delay(target.check.interval) - loop.time()))
+
+    # -- recording -------------------------------------------------------------------
+
+    async def _write_transitions(self) -> None:
+        while True:
+            batch = [await self._transitions.get()]
+            batch += self._drain()
+            await self._record(batch)
+
+    def _drain(self) -> list[HealthTransition]:
+        batch = []
+        while not self._transitions.empty():
+            batch.append(self._transitions.get_nowait())
+        return batch
+
+    async def _record(self, batch: list[HealthTransition]) -> None:
+        while True:
+            try:
+                await self._in_db(health_record, batch)
+                return
+            except Exception:
+                log.exception("cannot record %d transition(s); retrying", len(batch))
+                await asyncio.sleep(1)
+
+    async def _record_queued(self) -> None:
+        batch = self._drain()
+        if batch:
+            try:
+                await self._in_db(health_record, batch)
+            except Exception:
+                log.exception("%d transition(s) lost at shutdown; the next start probes again", len(batch))
+
+    # -- liveness --------------------------------------------------------------------
+
+    def heartbeat_info(self, checks_per_second: float) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": self.stats.started_at,
+            "generation": self.generation,
+            "backends": len(self.loops),
+            "checks": self.stats.checks,
+            "checks_per_second": round(checks_per_second, 1),
+            "transitions": self.stats.transitions,
+            "local_errors": self.stats.local_errors,
+            "last_local_error": self.stats.last_local_error,
+        }
+
+    async def _heartbeat(self) -> None:
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+        last_checks, last_time = self.stats.checks, time.monotonic()
+        warned = False
+        try:
+            while True:
+                now = time.monotonic()
+                rate = (self.stats.checks - last_checks) / max(now - last_time, 1e-6)
+                last_checks, last_time = self.stats.checks, now
+                try:
+                    info = heartbeat.encode(self.heartbeat_info(rate))
+                    await client.set(heartbeat.KEY, info, ex=heartbeat.KEEP_SECONDS)
+                    warned = False
+                except redis.RedisError as exc:
+                    if not warned:
+                        log.warning("cannot write the heartbeat (%s); checks go on", exc)
+                    warned = True
+                await asyncio.sleep(heartbeat.BEAT_SECONDS)
+        finally:
+            await client.aclose()

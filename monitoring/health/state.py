@@ -1,0 +1,50 @@
+"""Rise and fall: how probe results turn into a backend's health (pure, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UP, DOWN, UNKNOWN = "up", "down", "unknown"
+# After a failed probe of a backend that still takes traffic, the probe is repeated this soon
+# (not after a whole interval): a lost probe is forgotten at once, a dead backend leaves within
+# about one interval plus (fall - 1) gaps.
+RETRY_GAP = 0.05
+
+
+@dataclass
+class BackendHealth:
+    """The consecutive successes and failures of one backend and the health they add up to."""
+
+    health: str
+    rise: int
+    fall: int
+    successes: int = 0
+    failures: int = 0
+
+    def observe(self, ok: bool) -> str | None:
+        """Count one probe result; returns the new health when it changes, else None.
+
+        A backend not checked yet ('unknown') is up after its first success;
+        a down one needs ``rise`` successes in a row; an up (or unknown) one goes
+        down after ``fall`` failures in a row.
+        """
+        if ok:
+            self.failures = 0
+            self.successes += 1
+            if self.health == UNKNOWN or (self.health == DOWN and self.successes >= self.rise):
+                return self._become(UP)
+        else:
+            self.successes = 0
+            self.failures += 1
+            if self.health != DOWN and self.failures >= self.fall:
+                return self._become(DOWN)
+        return None
+
+    def next_delay(self, interval: float) -> float:
+        """Seconds until the next probe: the interval, or the short gap while a failure is being confirmed."""
+        confirming = self.health != DOWN and 0 < self.failures < self.fall
+        return min(RETRY_GAP, interval) if confirming else interval
+
+    def _become(self, health: str) -> str:
+        self.health = health
+        return health

@@ -23,7 +23,8 @@ def delete_backend_connections(mark: int, address: str, port: int | None) -> int
     family = socket.AF_INET if ipaddress.ip_address(address).version == 4 else socket.AF_INET6
     reply = NFCTAttrTuple(family=family, saddr=address, sport=port)
     with Conntrack() as ct:
-        entries = list(ct.dump_entries(mark=mark, tuple_reply=reply))
+        # pyroute2 passes the mark to the kernel, which may not filter the dump by it: check it here too
+        entries = [e for e in ct.dump_entries(mark=mark, tuple_reply=reply) if e.mark == mark]
         for entry in entries:
             ct.delete(entry)
     return len(entries)

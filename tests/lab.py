@@ -89,7 +89,7 @@ class Lab:
         self.client = f"{self.tag}-client"
         self.lb = f"{self.tag}-lb"
         self.backends = {name: f"{self.tag}-{name}" for name in BACKENDS}
-        self.servers: list[subprocess.Popen] = []
+        self.servers: dict[str, subprocess.Popen] = {}
 
     @property
     def namespaces(self) -> list[str]:
@@ -128,8 +128,8 @@ class Lab:
             self.ns(ns, "ip", "-6", "route", "add", "default", "via", LB_BACKSIDE6)
         for key in ("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"):
             self.ns(self.lb, "sysctl", "-qw", key)
-        for name, ns in self.backends.items():
-            self.servers.append(self._start_server(ns, name))
+        for name in self.backends:
+            self.start_server(name, wait=False)
         for name in self.backends:
             self._wait_server(name)
 
@@ -138,13 +138,31 @@ class Lab:
         self.ns(ns, "ip", "-6", "addr", "add", v6, "dev", dev, "nodad")
         self.ns(ns, "ip", "link", "set", dev, "up")
 
-    def _start_server(self, ns: str, name: str) -> subprocess.Popen:
-        ports = ",".join(str(p) for p in BACKEND_PORTS)
+    def spawn_server(self, name: str, *args: str) -> subprocess.Popen:
+        """Run tests/lab_server.py in backend ``name``'s namespace (the caller stops it)."""
         return subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, str(HERE / "lab_server.py"), name, ports],
+            ["ip", "netns", "exec", self.backends[name], sys.executable, str(HERE / "lab_server.py"), name, *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+
+    def start_server(self, name: str, wait: bool = True) -> None:
+        """Start backend ``name``'s HTTP server (on BACKEND_PORTS)."""
+        self.servers[name] = self.spawn_server(name, ",".join(str(p) for p in BACKEND_PORTS))
+        if wait:
+            self._wait_server(name)
+
+    def stop_server(self, name: str) -> None:
+        """Kill backend ``name``'s HTTP server: its host stays up and refuses connections (TCP reset)."""
+        proc = self.servers.pop(name)
+        proc.kill()
+        proc.wait(timeout=5)
+
+    def ensure_servers(self) -> None:
+        """Restart any backend server a test stopped (and did not restart)."""
+        for name in self.backends:
+            if name not in self.servers or self.servers[name].poll() is not None:
+                self.start_server(name)
 
     def _wait_server(self, name: str, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout
@@ -158,9 +176,9 @@ class Lab:
                 time.sleep(0.05)
 
     def destroy(self) -> None:
-        for proc in self.servers:
+        for proc in self.servers.values():
             proc.terminate()
-        for proc in self.servers:
+        for proc in self.servers.values():
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:

@@ -1,16 +1,19 @@
-"""A real HTTP/1.1 backend for the namespace lab.
+"""A real backend for the namespace lab.
 
-    lab_server.py NAME PORTS     e.g. lab_server.py b1 80,8080
+    lab_server.py NAME PORTS [--tls-port P --cert C --key K] [--udp-echo P]
+    e.g. lab_server.py b1 80,8080
 
-Answers every GET with JSON naming itself, the port it was reached on and
-the client address it sees, on IPv4 and IPv6, with keep-alive.
+Answers every GET with JSON naming itself, the port it was reached on, the
+client address it sees and the Host header it got, on IPv4 and IPv6, with
+keep-alive; optionally the same over TLS, and a UDP echo (IPv4 and IPv6).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
-import sys
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -31,7 +34,8 @@ def handler_for(name: str) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             client = self.client_address[0].removeprefix("::ffff:")
-            body = json.dumps({"backend": name, "client": client, "port": self.server.server_address[1]}).encode()
+            answer = {"backend": name, "client": client, "port": self.server.server_address[1]}
+            body = json.dumps({**answer, "host": self.headers.get("Host", "")}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -44,10 +48,34 @@ def handler_for(name: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def udp_echo(port: int) -> None:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind(("::", port))
+    while True:
+        data, peer = sock.recvfrom(65535)
+        sock.sendto(data, peer)
+
+
 def main() -> None:
-    name, ports = sys.argv[1], [int(p) for p in sys.argv[2].split(",")]
-    servers = [DualStackServer(("::", port), handler_for(name)) for port in ports]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("name")
+    parser.add_argument("ports", help="HTTP ports, comma separated (may be empty)")
+    parser.add_argument("--tls-port", type=int)
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
+    parser.add_argument("--udp-echo", type=int)
+    args = parser.parse_args()
+    servers = [DualStackServer(("::", int(p)), handler_for(args.name)) for p in args.ports.split(",") if p]
+    if args.tls_port:
+        tls = DualStackServer(("::", args.tls_port), handler_for(args.name))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.cert, args.key)
+        tls.socket = context.wrap_socket(tls.socket, server_side=True)
+        servers.append(tls)
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    if args.udp_echo:
+        threads.append(threading.Thread(target=udp_echo, args=(args.udp_echo,), daemon=True))
     for t in threads:
         t.start()
     for t in threads:

@@ -64,8 +64,10 @@ def database_url(settings_dict: dict) -> str:
     return f"postgres://{auth}{host}{port}/{settings_dict['NAME']}"
 
 
-class Worker:
-    """``celery -A lbweb worker -Q dataplane -c 1`` inside the LB namespace."""
+class NetnsProcess:
+    """A long-running lbweb process inside a network namespace, its output in a log file."""
+
+    ready_marker = b""
 
     def __init__(self, netns: str, env: dict[str, str], log_path: Path):
         self.netns = netns
@@ -73,27 +75,30 @@ class Worker:
         self.log_path = Path(log_path)
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 30) -> Worker:
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 30):
+        """Start it and wait until its log shows ``ready_marker``."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
-        cmd = ["ip", "netns", "exec", self.netns, str(VENV_BIN / "celery"), "-A", "lbweb", "worker"]
-        cmd += ["-Q", "dataplane", "-c", "1", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
+        cmd = ["ip", "netns", "exec", self.netns, *self.command()]
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
         deadline = time.monotonic() + timeout
-        while b" ready." not in self.log_path.read_bytes()[offset:]:
+        while self.ready_marker not in self.log_path.read_bytes()[offset:]:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.log_path.read_bytes()[offset:][-3000:].decode(errors="replace")
                 self.kill()
-                raise RuntimeError(f"celery worker did not become ready:\n{tail}")
+                raise RuntimeError(f"{type(self).__name__} did not become ready:\n{tail}")
             time.sleep(0.05)
         return self
 
     def kill(self) -> None:
-        """SIGKILL the whole process group: the worker dies mid-task, as in a crash."""
+        """SIGKILL the whole process group: it dies mid-work, as in a crash."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
@@ -105,3 +110,22 @@ class Worker:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class Worker(NetnsProcess):
+    """``celery -A lbweb worker -Q dataplane -c 1`` inside the LB namespace."""
+
+    ready_marker = b" ready."
+
+    def command(self) -> list[str]:
+        cmd = [str(VENV_BIN / "celery"), "-A", "lbweb", "worker"]
+        return cmd + ["-Q", "dataplane", "-c", "1", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
+
+
+class Healthd(NetnsProcess):
+    """``manage.py healthd`` inside the LB namespace, where it reaches the backends."""
+
+    ready_marker = b"healthd: checking"
+
+    def command(self) -> list[str]:
+        return [str(VENV_BIN / "python"), "manage.py", "healthd", "--reload-seconds", "0.2"]

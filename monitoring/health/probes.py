@@ -70,10 +70,12 @@ def _family(address: str) -> int:
 def _failure(exc: BaseException, what: str, timeout: float) -> ProbeResult:
     if isinstance(exc, TimeoutError):
         return ProbeResult(False, f"{what}: no answer within {timeout:g}s")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return ProbeResult(False, f"{what}: TLS certificate verify failed ({exc.verify_message})")
     if isinstance(exc, ssl.SSLError):
-        return ProbeResult(False, f"{what}: TLS {exc.reason or exc}")
-    if isinstance(exc, OSError) and exc.strerror:
-        return ProbeResult(False, f"{what}: {exc.strerror.lower()}")
+        return ProbeResult(False, f"{what}: TLS {(exc.reason or str(exc)).lower().replace('_', ' ')}")
+    if isinstance(exc, OSError) and exc.errno:
+        return ProbeResult(False, f"{what}: {os.strerror(exc.errno).lower()}")
     return ProbeResult(False, f"{what}: {exc!r}")
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Fresh Debian 12 -> running appliance: set up, then web + worker + beat (+ its own Redis) under honcho.
+# Fresh Debian 12 -> running appliance: set up, then web + worker + beat + healthd (+ its own Redis) under honcho.
 # Ctrl-C stops every process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/setup.sh
 .venv/bin/python manage.py ensure_admin
 
-procs=(web worker beat)
+procs=(web worker beat healthd)
 if [ -z "${REDIS_URL:-}" ]; then
   procs=(redis "${procs[@]}")   # lbweb's own Redis on a unix socket under var/
 fi

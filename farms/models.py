@@ -115,6 +115,13 @@ class Farm(models.Model):
             return ApplyStatusChoices.FAILED
         return ApplyStatusChoices.PENDING
 
+    @property
+    def traffic(self) -> str:
+        """Where new connections go now (FarmTrafficChoices), decided exactly as the compiler decides it."""
+        from .dataplane import farm_spec  # dataplane imports these models
+
+        return farm_spec(self).traffic
+
     def clean(self) -> None:
         errors: dict[str, str] = {}
         if self.protocol == FarmProtocolChoices.ALL:

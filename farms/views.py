@@ -3,11 +3,13 @@
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.views.generic import ListView
 
+from monitoring.health import heartbeat
+
 from .models import ApplyRun, Farm
 
 
 class FarmListView(LoginRequiredMixin, ListView):
-    """Every farm with its VIP, backends and whether the kernel runs it."""
+    """Every farm with its VIP, backends (and their health), whether the kernel runs it, and healthd's state."""
 
     queryset = Farm.objects.prefetch_related("backends")
     template_name = "farms/farm_list.html"
@@ -16,4 +18,5 @@ class FarmListView(LoginRequiredMixin, ListView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         context["last_run"] = ApplyRun.objects.first()
+        context["healthd"] = heartbeat.read_status()
         return context

@@ -176,3 +176,14 @@ def test_rise_and_fall_need_consecutive_results_and_a_failure_is_confirmed_at_on
         UP,
     ]
     assert BackendHealth(UNKNOWN, rise=5, fall=3).observe(True) == UP  # first check of a new backend
+
+
+def test_the_farms_page_shows_backend_health_traffic_and_a_stopped_healthd(client, admin_user, farm, redis_settings):
+    health_services.health_record([HealthTransition(farm["backends"][0]["id"], DOWN, "TCP connect: refused")])
+    redis_settings.set(heartbeat.KEY, json.dumps({"beat_at": time.time() - 60}))
+    web = APIClient()
+    web.force_login(admin_user)
+    page = web.get("/").content.decode()
+    assert "Health checking stopped" in page and "down: TCP connect: refused" in page and "balanced" in page
+    redis_settings.set(heartbeat.KEY, heartbeat.encode({}))
+    assert "healthd-status" not in web.get("/").content.decode()

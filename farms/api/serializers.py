@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .. import dataplane, health_services, services
+from .. import health_services, services
 from ..choices import FarmTrafficChoices
 from ..models import ApplyRun, Backend, Farm, HealthCheck, HealthEvent
 
@@ -66,7 +66,11 @@ class FarmSerializer(ModelCleanMixin, serializers.ModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:farm-detail")
     backends = NestedBackendSerializer(many=True, read_only=True)
     apply_status = serializers.SerializerMethodField()
-    traffic = serializers.SerializerMethodField()
+    traffic = serializers.ChoiceField(
+        choices=FarmTrafficChoices.choices,
+        read_only=True,
+        help_text="Where new connections go now: balanced, fallback, rejected (no active backend), or off.",
+    )
     health_check = serializers.SerializerMethodField()
 
     class Meta:
@@ -103,11 +107,6 @@ class FarmSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "applied_generation": farm.applied_generation,
             "error": farm.apply_error if farm.apply_status == "failed" else "",
         }
-
-    @extend_schema_field(serializers.ChoiceField(choices=FarmTrafficChoices.choices))
-    def get_traffic(self, farm: Farm) -> str:
-        """Where new connections go now: balanced, fallback, rejected (no active backend), or off."""
-        return dataplane.farm_spec(farm).traffic
 
     @extend_schema_field(EffectiveHealthCheckSerializer)
     def get_health_check(self, farm: Farm) -> dict:

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from .choices import BackendHealthChoices, HealthCheckTypeChoices
 from .models import Backend, Farm, HealthCheck, HealthEvent
-from .services import assign_fields, enqueue_on_commit, mark_farms_changed
+from .services import enqueue_on_commit, mark_farms_changed, validated_save
 
 log = logging.getLogger("lbweb.health")
 
@@ -61,9 +61,7 @@ def takes_traffic(health: str) -> bool:
 def health_check_create(*, farm: Farm, **values) -> HealthCheck:
     """Give a farm its own health check (replacing its protocol's default)."""
     check = HealthCheck(farm=farm)
-    assign_fields(check, HEALTH_CHECK_FIELDS, values)
-    check.full_clean()
-    check.save()
+    validated_save(check, HEALTH_CHECK_FIELDS, values)
     _check_changed(farm)
     return check
 
@@ -71,9 +69,7 @@ def health_check_create(*, farm: Farm, **values) -> HealthCheck:
 @transaction.atomic
 def health_check_update(*, health_check: HealthCheck, **values) -> HealthCheck:
     """Change some settings of a farm's health check."""
-    assign_fields(health_check, HEALTH_CHECK_FIELDS, values)
-    health_check.full_clean()
-    health_check.save()
+    validated_save(health_check, HEALTH_CHECK_FIELDS, values)
     _check_changed(health_check.farm)
     return health_check
 

@@ -64,22 +64,22 @@ def _mark_changed(farm: Farm) -> int:
     return farm.config_generation
 
 
-def assign_fields(instance, fields: tuple[str, ...], values: dict) -> None:
-    """Set the given fields on a model instance, refusing any field not in ``fields``."""
+def validated_save(instance, fields: tuple[str, ...], values: dict) -> None:
+    """Set ``values`` (only names in ``fields``) on a model instance, validate it with ``clean()``, save it."""
     unknown = set(values) - set(fields)
     if unknown:
         raise TypeError(f"unknown field(s): {', '.join(sorted(unknown))}")
     for name, value in values.items():
         setattr(instance, name, value)
+    instance.full_clean()
+    instance.save()
 
 
 @transaction.atomic
 def farm_create(**values) -> Farm:
     """Create a farm from its field values (see FARM_FIELDS)."""
     farm = Farm()
-    assign_fields(farm, FARM_FIELDS, values)
-    farm.full_clean()
-    farm.save()
+    validated_save(farm, FARM_FIELDS, values)
     _mark_changed(farm)
     return farm
 
@@ -87,9 +87,7 @@ def farm_create(**values) -> Farm:
 @transaction.atomic
 def farm_update(*, farm: Farm, **values) -> Farm:
     """Change some fields of a farm."""
-    assign_fields(farm, FARM_FIELDS, values)
-    farm.full_clean()
-    farm.save()
+    validated_save(farm, FARM_FIELDS, values)
     _mark_changed(farm)
     return farm
 
@@ -105,9 +103,7 @@ def farm_delete(*, farm: Farm) -> None:
 def backend_create(*, farm: Farm, **values) -> Backend:
     """Add a backend to a farm."""
     backend = Backend(farm=farm)
-    assign_fields(backend, BACKEND_FIELDS, values)
-    backend.full_clean()
-    backend.save()
+    validated_save(backend, BACKEND_FIELDS, values)
     _mark_changed(farm)
     return backend
 
@@ -115,9 +111,7 @@ def backend_create(*, farm: Farm, **values) -> Backend:
 @transaction.atomic
 def backend_update(*, backend: Backend, **values) -> Backend:
     """Change some fields of a backend (weight, state, ...)."""
-    assign_fields(backend, BACKEND_FIELDS, values)
-    backend.full_clean()
-    backend.save()
+    validated_save(backend, BACKEND_FIELDS, values)
     _mark_changed(backend.farm)
     return backend
 

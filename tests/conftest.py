@@ -116,6 +116,17 @@ def admin_user(django_user_model):
 
 
 @pytest.fixture
+def client(admin_user):
+    """DRF's test client, authenticated with a token of the admin account."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=admin_user).key}")
+    return client
+
+
+@pytest.fixture
 def api(live_server, admin_user) -> Api:
     from rest_framework.authtoken.models import Token
 

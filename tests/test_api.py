@@ -5,19 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from farms.models import Backend, Farm
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def client(admin_user) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=admin_user).key}")
-    return client
 
 
 def farm_data(**overrides) -> dict:

@@ -7,7 +7,6 @@ import time
 
 import pytest
 import redis
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from farms import health_services
@@ -17,13 +16,6 @@ from monitoring.health import heartbeat
 from monitoring.health.state import DOWN, UNKNOWN, UP, BackendHealth
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def client(admin_user) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=admin_user).key}")
-    return client
 
 
 @pytest.fixture

@@ -107,7 +107,7 @@ def health_record(transitions: Iterable[HealthTransition]) -> list[int]:
 
 
 def _record(transitions: list[HealthTransition], also_changed: list[int]) -> list[int]:
-    backends = Backend.objects.select_related("farm").in_bulk([t.backend_id for t in transitions])
+    backends = Backend.objects.select_related("farm__health_check").in_bulk([t.backend_id for t in transitions])
     now = timezone.now()
     changed, events, farms, cut = [], [], set(also_changed), []
     for t in transitions:

@@ -134,7 +134,8 @@ def test_changing_one_farm_names_only_that_farms_objects():
     document = documents()["incremental-change-one-farm"]
     text = json.dumps(document)
     for other in ("dns6", "any", "empty"):
-        assert f"farm-{other}" not in text and f"be-{other}-" not in text
+        assert f"farm-{other}" not in text and f"be-{other}-" not in text and f"traffic-{other}" not in text
+        assert f'-{other}"' not in text  # nor its traffic counters
     assert "farm-web" in text
     assert not any("table" in next(iter(c.values())) for c in document["nftables"])
 
@@ -165,3 +166,31 @@ def test_farm_without_enabled_backend_drops_and_an_off_farm_owns_nothing():
     assert {"drop": None} in next(c["add"]["rule"]["expr"] for c in empty.creates if "rule" in c.get("add", {}))
     off = compiler.compile_farm(OFF)
     assert off.creates == [] and off.objects.chains == ()
+
+
+def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
+    ruleset = compiler.compile_farm(WEB)
+    rules = [
+        c["add"]["rule"]["expr"] for c in ruleset.creates if c["add"].get("rule", {}).get("chain") == "traffic-web"
+    ]
+    by_direction = rules[0][0]["counter"]["map"]
+    assert by_direction["key"] == {"ct": {"key": "direction"}}
+    assert dict(map(tuple, by_direction["data"]["set"])) == {"original": "traffic-in-web", "reply": "traffic-out-web"}
+    # The backend with a port is matched first (narrower); the disabled one still counts its draining connections.
+    assert [r[-2] for r in rules[1:]] == [{"counter": f"traffic-be-web-{i}"} for i in (2, 1, 3)]
+    assert {"match": {"op": "==", "left": {"ct": {"key": "proto-src", "dir": "reply"}}, "right": 8080}} in rules[1]
+    assert {"traffic-in-web", "traffic-out-web", "traffic-be-web-3"} <= set(ruleset.objects.counters)
+    assert ruleset.objects.traffic_mark == WEB.mark and "traffic-web" in ruleset.objects.chains
+    element = next(
+        c["add"]["element"] for c in ruleset.creates if c["add"].get("element", {}).get("name") == "traffic_marks"
+    )
+    assert element["elem"] == [[WEB.mark, {"jump": {"target": "traffic-web"}}]]
+
+
+def test_removing_a_farm_unhooks_its_traffic_chain_first():
+    objects = compiler.compile_farm(DNS6).objects
+    assert compiler.FarmObjects.from_json(objects.to_json()) == objects
+    cmds = compiler.removal_commands(objects, set(), set())
+    verbs = [(verb, kind, body.get("name")) for c in cmds for verb, x in c.items() for kind, body in x.items()]
+    assert verbs.index(("delete", "element", "traffic_marks")) < verbs.index(("delete", "chain", "traffic-dns6"))
+    assert verbs.index(("delete", "chain", "traffic-dns6")) < verbs.index(("delete", "counter", "traffic-in-dns6"))

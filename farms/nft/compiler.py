@@ -11,6 +11,13 @@ Layout of the one table lbweb owns (``table inet lbweb``):
 * ``be-<name>-<id>`` counts and DNATs to one backend.
 * ``postrouting`` (nat, srcnat) masquerades connections whose ct mark is in
   ``snat_marks`` (farms in SNAT mode) and nothing else.
+* ``traffic`` (filter, forward) sees every packet, not only the first one of
+  a connection: one lookup of the ct mark in ``traffic_marks`` jumps to the
+  farm's ``traffic-<name>`` chain, which counts bytes and packets into
+  ``traffic-in-<name>`` (client to backend) or ``traffic-out-<name>``
+  (backend to client) by ct direction, and into ``traffic-be-<name>-<id>``
+  for the backend the connection was sent to (its reply source address).
+  The ``farm-``/``be-`` counters in the nat chains count new connections.
 
 Every farm's objects are listed in a :class:`FarmRuleset` so that a change
 can replace one farm without touching the others, and each farm chain's
@@ -33,6 +40,8 @@ DIGEST_PREFIX = "lbweb:"
 BASE_DIGEST_PREFIX = "lbweb-base:"
 PRIO_DSTNAT = -100
 PRIO_SRCNAT = 100
+PRIO_FILTER = 0
+TRAFFIC_MAP = "traffic_marks"
 
 Json = dict[str, Any]
 
@@ -54,6 +63,20 @@ def backend_chain_name(farm: FarmSpec, backend_id: int) -> str:
     return f"be-{farm.name}-{backend_id}"
 
 
+def traffic_chain_name(farm: FarmSpec) -> str:
+    return f"traffic-{farm.name}"
+
+
+def traffic_counter_name(farm_name: str, direction: str) -> str:
+    """Bytes of one farm in one direction: ``in`` (client to backend) or ``out`` (backend to client)."""
+    return f"traffic-{direction}-{farm_name}"
+
+
+def backend_traffic_counter_name(farm_name: str, backend_id: int) -> str:
+    """Bytes of one backend, both directions."""
+    return f"traffic-be-{farm_name}-{backend_id}"
+
+
 def dispatch_map_name(family: int, protocol: str) -> str:
     return f"dispatch{family}_any" if protocol == "all" else f"dispatch{family}"
 
@@ -66,6 +89,7 @@ class FarmObjects:
     counters: tuple[str, ...] = ()
     dispatch: tuple[tuple[str, Any], ...] = ()
     snat_mark: int | None = None
+    traffic_mark: int | None = None
     digest: str = ""
 
     def to_json(self) -> Json:
@@ -74,6 +98,7 @@ class FarmObjects:
             "counters": list(self.counters),
             "dispatch": [[name, key] for name, key in self.dispatch],
             "snat_mark": self.snat_mark,
+            "traffic_mark": self.traffic_mark,
             "digest": self.digest,
         }
 
@@ -84,6 +109,7 @@ class FarmObjects:
             counters=tuple(data.get("counters", ())),
             dispatch=tuple((name, key) for name, key in data.get("dispatch", ())),
             snat_mark=data.get("snat_mark"),
+            traffic_mark=data.get("traffic_mark"),
             digest=data.get("digest", ""),
         )
 
@@ -133,6 +159,26 @@ def _scheduler_map(farm: FarmSpec) -> Json:
     return f.vmap(f.numgen("inc", len(backends)), {"set": elems})
 
 
+def _traffic_rules(farm: FarmSpec) -> list[list[Json]]:
+    """Count every packet of the farm by direction, then by backend (ports first: they are the narrower match).
+
+    Disabled backends are counted too: their established connections still carry traffic.
+    """
+    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
+    rules = [[f.counter_map(f.ct("direction"), {"original": directions["in"], "reply": directions["out"]})]]
+    address_key = "ip saddr" if farm.family == 4 else "ip6 saddr"
+    for b in sorted(farm.backends, key=lambda b: (b.port is None, b.id)):
+        expr: list[Json] = []
+        if b.port is not None:
+            expr.append(f.match(f.meta("l4proto"), farm.protocol))
+        expr.append(f.match(f.ct(address_key, "reply"), b.address))
+        if b.port is not None:
+            expr.append(f.match(f.ct("proto-src", "reply"), b.port))
+        expr += [f.counter_ref(backend_traffic_counter_name(farm.name, b.id)), {"return": None}]
+        rules.append(expr)
+    return rules
+
+
 def compile_farm(farm: FarmSpec) -> FarmRuleset:
     """Compile one farm; a disabled farm owns nothing in the kernel."""
     if not farm.enabled:
@@ -140,12 +186,17 @@ def compile_farm(farm: FarmSpec) -> FarmRuleset:
     farm_chain = farm_chain_name(farm)
     backends = farm.active_backends
     be_chains = [backend_chain_name(farm, b.id) for b in backends]
-    counters = [farm_chain, *be_chains]
+    traffic_chain = traffic_chain_name(farm)
+    traffic_counters = [traffic_counter_name(farm.name, d) for d in ("in", "out")]
+    traffic_counters += [
+        backend_traffic_counter_name(farm.name, b.id) for b in sorted(farm.backends, key=lambda b: b.id)
+    ]
+    counters = [farm_chain, *be_chains, *traffic_counters]
     dispatch = _dispatch_keys(farm)
     snat_mark = farm.mark if farm.mode == "snat" else None
 
     creates: list[Json] = [f.add("counter", f.counter(name)) for name in counters]
-    creates += [f.add("chain", f.chain(name)) for name in [farm_chain, *be_chains]]
+    creates += [f.add("chain", f.chain(name)) for name in [farm_chain, *be_chains, traffic_chain]]
     creates += [
         f.add("rule", f.rule(name, _backend_rule(farm, b))) for name, b in zip(be_chains, backends, strict=True)
     ]
@@ -158,14 +209,17 @@ def compile_farm(farm: FarmSpec) -> FarmRuleset:
         creates.append(f.add("element", f.element(map_name, [[key, f.jump(farm_chain)]])))
     if snat_mark is not None:
         creates.append(f.add("element", f.element("snat_marks", [snat_mark])))
+    creates += [f.add("rule", f.rule(traffic_chain, expr)) for expr in _traffic_rules(farm)]
+    creates.append(f.add("element", f.element(TRAFFIC_MAP, [[farm.mark, f.jump(traffic_chain)]])))
 
     digest = digest_of([COMPILER_VERSION, creates])
     farm_rule["comment"] = DIGEST_PREFIX + digest
     objects = FarmObjects(
-        chains=(farm_chain, *be_chains),
+        chains=(farm_chain, *be_chains, traffic_chain),
         counters=tuple(counters),
         dispatch=dispatch,
         snat_mark=snat_mark,
+        traffic_mark=farm.mark,
         digest=digest,
     )
     return FarmRuleset(farm.id, farm.name, objects, creates)
@@ -204,6 +258,7 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         f.add("map", f.named_map("dispatch4_any", "ipv4_addr", "verdict")),
         f.add("map", f.named_map("dispatch6_any", "ipv6_addr", "verdict")),
         f.add("set", f.named_set("snat_marks", "mark")),
+        f.add("map", f.named_map(TRAFFIC_MAP, "mark", "verdict")),
         f.add(
             "chain",
             f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT),
@@ -212,9 +267,11 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
             "chain",
             f.base_chain("postrouting", type_="nat", hook="postrouting", prio=PRIO_SRCNAT),
         ),
+        f.add("chain", f.base_chain("traffic", type_="filter", hook="forward", prio=PRIO_FILTER)),
     ]
     rules = [f.rule("prerouting", expr) for expr in _dispatch_rules()]
     rules.append(f.rule("postrouting", [f.match(f.ct("mark"), "@snat_marks"), {"masquerade": None}]))
+    rules.append(f.rule("traffic", [f.vmap(f.ct("mark"), "@" + TRAFFIC_MAP)]))
     return cmds, rules, digest_of([COMPILER_VERSION, cmds, rules])
 
 
@@ -254,6 +311,8 @@ def removal_commands(old: FarmObjects, keep_chains: set[str], keep_counters: set
     cmds = [f.delete("element", f.element(map_name, [key])) for map_name, key in old.dispatch]
     if old.snat_mark is not None:
         cmds.append(f.delete("element", f.element("snat_marks", [old.snat_mark])))
+    if old.traffic_mark is not None:
+        cmds.append(f.delete("element", f.element(TRAFFIC_MAP, [old.traffic_mark])))
     cmds += [f.flush("chain", f.chain(name)) for name in old.chains]
     cmds += [f.delete("chain", f.chain(name)) for name in old.chains if name not in keep_chains]
     cmds += [f.delete("counter", f.counter(name)) for name in old.counters if name not in keep_counters]

@@ -80,8 +80,11 @@ def meta(key: str) -> Json:
     return {"meta": {"key": key}}
 
 
-def ct(key: str) -> Json:
-    return {"ct": {"key": key}}
+def ct(key: str, direction: str | None = None) -> Json:
+    body: Json = {"key": key}
+    if direction:
+        body["dir"] = direction
+    return {"ct": body}
 
 
 def set_ct_mark(value: int) -> Json:
@@ -90,6 +93,11 @@ def set_ct_mark(value: int) -> Json:
 
 def counter_ref(name: str) -> Json:
     return {"counter": name}
+
+
+def counter_map(key: Json, names: dict[str, str]) -> Json:
+    """Count into the named counter the key selects (one lookup, whatever the key)."""
+    return {"counter": {"map": {"key": key, "data": {"set": [[k, v] for k, v in names.items()]}}}}
 
 
 def numgen(mode: str, modulus: int) -> Json:

@@ -2,7 +2,8 @@
 # Install what the tests need, lint, and run the whole suite (root: the data-plane tests build network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LBWEB_REQUIREMENTS=requirements-test.txt deploy/setup.sh
+# chromium: the dashboard's browser test drives Debian's build through Playwright (never `playwright install`).
+LBWEB_EXTRA_APT="${LBWEB_EXTRA_APT:-} chromium" LBWEB_REQUIREMENTS=requirements-test.txt deploy/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 exec .venv/bin/pytest "$@"

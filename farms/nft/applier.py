@@ -8,14 +8,27 @@ back so the control plane can compare the kernel with the database.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
+import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import nftables
 
+from lbweb import netlink
+
 from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical
 from .fragments import TABLE_FAMILY, TABLE_NAME
+
+# nf_tables netlink (include/uapi/linux/netfilter/nf_tables.h), used only to read counters.
+NFNL_SUBSYS_NFTABLES = 10
+NFT_MSG_GETOBJ = 19
+NFPROTO_INET = 1
+NFT_OBJECT_COUNTER = 1
+NFTA_OBJ_TABLE, NFTA_OBJ_NAME, NFTA_OBJ_TYPE, NFTA_OBJ_DATA = 1, 2, 3, 4
+NFTA_COUNTER_BYTES, NFTA_COUNTER_PACKETS = 1, 2
+BE64 = struct.Struct(">Q")
 
 
 class ApplyError(Exception):
@@ -39,6 +52,13 @@ class KernelState:
 
     def dispatch_size(self) -> int:
         return sum(len(v) for v in self.dispatch.values())
+
+
+class CounterValue(NamedTuple):
+    """What one named nftables counter has counted since it was created."""
+
+    packets: int
+    bytes: int
 
 
 class Kernel:
@@ -78,6 +98,37 @@ class Kernel:
         if rc != 0:
             return None
         return json.loads(out)["nftables"] if out else []
+
+    def read_counters(self) -> dict[str, CounterValue]:
+        """Every named counter of lbweb's table, in one read-only netlink dump ({} without the table).
+
+        The same data as ``list counters table inet lbweb``, but libnftables builds
+        its whole cache (chains, rules, maps) first: ~130 ms for 4,000 counters
+        against ~20 ms here, and the collector reads them every 2 s.
+        """
+        request = netlink.attr(NFTA_OBJ_TABLE, TABLE_NAME.encode() + b"\0")
+        request += netlink.attr(NFTA_OBJ_TYPE, struct.pack(">I", NFT_OBJECT_COUNTER))
+        message_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETOBJ
+        counters: dict[str, CounterValue] = {}
+        try:
+            for data, start, end in netlink.dump(netlink.NETLINK_NETFILTER, message_type, NFPROTO_INET, request):
+                name, packets, octets = None, 0, 0
+                for kind, a, b in netlink.attrs(data, start, end):
+                    if kind == NFTA_OBJ_NAME:
+                        name = data[a : b - 1].decode()
+                    elif kind == NFTA_OBJ_DATA:
+                        for inner, c, _d in netlink.attrs(data, a, b):
+                            if inner == NFTA_COUNTER_BYTES:
+                                (octets,) = BE64.unpack_from(data, c)
+                            elif inner == NFTA_COUNTER_PACKETS:
+                                (packets,) = BE64.unpack_from(data, c)
+                if name is not None:
+                    counters[name] = CounterValue(packets, octets)
+        except netlink.NetlinkError as exc:
+            if exc.errno == errno.ENOENT:  # no lbweb table in this namespace (yet)
+                return {}
+            raise
+        return counters
 
     def base_digest(self) -> str | None:
         """The digest lbweb's skeleton carries, read from the kernel (None: table or chain missing)."""

@@ -96,7 +96,9 @@ def read_local_port_range() -> int:
 # ctnetlink (include/uapi/linux/netfilter/nfnetlink_conntrack.h)
 NFNL_SUBSYS_CTNETLINK = 1
 IPCTNL_MSG_CT_GET = 1
-CTA_TUPLE_REPLY, CTA_STATUS, CTA_MARK = 2, 3, 8
+CTA_TUPLE_REPLY, CTA_STATUS, CTA_PROTOINFO, CTA_MARK = 2, 3, 4, 8
+CTA_PROTOINFO_TCP, CTA_PROTOINFO_TCP_STATE = 1, 1
+TCP_CLOSING_STATES = frozenset(range(4, 10))  # FIN_WAIT, CLOSE_WAIT, LAST_ACK, TIME_WAIT, CLOSE, SYN_SENT2
 CTA_TUPLE_IP, CTA_TUPLE_PROTO = 1, 2
 CTA_IP_V4_SRC, CTA_IP_V6_SRC = 1, 3
 CTA_PROTO_SRC_PORT = 2
@@ -119,8 +121,9 @@ class Census:
     """One pass over the whole conntrack table, counted by mark and real destination."""
 
     entries: int = 0
-    connections: Counter = field(default_factory=Counter)  # Destination -> entries
-    snat: Counter = field(default_factory=Counter)  # Destination -> entries whose source was NATed
+    connections: Counter = field(default_factory=Counter)  # Destination -> entries (open or closing)
+    open: Counter = field(default_factory=Counter)  # Destination -> entries not closing (TCP before FIN; UDP...)
+    snat: Counter = field(default_factory=Counter)  # Destination -> entries whose source was NATed (ports held)
 
 
 def _reply_source(data: bytes, start: int, end: int) -> tuple[bytes, int | None]:
@@ -154,6 +157,15 @@ def _reply_source_fast(data: bytes, a: int) -> tuple[bytes, int | None] | None:
     return address, BE16.unpack_from(data, port_at + 4)[0]
 
 
+def _tcp_state(data: bytes, a: int) -> int | None:
+    """The TCP state inside a CTA_PROTOINFO at ``a`` (None for other protocols)."""
+    _length, kind = ATTR.unpack_from(data, a + 4)
+    state_length, state_kind = ATTR.unpack_from(data, a + 8)
+    if kind & netlink.NLA_TYPE_MASK == CTA_PROTOINFO_TCP and state_kind == CTA_PROTOINFO_TCP_STATE:
+        return data[a + 12]
+    return None
+
+
 def conntrack_census() -> Census:
     """Dump the conntrack table once (IPv4 and IPv6) and count entries per mark and real destination.
 
@@ -163,13 +175,13 @@ def conntrack_census() -> Census:
     """
     census = Census()
     message_type = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
-    connections, snat = census.connections, census.snat
+    connections, opened, snat = census.connections, census.open, census.snat
     unpack_attr, unpack32 = ATTR.unpack_from, BE32.unpack_from
     entries = 0
     for data, start, end in netlink.dump(netlink.NETLINK_NETFILTER, message_type, socket.AF_UNSPEC):
         entries += 1
         mark = status = 0
-        reply = None
+        reply = protoinfo = None
         a = start
         while a < end:
             length, kind = unpack_attr(data, a)
@@ -180,12 +192,16 @@ def conntrack_census() -> Census:
                 status = unpack32(data, a + 4)[0]
             elif kind == CTA_TUPLE_REPLY:
                 reply = a
+            elif kind == CTA_PROTOINFO:
+                protoinfo = a
             a += (length + 3) & ~3
         if mark and reply is not None:
             length = unpack_attr(data, reply)[0]
             source = _reply_source_fast(data, reply + 4) or _reply_source(data, reply + 4, reply + length)
             destination = Destination(mark, *source)
             connections[destination] += 1
+            if protoinfo is None or _tcp_state(data, protoinfo) not in TCP_CLOSING_STATES:
+                opened[destination] += 1
             if status & IPS_SRC_NAT:
                 snat[destination] += 1
     census.entries = entries

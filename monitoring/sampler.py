@@ -70,14 +70,16 @@ def total(values: list[float | None]) -> float | None:
 class CensusByMark:
     """A census regrouped so each farm reads only its own destinations."""
 
-    destinations: dict[int, list[tuple[collectors.Destination, int, int]]]  # mark -> (destination, entries, snat)
+    # mark -> (destination, entries, open entries, SNAT entries)
+    destinations: dict[int, list[tuple[collectors.Destination, int, int, int]]]
     port_range: int
 
 
 def group_by_mark(census: collectors.Census) -> CensusByMark:
     grouped: dict[int, list] = {}
     for destination, count in census.connections.items():
-        grouped.setdefault(destination.mark, []).append((destination, count, census.snat.get(destination, 0)))
+        row = (destination, count, census.open.get(destination, 0), census.snat.get(destination, 0))
+        grouped.setdefault(destination.mark, []).append(row)
     return CensusByMark(grouped, collectors.read_local_port_range())
 
 
@@ -205,16 +207,18 @@ class Sampler:
         return entry
 
     def _add_census(self, entry: Json, farm, by_mark: CensusByMark, index: FarmIndex) -> None:
-        active = snat = busiest = 0
+        tracked = active = snat = busiest = 0
         per_backend: dict[str, list[int]] = {str(b.id): [0, 0] for b in farm.backends}
-        for destination, count, used in by_mark.destinations.get(farm.mark, ()):
-            active += count
+        for destination, count, opened, used in by_mark.destinations.get(farm.mark, ()):
+            tracked += count
+            active += opened
             snat += used
             busiest = max(busiest, used)
             backend = index.backend_for(*destination)
             if backend is not None and str(backend) in per_backend:
-                per_backend[str(backend)][0] += count
+                per_backend[str(backend)][0] += opened
                 per_backend[str(backend)][1] += used
+        entry["tracked_conns"] = tracked
         entry["active_conns"] = active
         entry["snat_ports"] = snat
         # SNAT picks a source port per destination (backend address and port): the busiest one runs out first.

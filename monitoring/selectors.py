@@ -15,7 +15,7 @@ from django.conf import settings
 
 from farms.models import Farm
 
-from .store import BACKEND_CENSUS_FIELDS, BACKEND_RATE_FIELDS, MINUTES, RATE_FIELDS, RAW, MetricStore
+from .store import BACKEND_CENSUS_FIELDS, BACKEND_RATE_FIELDS, CENSUS_FIELDS, MINUTES, RATE_FIELDS, RAW, MetricStore
 
 Json = dict[str, Any]
 
@@ -78,7 +78,7 @@ def system_series(store: MetricStore, window: str, since: float | None = None, n
 def _idle_point(t: float, census: bool, backends: dict[str, bool]) -> Json:
     point: Json = {"t": t, **dict.fromkeys(RATE_FIELDS, 0.0)}
     if census:
-        point.update(active_conns=0.0, snat_ports=0.0, snat_port_use=0.0)
+        point.update(dict.fromkeys(CENSUS_FIELDS, 0.0))
     point["backends"] = {}
     for backend_id, enabled in backends.items():
         backend = dict.fromkeys(BACKEND_RATE_FIELDS, 0.0)

@@ -46,6 +46,7 @@ FARM_FIELDS = {
     "packets_out": "po",
     "new_conns": "nc",
     "active_conns": "ac",
+    "tracked_conns": "tc",
     "snat_ports": "sp",
     "snat_port_use": "su",
 }
@@ -59,7 +60,7 @@ BACKEND_FIELDS = {
 }
 RATE_FIELDS = ("bytes_in", "bytes_out", "packets_in", "packets_out", "new_conns")
 BACKEND_RATE_FIELDS = ("bytes", "packets", "new_conns")
-CENSUS_FIELDS = ("active_conns", "snat_ports", "snat_port_use")
+CENSUS_FIELDS = ("active_conns", "tracked_conns", "snat_ports", "snat_port_use")
 BACKEND_CENSUS_FIELDS = ("active_conns", "snat_ports")
 
 
@@ -116,7 +117,7 @@ def is_idle(fields: dict[str, int | float], census: bool, backends_unchanged: bo
     for name in RATE_FIELDS:
         if fields.get(FARM_FIELDS[name]) != 0:
             return False
-    if census and fields.get(FARM_FIELDS["active_conns"]) != 0:
+    if census and fields.get(FARM_FIELDS["tracked_conns"]) != 0:
         return False
     return all(value == 0 for key, value in fields.items() if "." in key and not key.endswith(".on"))
 

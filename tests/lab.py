@@ -191,6 +191,26 @@ class Lab:
 
         return run_in_netns(self.client, many)
 
+    def download(self, address: str, size: int, count: int = 1, port: int = 80, timeout: float = 5) -> int:
+        """``count`` downloads of ``size`` bytes from the client, each on a new connection; body bytes received."""
+
+        def many() -> int:
+            received = 0
+            for _ in range(count):
+                conn = http.client.HTTPConnection(address, port, timeout=timeout)
+                conn.request("GET", f"/bytes/{size}", headers={"Connection": "close"})
+                received += len(conn.getresponse().read())
+                conn.close()
+            return received
+
+        return run_in_netns(self.client, many)
+
+    def link_counters(self, ns: str, dev: str) -> dict[str, int]:
+        """An interface's cumulative counters (bytes, packets each way) as the kernel of ``ns`` sees them."""
+        names = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")
+        out = self.ns(ns, "sh", "-c", " ".join(f"cat /sys/class/net/{dev}/statistics/{n};" for n in names)).stdout
+        return dict(zip(names, map(int, out.split()), strict=True))
+
     def try_connect(self, address: str, port: int, timeout: float = 1) -> bool:
         try:
             self.connect(address, port, timeout=timeout).close()

@@ -4,6 +4,7 @@
 
 Answers every GET with JSON naming itself, the port it was reached on and
 the client address it sees, on IPv4 and IPv6, with keep-alive.
+``GET /bytes/N`` answers N bytes instead (known traffic for the metrics tests).
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ def handler_for(name: str) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             client = self.client_address[0].removeprefix("::ffff:")
-            body = json.dumps({"backend": name, "client": client, "port": self.server.server_address[1]}).encode()
+            if self.path.startswith("/bytes/"):
+                body, kind = b"x" * int(self.path.removeprefix("/bytes/")), "application/octet-stream"
+            else:
+                body = json.dumps({"backend": name, "client": client, "port": self.server.server_address[1]}).encode()
+                kind = "application/json"
             self.send_response(200)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -151,6 +151,7 @@ def summary(store: MetricStore, now: float | None = None) -> Json:
         "interval": step,
         "now": now,
         **staleness(latest.get("t"), now, step),
+        "census_at": latest.get("census_t"),
         "conntrack_warn_ratio": warn,
         "conntrack_warning": bool(count is not None and maximum and count >= warn * maximum),
         "system": system,

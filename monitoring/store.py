@@ -132,6 +132,7 @@ class MetricStore:
         self._last_ms = 0
         self._minute: int | None = None
         self._backend_flags: dict[int, dict[str, int | float]] = {}
+        self._last_census: Json = {}
 
     # -- writing (collector) -------------------------------------------------------------
 
@@ -150,9 +151,36 @@ class MetricStore:
             self._backend_flags[farm_id] = flags
             if fields:
                 pipe.xadd(farm_key(farm_id, RAW), fields, id=entry_id, maxlen=self.raw_length, approximate=True)
-        pipe.set(LATEST, json.dumps({"t": ms / 1000, "system": system, "farms": sample.farms}))
+        pipe.set(LATEST, json.dumps(self._latest(ms / 1000, system, sample)))
         pipe.execute()
         self._downsample_if_due(ms / 1000, list(sample.farms))
+
+    def _latest(self, t: float, system: Json, sample: Sample) -> Json:
+        """The full sample; census figures come from the newest census (with its time) when this sample had none."""
+        if sample.census:
+            self._last_census = {
+                "t": t,
+                "system": {k: system[k] for k in ("active_conns",) if k in system},
+                "farms": {
+                    fid: {
+                        "farm": {k: e[k] for k in CENSUS_FIELDS if k in e},
+                        "backends": {
+                            b: {k: v[k] for k in BACKEND_CENSUS_FIELDS if k in v} for b, v in e["backends"].items()
+                        },
+                    }
+                    for fid, e in sample.farms.items()
+                },
+            }
+        census = self._last_census
+        farms = sample.farms
+        if census and not sample.census:
+            system = {**system, **census["system"]}
+            farms = {}
+            for fid, entry in sample.farms.items():
+                known = census["farms"].get(fid, {"farm": {}, "backends": {}})
+                backends = {b: {**v, **known["backends"].get(b, {})} for b, v in entry["backends"].items()}
+                farms[fid] = {**entry, **known["farm"], "backends": backends}
+        return {"t": t, "census_t": census.get("t"), "system": system, "farms": farms}
 
     def _downsample_if_due(self, now: float, farm_ids: list[int]) -> None:
         minute = int(now // MINUTE)

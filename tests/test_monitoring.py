@@ -10,39 +10,13 @@ import time
 
 import pytest
 
+from tests.conftest import METRICS_INTERVAL as INTERVAL
+from tests.conftest import wait_for
 from tests.lab import backend4, vip4
-from tests.stack import Collector
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
-INTERVAL = 0.5  # the collector's sampling interval in these tests (2 s in production)
 ETHERNET_HEADER = 14  # the interface counts frames; nftables counts IP packets
-
-
-@pytest.fixture
-def collector(lab, worker, worker_env, redis_server, settings, request):
-    """The real collector next to the worker; the live server's API reads the same Redis."""
-    import redis
-
-    redis.Redis.from_url(redis_server.url).flushdb()
-    settings.REDIS_URL = redis_server.url
-    settings.LBWEB_METRICS_INTERVAL = INTERVAL
-    from tests.conftest import OUTPUT
-
-    proc = Collector(lab.lb, worker_env, OUTPUT / "logs" / f"collector-{request.node.name}.log", INTERVAL).start()
-    yield proc
-    proc.stop()
-
-
-def wait_for(predicate, timeout: float = 20, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def farm_row(api, farm_id: int) -> dict:

@@ -28,8 +28,9 @@ class SeriesSerializer(StalenessSerializer):
         child=serializers.DictField(),
         help_text=(
             "Oldest first. Each point has 't' (epoch seconds) and the figures: rates per second "
-            "(bytes_in, bytes_out, packets_in, packets_out, new_conns), census counts (active_conns, snat_ports, "
-            "snat_port_use in %) when a conntrack census ran, and for the system cpu (% per core), "
+            "(bytes_in, bytes_out, packets_in, packets_out, new_conns), census counts when a conntrack census ran "
+            "(active_conns: not closing; tracked_conns: all entries; snat_ports; snat_port_use: % of the port range "
+            "towards the busiest backend), and for the system cpu (% per core), "
             "conntrack_count/max, conntrack_insert_failed/drop/early_drop (per second) and links (per-interface "
             "rates). A point {'t', 'gap': true} marks a hole where the collector did not sample: "
             "null, never zero."
@@ -48,6 +49,9 @@ class FarmSeriesSerializer(SeriesSerializer):
 
 class SummarySerializer(StalenessSerializer):
     interval = serializers.FloatField(help_text="Seconds between samples.")
+    census_at = serializers.FloatField(
+        allow_null=True, help_text="Time of the census behind active_conns, tracked_conns and snat_*."
+    )
     conntrack_warn_ratio = serializers.FloatField(help_text="Share of conntrack_max above which a warning shows.")
     conntrack_warning = serializers.BooleanField()
     system = serializers.DictField(help_text="The newest system point (see the system series).")

@@ -104,7 +104,9 @@
   function draw(chart, series, datasets) {
     if (!chart || !series.meta) return;
     const now = series.meta.now * 1000;
-    chart.options.scales.x.min = now - WINDOW_SECONDS[series.window] * 1000;
+    // The whole window, or from a little before the first point when the data is younger than the window.
+    const first = series.points.length ? series.points[0].t * 1000 - 5000 * series.meta.step : -Infinity;
+    chart.options.scales.x.min = Math.max(now - WINDOW_SECONDS[series.window] * 1000, first);
     chart.options.scales.x.max = now;
     chart.data.datasets = datasets.map((d, i) => {
       const data = [];
@@ -303,7 +305,7 @@
       const census = [...series.points].reverse().find((p) => !p.gap && "active_conns" in p) || {};
       text("card-active", census.active_conns === undefined ? "–" : number(census.active_conns, 0));
       text("card-snat", meta.farm.mode !== "snat" ? "not SNAT" : census.snat_ports === undefined ? "–"
-        : number(census.snat_ports, 0) + " (" + number(census.snat_port_use, 1) + " % of the busiest backend's range)");
+        : number(census.snat_ports, 0) + " (" + number(census.snat_port_use, 1) + " %)");
       text("census-note", meta.census_interval ? "(conntrack census every " + meta.census_interval + " s)" : "");
     }
 

@@ -110,7 +110,12 @@ def farm_series(
         if entry is None:
             point = _idle_point(t, bool(beat.get("census")), states)
         else:
-            point = {"t": t, **{k: v for k, v in entry.items() if k != "backends"}, "backends": entry["backends"]}
+            # A rate the collector could not compute is null (it was stored as nothing).
+            point = {"t": t, **dict.fromkeys(RATE_FIELDS), **entry}
+            point["backends"] = {
+                backend_id: {**dict.fromkeys(BACKEND_RATE_FIELDS), **backend}
+                for backend_id, backend in entry["backends"].items()
+            }
             for backend_id, backend in entry["backends"].items():
                 if "enabled" in backend:
                     states[backend_id] = backend["enabled"]

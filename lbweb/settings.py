@@ -143,7 +143,7 @@ LBWEB_MANAGE_SYSCTL = os.environ.get("LBWEB_MANAGE_SYSCTL", "1") == "1"
 # Monitoring: the collector samples every LBWEB_METRICS_INTERVAL seconds; a conntrack census (active
 # connections, SNAT ports) walks the whole table, so it is spaced out to cost at most this share of one core.
 LBWEB_METRICS_INTERVAL = float(os.environ.get("LBWEB_METRICS_INTERVAL", "2"))
-LBWEB_METRICS_CENSUS_BUDGET = float(os.environ.get("LBWEB_METRICS_CENSUS_BUDGET", "0.02"))
+LBWEB_METRICS_CENSUS_BUDGET = float(os.environ.get("LBWEB_METRICS_CENSUS_BUDGET", "0.015"))
 # The dashboard warns when the conntrack table is fuller than this share of nf_conntrack_max.
 LBWEB_CONNTRACK_WARN = float(os.environ.get("LBWEB_CONNTRACK_WARN", "0.8"))
 

@@ -185,6 +185,8 @@ def conntrack_census() -> Census:
         a = start
         while a < end:
             length, kind = unpack_attr(data, a)
+            if length < 4:
+                break
             kind &= 0x3FFF
             if kind == CTA_MARK:
                 mark = unpack32(data, a + 4)[0]

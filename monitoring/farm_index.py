@@ -41,6 +41,14 @@ class FarmInfo:
     traffic_out_counter: str
     backends: tuple[BackendInfo, ...] = ()
 
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """Every counter name this farm's figures come from."""
+        names = [self.new_connections_counter, self.traffic_in_counter, self.traffic_out_counter]
+        for backend in self.backends:
+            names += [backend.new_connections_counter, backend.traffic_counter]
+        return tuple(names)
+
 
 @dataclass
 class FarmIndex:

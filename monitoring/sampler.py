@@ -46,19 +46,47 @@ class Reading:
 
 @dataclass
 class Sample:
-    """What the store keeps for one instant: system-wide figures and one entry per farm."""
+    """What the store keeps for one instant: system-wide figures and one entry per farm that moved.
+
+    ``idle`` farms had no packet and no new connection since the previous sample (every
+    rate a known zero): no entry is built for them. ``totals`` has every farm's
+    cumulative (bytes in, bytes out, connections), None where its counters are missing.
+    """
 
     t: float
     system: Json
     farms: dict[int, Json]
     census: bool = False
+    idle: frozenset[int] = frozenset()
+    totals: dict[int, tuple[int | None, int | None, int | None]] = field(default_factory=dict)
 
 
 def rate(current: int | None, previous: int | None, seconds: float) -> float | None:
-    """Per second between two cumulative readings; None when unknown or reset."""
+    """Per second between two cumulative readings, to 0.1; None when unknown or reset."""
     if current is None or previous is None or seconds <= 0 or current < previous:
         return None
-    return (current - previous) / seconds
+    return round((current - previous) / seconds, 1)
+
+
+CounterRates = dict[str, tuple[float | None, float | None]]  # counter name -> (packets/s, bytes/s)
+
+
+def counter_rates(
+    current: dict[str, CounterValue], previous: dict[str, CounterValue], seconds: float, names: list[str]
+) -> CounterRates:
+    """Rates of the counters ``names`` that were read twice."""
+    rates: CounterRates = {}
+    if seconds <= 0:
+        return rates
+    for name in names:
+        now, before = current.get(name), previous.get(name)
+        if now is None or before is None:
+            continue
+        packets, octets = now
+        if packets < before.packets or octets < before.bytes:
+            continue  # re-created counter: no rate yet
+        rates[name] = (round((packets - before.packets) / seconds, 1), round((octets - before.bytes) / seconds, 1))
+    return rates
 
 
 def total(values: list[float | None]) -> float | None:
@@ -89,7 +117,7 @@ class Sampler:
     def __init__(
         self,
         kernel: Kernel | None = None,
-        census_budget: float = 0.02,
+        census_budget: float = 0.015,
         min_census_interval: float = 2.0,
         max_census_interval: float = 120.0,
     ):
@@ -101,6 +129,7 @@ class Sampler:
         self.census_interval = min_census_interval
         self.next_census = 0.0
         self.previous: Reading | None = None
+        self._generation: int | None = None
 
     def close(self) -> None:
         self.ipr.close()
@@ -128,8 +157,34 @@ class Sampler:
         seconds = current.monotonic - previous.monotonic if previous else 0.0
         census = self._census_if_due(current.monotonic)
         by_mark = group_by_mark(census[0]) if census else None
-        farms = {farm.id: self._farm(farm, current, previous, seconds, by_mark, index) for farm in index.farms}
-        system = self._system(current, previous, seconds, farms)
+        # Idle farms are recognised from three counters; a census or a configuration change builds every entry.
+        shortcut = previous is not None and by_mark is None and self._generation == index.generation
+        self._generation = index.generation
+        now, before = current.counters, previous.counters if previous else {}
+        idle, busy, totals = set(), [], {}
+        for farm in index.farms:
+            traffic_in, traffic_out = now.get(farm.traffic_in_counter), now.get(farm.traffic_out_counter)
+            conns = now.get(farm.new_connections_counter)
+            totals[farm.id] = (
+                traffic_in.bytes if traffic_in else None,
+                traffic_out.bytes if traffic_out else None,
+                conns.packets if conns else None,
+            )
+            if (
+                shortcut
+                and traffic_in is not None
+                and traffic_out is not None
+                and conns is not None
+                and traffic_in == before.get(farm.traffic_in_counter)
+                and traffic_out == before.get(farm.traffic_out_counter)
+                and conns == before.get(farm.new_connections_counter)
+            ):
+                idle.add(farm.id)
+            else:
+                busy.append(farm)
+        rates = counter_rates(now, before, seconds, names=[n for farm in busy for n in farm.counters])
+        farms = {farm.id: self._farm(farm, now, rates, by_mark, index) for farm in busy}
+        system = self._system(current, previous, seconds, farms, idle_farms=bool(idle))
         if census is not None:
             system["census"] = {
                 "entries": census[0].entries,
@@ -138,7 +193,14 @@ class Sampler:
             }
         system["census_interval"] = round(self.census_interval, 1)
         system["collector_cpu_ms"] = round((time.thread_time() - started) * 1000, 1)
-        return Sample(t=current.wall, system=system, farms=farms, census=census is not None)
+        return Sample(
+            t=current.wall,
+            system=system,
+            farms=farms,
+            census=census is not None,
+            idle=frozenset(idle),
+            totals=totals,
+        )
 
     # -- internals -------------------------------------------------------------------
 
@@ -158,46 +220,29 @@ class Sampler:
         self.next_census = now + self.census_interval - 0.1  # a little early: the loop ticks on the interval
         return census, cost
 
-    def _farm(
-        self,
-        farm,
-        current: Reading,
-        previous: Reading | None,
-        seconds: float,
-        by_mark: CensusByMark | None,
-        index: FarmIndex,
-    ) -> Json:
-        def counter(name: str) -> CounterValue | None:
-            return current.counters.get(name)
-
-        def counter_rate(name: str, part: str) -> float | None:
-            now = current.counters.get(name)
-            before = previous.counters.get(name) if previous else None
-            return rate(getattr(now, part, None), getattr(before, part, None), seconds)
-
-        in_now, out_now, conns_now = (
-            counter(farm.traffic_in_counter),
-            counter(farm.traffic_out_counter),
-            counter(farm.new_connections_counter),
-        )
+    def _farm(self, farm, counters: dict[str, CounterValue], rates: CounterRates, by_mark, index) -> Json:
+        none = (None, None)
+        farm_in, farm_out = rates.get(farm.traffic_in_counter, none), rates.get(farm.traffic_out_counter, none)
+        in_now, out_now = counters.get(farm.traffic_in_counter), counters.get(farm.traffic_out_counter)
+        conns_now = counters.get(farm.new_connections_counter)
         entry: Json = {
-            "bytes_in": counter_rate(farm.traffic_in_counter, "bytes"),
-            "bytes_out": counter_rate(farm.traffic_out_counter, "bytes"),
-            "packets_in": counter_rate(farm.traffic_in_counter, "packets"),
-            "packets_out": counter_rate(farm.traffic_out_counter, "packets"),
-            "new_conns": counter_rate(farm.new_connections_counter, "packets"),
+            "bytes_in": farm_in[1],
+            "bytes_out": farm_out[1],
+            "packets_in": farm_in[0],
+            "packets_out": farm_out[0],
+            "new_conns": rates.get(farm.new_connections_counter, none)[0],
             "total_bytes_in": in_now.bytes if in_now else None,
             "total_bytes_out": out_now.bytes if out_now else None,
             "total_conns": conns_now.packets if conns_now else None,
             "backends": {},
         }
         for backend in farm.backends:
-            traffic = counter(backend.traffic_counter)
-            conns = counter(backend.new_connections_counter)
+            traffic, conns = counters.get(backend.traffic_counter), counters.get(backend.new_connections_counter)
+            traffic_rate = rates.get(backend.traffic_counter, none)
             entry["backends"][str(backend.id)] = {
-                "bytes": counter_rate(backend.traffic_counter, "bytes"),
-                "packets": counter_rate(backend.traffic_counter, "packets"),
-                "new_conns": counter_rate(backend.new_connections_counter, "packets"),
+                "bytes": traffic_rate[1],
+                "packets": traffic_rate[0],
+                "new_conns": rates.get(backend.new_connections_counter, none)[0],
                 "total_bytes": traffic.bytes if traffic else None,
                 "total_conns": conns.packets if conns else None,
                 "enabled": backend.enabled,
@@ -227,10 +272,13 @@ class Sampler:
             entry["backends"][key]["active_conns"] = count
             entry["backends"][key]["snat_ports"] = used
 
-    def _system(self, current: Reading, previous: Reading | None, seconds: float, farms: dict[int, Json]) -> Json:
+    def _system(
+        self, current: Reading, previous: Reading | None, seconds: float, farms: dict[int, Json], idle_farms: bool
+    ) -> Json:
         values = list(farms.values())
+        idle = [0.0] if idle_farms else []  # idle farms add a known zero
         system: Json = {
-            key: total([f[key] for f in values])
+            key: total([f[key] for f in values] + idle)
             for key in ("new_conns", "bytes_in", "bytes_out", "packets_in", "packets_out")
         }
         if previous and len(previous.cpu) == len(current.cpu):

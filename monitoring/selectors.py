@@ -15,7 +15,16 @@ from django.conf import settings
 
 from farms.models import Farm
 
-from .store import BACKEND_CENSUS_FIELDS, BACKEND_RATE_FIELDS, CENSUS_FIELDS, MINUTES, RATE_FIELDS, RAW, MetricStore
+from .store import (
+    BACKEND_CENSUS_FIELDS,
+    BACKEND_RATE_FIELDS,
+    CENSUS_FIELDS,
+    MINUTES,
+    RATE_FIELDS,
+    RAW,
+    MetricStore,
+    decode_farm_fields,
+)
 
 Json = dict[str, Any]
 
@@ -139,24 +148,38 @@ def farm_series(
 
 
 def summary(store: MetricStore, now: float | None = None) -> Json:
-    """The latest sample: system figures and one row per farm, with how old it is."""
+    """The latest sample: system figures and one row per farm, with how old it is.
+
+    A farm absent from the newest sample's moved farms was idle then (zero rates);
+    its open connections come from the newest census.
+    """
     now = now or time.time()
     latest = store.latest() or {}
+    census = store.latest_census() or {}
     step = step_of(RAW)
-    system = latest.get("system") or {}
-    farms_latest = latest.get("farms") or {}
+    system = dict(latest.get("system") or {})
+    if census:
+        system["active_conns"] = census.get("active_conns")
+    moved, totals, counted = latest.get("farms") or {}, latest.get("totals") or {}, census.get("farms") or {}
     warn = settings.LBWEB_CONNTRACK_WARN
     count, maximum = system.get("conntrack_count"), system.get("conntrack_max")
     rows = []
     for farm in Farm.objects.order_by("name").values("id", "name", "vip", "mode", "state"):
-        values = farms_latest.get(str(farm["id"])) or {}
-        row = {**farm, **{k: v for k, v in values.items() if k != "backends"}}
+        key = str(farm["id"])
+        row = dict(farm)
+        if key in totals:  # sampled: absent from the moved farms means idle
+            row.update(dict.fromkeys(RATE_FIELDS, 0.0))
+            row.update(zip(("total_bytes_in", "total_bytes_out", "total_conns"), totals[key], strict=True))
+        if key in moved:
+            row.update({k: v for k, v in decode_farm_fields(moved[key]).items() if k != "backends"})
+        if key in counted:
+            row.update({k: v for k, v in decode_farm_fields(counted[key]).items() if k != "backends"})
         rows.append(row)
     return {
         "interval": step,
         "now": now,
         **staleness(latest.get("t"), now, step),
-        "census_at": latest.get("census_t"),
+        "census_at": census.get("t"),
         "conntrack_warn_ratio": warn,
         "conntrack_warning": bool(count is not None and maximum and count >= warn * maximum),
         "system": system,

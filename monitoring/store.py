@@ -4,12 +4,14 @@ Layout (``P`` = ``lbweb:metrics``):
 
 * ``P:system:raw`` / ``P:system:1m`` -- a stream, one entry per sample; its
   presence at an instant is the collector's heartbeat.
-* ``P:farm:<id>:raw`` / ``P:farm:<id>:1m`` -- a stream of flat numeric fields.
+* ``P:farm:<id>:raw`` / ``P:farm:<id>:1m`` -- a stream whose entries hold one
+  compact JSON field ``v`` (short keys, see FARM_FIELDS; one field keeps writes cheap).
   A farm that was idle for a sample (every rate exactly 0, no active connection,
   backends unchanged) gets no entry: at an instant the system stream has, a farm
   without an entry was idle (zeros); where the system stream has nothing, the
   collector was not running (a gap, null). Memory grows with busy farms only.
-* ``P:latest`` -- the last sample in full (JSON), for the summary.
+* ``P:latest`` -- the last sample (system, farms that moved, every farm's totals)
+  and ``P:census`` -- the last conntrack census, both for the summary.
 
 Entry ids are the sample's time in ms, the same in every stream of one sample,
 so a farm's entries join the heartbeat exactly. Lengths are bounded with
@@ -33,6 +35,7 @@ log = logging.getLogger("lbweb.monitoring")
 
 PREFIX = "lbweb:metrics"
 LATEST = f"{PREFIX}:latest"
+CENSUS = f"{PREFIX}:census"
 MINUTE = 60
 DAY_MINUTES = 1440
 RAW, MINUTES = "raw", "1m"
@@ -78,40 +81,56 @@ def client(url: str | None = None) -> redis.Redis:
 
 
 def _number(value: float | int | bool) -> int | float:
-    if isinstance(value, bool):
-        return int(value)
-    return round(value, 1) if isinstance(value, float) and not value.is_integer() else int(value)
+    """Booleans as 0/1; numbers as they are (the sampler rounds rates to 0.1)."""
+    return int(value) if value is True or value is False else value
 
 
-def encode_farm(entry: Json) -> dict[str, int | float]:
-    """Flat numeric fields; None is left out (unknown)."""
-    fields = {short: _number(entry[name]) for name, short in FARM_FIELDS.items() if entry.get(name) is not None}
-    for backend_id, backend in entry.get("backends", {}).items():
-        for name, short in BACKEND_FIELDS.items():
-            if backend.get(name) is not None:
-                fields[f"{backend_id}.{short}"] = _number(backend[name])
+def encode_farm(entry: Json) -> Json:
+    """Short keys, numbers only; None is left out (unknown). Backends under "b" by id."""
+    fields: Json = {short: _number(entry[name]) for name, short in FARM_FIELDS.items() if entry.get(name) is not None}
+    backends = {
+        backend_id: {short: _number(b[name]) for name, short in BACKEND_FIELDS.items() if b.get(name) is not None}
+        for backend_id, b in entry.get("backends", {}).items()
+    }
+    if backends:
+        fields["b"] = backends
     return fields
 
 
-def decode_farm(fields: dict) -> Json:
+def pack(fields: Json) -> str:
+    return json.dumps(fields, separators=(",", ":"))
+
+
+def decode_farm(packed: bytes | str) -> Json:
+    return decode_farm_fields(json.loads(packed))
+
+
+def census_fields(entry: Json) -> Json:
+    """The compact fields a census gives (farm and backends)."""
+    fields = encode_farm(entry)
+    census = {k: fields[k] for k in ("ac", "tc", "sp", "su") if k in fields}
+    census["b"] = {b: {k: v[k] for k in ("ac", "sp") if k in v} for b, v in fields.get("b", {}).items()}
+    return census
+
+
+def decode_farm_fields(fields: Json) -> Json:
+    """Long names back from the compact fields (see encode_farm)."""
     long_farm = {v: k for k, v in FARM_FIELDS.items()}
     long_backend = {v: k for k, v in BACKEND_FIELDS.items()}
-    entry: Json = {"backends": {}}
-    for raw_name, raw_value in fields.items():
-        name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
-        value = float(raw_value)
-        if "." in name:
-            backend_id, short = name.split(".", 1)
-            key = long_backend.get(short)
-            if key:
-                entry["backends"].setdefault(backend_id, {})[key] = bool(value) if key == "enabled" else value
-        elif name in long_farm:
-            entry[long_farm[name]] = value
+    entry: Json = {long_farm[k]: v for k, v in fields.items() if k in long_farm}
+    entry["backends"] = {
+        backend_id: {long_backend[k]: (bool(v) if k == "on" else v) for k, v in b.items() if k in long_backend}
+        for backend_id, b in fields.get("b", {}).items()
+    }
     return entry
 
 
-def is_idle(fields: dict[str, int | float], census: bool, backends_unchanged: bool) -> bool:
-    """Nothing moved: every rate is a known zero and no connection is open (when a census says so)."""
+def backend_flags(fields: Json) -> dict[str, int]:
+    return {backend_id: b.get("on") for backend_id, b in fields.get("b", {}).items()}
+
+
+def is_idle(fields: Json, census: bool, backends_unchanged: bool) -> bool:
+    """Nothing moved: every rate is a known zero and no connection is tracked (when a census says so)."""
     if not backends_unchanged:
         return False
     for name in RATE_FIELDS:
@@ -119,7 +138,7 @@ def is_idle(fields: dict[str, int | float], census: bool, backends_unchanged: bo
             return False
     if census and fields.get(FARM_FIELDS["tracked_conns"]) != 0:
         return False
-    return all(value == 0 for key, value in fields.items() if "." in key and not key.endswith(".on"))
+    return all(v == 0 for b in fields.get("b", {}).values() for k, v in b.items() if k != "on")
 
 
 class MetricStore:
@@ -143,44 +162,23 @@ class MetricStore:
         system = dict(sample.system, t=ms / 1000, census=sample.system.get("census"))
         pipe = self.redis.pipeline(transaction=False)
         pipe.xadd(system_key(RAW), {"d": json.dumps(system)}, id=entry_id, maxlen=self.raw_length, approximate=True)
+        moved: Json = {}
         for farm_id, entry in sample.farms.items():
             fields = encode_farm(entry)
-            flags = {k: v for k, v in fields.items() if k.endswith(".on")}
+            flags = backend_flags(fields)
             if is_idle(fields, sample.census, self._backend_flags.get(farm_id) == flags):
                 continue
             self._backend_flags[farm_id] = flags
-            if fields:
-                pipe.xadd(farm_key(farm_id, RAW), fields, id=entry_id, maxlen=self.raw_length, approximate=True)
-        pipe.set(LATEST, json.dumps(self._latest(ms / 1000, system, sample)))
-        pipe.execute()
-        self._downsample_if_due(ms / 1000, list(sample.farms))
-
-    def _latest(self, t: float, system: Json, sample: Sample) -> Json:
-        """The full sample; census figures come from the newest census (with its time) when this sample had none."""
+            moved[farm_id] = fields
+            key = farm_key(farm_id, RAW)
+            pipe.xadd(key, {"v": pack(fields)}, id=entry_id, maxlen=self.raw_length, approximate=True)
+        latest = {"t": ms / 1000, "system": system, "farms": moved, "totals": sample.totals}
+        pipe.set(LATEST, pack(latest))
         if sample.census:
-            self._last_census = {
-                "t": t,
-                "system": {k: system[k] for k in ("active_conns",) if k in system},
-                "farms": {
-                    fid: {
-                        "farm": {k: e[k] for k in CENSUS_FIELDS if k in e},
-                        "backends": {
-                            b: {k: v[k] for k in BACKEND_CENSUS_FIELDS if k in v} for b, v in e["backends"].items()
-                        },
-                    }
-                    for fid, e in sample.farms.items()
-                },
-            }
-        census = self._last_census
-        farms = sample.farms
-        if census and not sample.census:
-            system = {**system, **census["system"]}
-            farms = {}
-            for fid, entry in sample.farms.items():
-                known = census["farms"].get(fid, {"farm": {}, "backends": {}})
-                backends = {b: {**v, **known["backends"].get(b, {})} for b, v in entry["backends"].items()}
-                farms[fid] = {**entry, **known["farm"], "backends": backends}
-        return {"t": t, "census_t": census.get("t"), "system": system, "farms": farms}
+            census = {fid: census_fields(e) for fid, e in sample.farms.items()}
+            pipe.set(CENSUS, pack({"t": ms / 1000, "active_conns": system.get("active_conns"), "farms": census}))
+        pipe.execute()
+        self._downsample_if_due(ms / 1000, list(sample.totals) or list(sample.farms))
 
     def _downsample_if_due(self, now: float, farm_ids: list[int]) -> None:
         minute = int(now // MINUTE)
@@ -217,11 +215,10 @@ class MetricStore:
         for farm_id, entries in zip(farm_ids, reads.execute(), strict=True):
             if not entries:
                 continue  # idle all minute
-            decoded = [decode_farm(fields) for _id, fields in entries]
+            decoded = [decode_farm(fields[b"v"]) for _id, fields in entries]
             averaged = average_farm(decoded, len(heartbeat), census_count)
-            pipe.xadd(
-                farm_key(farm_id, MINUTES), encode_farm(averaged), id=entry_id, maxlen=DAY_MINUTES, approximate=True
-            )
+            key = farm_key(farm_id, MINUTES)
+            pipe.xadd(key, {"v": pack(encode_farm(averaged))}, id=entry_id, maxlen=DAY_MINUTES, approximate=True)
         try:
             pipe.execute()
         except redis.ResponseError as exc:  # clock moved back: the minute exists already
@@ -233,14 +230,20 @@ class MetricStore:
         return [(int(i.split(b"-")[0]) / 1000, fields) for i, fields in self.redis.xrange(key, low, high)]
 
     def latest(self) -> Json | None:
+        """The newest sample: system, the farms that moved (compact fields), every farm's totals."""
         raw = self.redis.get(LATEST)
+        return json.loads(raw) if raw else None
+
+    def latest_census(self) -> Json | None:
+        """The newest census: its time, total open connections, per farm compact census fields."""
+        raw = self.redis.get(CENSUS)
         return json.loads(raw) if raw else None
 
     def system_series(self, resolution: str, since: float) -> list[Json]:
         return [json.loads(fields[b"d"]) for _t, fields in self._read(system_key(resolution), int(since * 1000) + 1)]
 
     def farm_series(self, farm_id: int, resolution: str, since: float) -> dict[float, Json]:
-        return {t: decode_farm(f) for t, f in self._read(farm_key(farm_id, resolution), int(since * 1000) + 1)}
+        return {t: decode_farm(f[b"v"]) for t, f in self._read(farm_key(farm_id, resolution), int(since * 1000) + 1)}
 
 
 def average_json(points: list[Any]) -> Any:

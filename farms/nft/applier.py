@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -54,11 +55,39 @@ class KernelState:
         return sum(len(v) for v in self.dispatch.values())
 
 
+# One counter object as the kernel dumps it: NAME, TYPE (counter), a few 4-byte-aligned attributes
+# (handle, use), then DATA with BYTES and PACKETS. Checked against the message count; else parsed in full.
+COUNTER_MESSAGE = re.compile(
+    rb"\x02\x00([^\x00]+)\x00+\x08\x00\x03\x00\x00\x00\x00\x01(?:.{4}){0,12}?"
+    rb"\x1c\x00\x04[\x00\x80]\x0c\x00\x01\x00(.{8})\x0c\x00\x02\x00(.{8})",
+    re.DOTALL,
+)
+
+
+# Every counter message names its table first: counting this attribute counts the messages.
+TABLE_ATTRIBUTE = netlink.attr(NFTA_OBJ_TABLE, TABLE_NAME.encode() + b"\0")
+
+
 class CounterValue(NamedTuple):
     """What one named nftables counter has counted since it was created."""
 
     packets: int
     bytes: int
+
+
+def _parse_counter(data: bytes, start: int, end: int) -> tuple[str | None, CounterValue]:
+    """One counter object's name and values, attribute by attribute."""
+    name, packets, octets = None, 0, 0
+    for kind, a, b in netlink.attrs(data, start, end):
+        if kind == NFTA_OBJ_NAME:
+            name = data[a : b - 1].decode()
+        elif kind == NFTA_OBJ_DATA:
+            for inner, c, _d in netlink.attrs(data, a, b):
+                if inner == NFTA_COUNTER_BYTES:
+                    (octets,) = BE64.unpack_from(data, c)
+                elif inner == NFTA_COUNTER_PACKETS:
+                    (packets,) = BE64.unpack_from(data, c)
+    return name, CounterValue(packets, octets)
 
 
 class Kernel:
@@ -104,26 +133,23 @@ class Kernel:
 
         The same data as ``list counters table inet lbweb``, but libnftables builds
         its whole cache (chains, rules, maps) first: ~130 ms for 4,000 counters
-        against ~20 ms here, and the collector reads them every 2 s.
+        against a few ms here, and the collector reads them every 2 s.
         """
         request = netlink.attr(NFTA_OBJ_TABLE, TABLE_NAME.encode() + b"\0")
         request += netlink.attr(NFTA_OBJ_TYPE, struct.pack(">I", NFT_OBJECT_COUNTER))
         message_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETOBJ
         counters: dict[str, CounterValue] = {}
         try:
-            for data, start, end in netlink.dump(netlink.NETLINK_NETFILTER, message_type, NFPROTO_INET, request):
-                name, packets, octets = None, 0, 0
-                for kind, a, b in netlink.attrs(data, start, end):
-                    if kind == NFTA_OBJ_NAME:
-                        name = data[a : b - 1].decode()
-                    elif kind == NFTA_OBJ_DATA:
-                        for inner, c, _d in netlink.attrs(data, a, b):
-                            if inner == NFTA_COUNTER_BYTES:
-                                (octets,) = BE64.unpack_from(data, c)
-                            elif inner == NFTA_COUNTER_PACKETS:
-                                (packets,) = BE64.unpack_from(data, c)
-                if name is not None:
-                    counters[name] = CounterValue(packets, octets)
+            for data in netlink.dump_raw(netlink.NETLINK_NETFILTER, message_type, NFPROTO_INET, request):
+                found = COUNTER_MESSAGE.findall(data)
+                if len(found) == data.count(TABLE_ATTRIBUTE):  # every message matched: the usual layout
+                    for name, octets, packets in found:
+                        counters[name.decode()] = CounterValue(int.from_bytes(packets), int.from_bytes(octets))
+                    continue
+                for start, end in netlink.message_spans(data):
+                    name, value = _parse_counter(data, start, end)
+                    if name is not None:
+                        counters[name] = value
         except netlink.NetlinkError as exc:
             if exc.errno == errno.ENOENT:  # no lbweb table in this namespace (yet)
                 return {}

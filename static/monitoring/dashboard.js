@@ -226,9 +226,20 @@
       farmRows(data.farms);
     }
 
+    let showAll = false;
+    const toggle = document.getElementById("farm-toggle");
+    toggle.addEventListener("click", () => { showAll = !showAll; tick(); });
+
+    /* The busiest farms first; only the top ones unless asked (a 1,000-row table every 2 s is no overview). */
     function farmRows(farms) {
       const body = document.getElementById("farm-rows");
-      const rows = farms.map((f) => {
+      const traffic = (f) => (f.bytes_in || 0) + (f.bytes_out || 0);
+      const sorted = [...farms].sort((a, b) => traffic(b) - traffic(a) || (b.new_conns || 0) - (a.new_conns || 0)
+        || (b.active_conns || 0) - (a.active_conns || 0) || a.name.localeCompare(b.name));
+      const shown = showAll ? sorted : sorted.slice(0, config.topFarms);
+      toggle.hidden = farms.length <= config.topFarms;
+      toggle.textContent = showAll ? "Show the busiest " + config.topFarms : "Show all " + farms.length + " farms";
+      const rows = shown.map((f) => {
         const tr = document.createElement("tr");
         const link = document.createElement("a");
         link.href = config.farmUrl.replace("/0/", "/" + f.id + "/");
@@ -252,9 +263,9 @@
     }
 
     async function tick() {
-      let error = null;
-      try { await series.poll(); } catch (e) { error = e; }
-      try { await summary(); } catch (e) { error = error || e; }
+      const [polled, summarised] = await Promise.allSettled([series.poll(), summary()]);
+      const error = polled.status === "rejected" ? polled.reason
+        : summarised.status === "rejected" ? summarised.reason : null;
       drawAll();
       freshness(series, error);
     }

@@ -91,6 +91,7 @@ def kernel_matches(state: KernelState, compiled: dict[int, compiler.FarmRuleset]
         return False
     expected_digests: dict[str, str] = {}
     expected_dispatch: dict[str, dict[str, str]] = {}
+    expected_traffic: dict[int, str] = {}
     for ruleset in compiled.values():
         objects = ruleset.objects
         if not objects.chains:
@@ -101,10 +102,12 @@ def kernel_matches(state: KernelState, compiled: dict[int, compiler.FarmRuleset]
             return False
         for map_name, key in objects.dispatch:
             expected_dispatch.setdefault(map_name, {})[compiler.canonical(key)] = farm_chain
+        if objects.traffic_mark is not None:
+            expected_traffic[objects.traffic_mark] = compiler.traffic_chain_name_of(ruleset.name)
     if state.farm_digests != expected_digests:
         return False
     observed = {name: entries for name, entries in state.dispatch.items() if entries}
-    return observed == expected_dispatch
+    return observed == expected_dispatch and state.traffic == expected_traffic
 
 
 class Applier:

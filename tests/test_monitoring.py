@@ -135,3 +135,27 @@ def test_a_stopped_collector_leaves_a_gap_not_zeros(api, lab, collector):
     before_gap = points[points.index(gap) - 1]
     assert before_gap["t"] <= stopped and not before_gap.get("gap")
     assert all(v is None for v in resumed["cpu"])  # the first sample after a restart has no rate: null, not 0
+
+
+def test_a_hand_removed_traffic_hook_is_drift_that_reconcile_repairs(api, lab, worker):
+    from farms.tasks import reconcile
+    from tests.test_dataplane import kernel_check
+
+    farm = api.farm(
+        name="hooked",
+        vip=vip4(81),
+        protocol="tcp",
+        ports="80",
+        mode="dnat",
+        scheduler="rr",
+        backends=[{"address": backend4("b1")}],
+    )
+    api.wait_applied(farm["id"])
+    assert kernel_check(lab, worker)[0]
+    lab.ns(lab.lb, "nft", "delete", "element", "inet", "lbweb", "traffic_marks", f"{{ {farm['id']} }}")
+    ok, report = kernel_check(lab, worker)
+    assert not ok, report  # traffic would flow uncounted: the kernel differs from the database
+    reconcile.apply_async(kwargs={"reason": "test traffic drift"})
+    wait_for(lambda: kernel_check(lab, worker)[0], what="the repaired traffic hook")
+    listing = lab.ns(lab.lb, "nft", "list", "map", "inet", "lbweb", "traffic_marks").stdout
+    assert "traffic-hooked" in listing

@@ -19,7 +19,7 @@ import nftables
 
 from lbweb import netlink
 
-from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical
+from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, TRAFFIC_MAP, canonical
 from .fragments import TABLE_FAMILY, TABLE_NAME
 
 # nf_tables netlink (include/uapi/linux/netfilter/nf_tables.h), used only to read counters.
@@ -50,6 +50,7 @@ class KernelState:
     farm_digests: dict[str, str] = field(default_factory=dict)  # farm chain -> digest
     chains: set[str] = field(default_factory=set)
     dispatch: dict[str, dict[str, str]] = field(default_factory=dict)  # map -> canonical key -> target
+    traffic: dict[int, str] = field(default_factory=dict)  # ct mark -> traffic chain (traffic_marks)
 
     def dispatch_size(self) -> int:
         return sum(len(v) for v in self.dispatch.values())
@@ -176,6 +177,9 @@ class Kernel:
         for item in items:
             if "chain" in item:
                 state.chains.add(item["chain"]["name"])
+            elif "map" in item and item["map"]["name"] == TRAFFIC_MAP:
+                for mark, verdict in item["map"].get("elem", []):
+                    state.traffic[mark] = verdict.get("jump", {}).get("target", "")
             elif "map" in item and item["map"]["name"].startswith("dispatch"):
                 entries = state.dispatch.setdefault(item["map"]["name"], {})
                 for key, verdict in item["map"].get("elem", []):

@@ -64,7 +64,11 @@ def backend_chain_name(farm: FarmSpec, backend_id: int) -> str:
 
 
 def traffic_chain_name(farm: FarmSpec) -> str:
-    return f"traffic-{farm.name}"
+    return traffic_chain_name_of(farm.name)
+
+
+def traffic_chain_name_of(farm_name: str) -> str:
+    return f"traffic-{farm_name}"
 
 
 def traffic_counter_name(farm_name: str, direction: str) -> str:

@@ -92,6 +92,7 @@ def test_dashboard_draws_live_charts_and_says_when_data_is_stale(
         assert page.evaluate("Chart.getChart('chart-cpu').data.datasets.length") >= 1
         assert page.evaluate("Chart.getChart('chart-conntrack').data.datasets[1].data.some(p => p.y > 0)")
         page.wait_for_selector("#farm-rows a:text('shown')")
+        page.wait_for_selector("#link-rows td:text('cli0')")  # the LB's interfaces, from pyroute2
         assert "Live" in page.text_content("#freshness")
         page.screenshot(path=str(OUTPUT / "dashboard-overview.png"), full_page=True)
 

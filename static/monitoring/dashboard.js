@@ -224,6 +224,23 @@
       text("card-collector", s.collector_cpu_ms == null ? "–"
         : s.collector_cpu_ms + " ms CPU/sample · census every " + s.census_interval + " s");
       farmRows(data.farms);
+      linkRows(s.links || {});
+    }
+
+    function linkRows(links) {
+      const sum = (a, b) => (a == null && b == null ? null : (a || 0) + (b || 0));
+      const rows = Object.keys(links).sort().map((name) => {
+        const l = links[name];
+        const tr = document.createElement("tr");
+        for (const c of [name, bits(l.rx_bytes), bits(l.tx_bytes), number(l.rx_packets), number(l.tx_packets),
+          number(sum(l.rx_errors, l.tx_errors)), number(sum(l.rx_dropped, l.tx_dropped))]) {
+          const td = document.createElement("td");
+          td.textContent = c;
+          tr.appendChild(td);
+        }
+        return tr;
+      });
+      document.getElementById("link-rows").replaceChildren(...rows);
     }
 
     let showAll = false;

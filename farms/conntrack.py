@@ -22,11 +22,24 @@ def _reply_source(entry) -> str | None:
     return ip.get_attr("CTA_IP_V4_SRC") or ip.get_attr("CTA_IP_V6_SRC")
 
 
+TCP_CLOSING_STATES = {7, 8}  # TIME_WAIT, CLOSE: the connection is over, only its entry lingers
+
+
+def _is_live(entry) -> bool:
+    info = entry.get_attr("CTA_PROTOINFO")
+    tcp = info.get_attr("CTA_PROTOINFO_TCP") if info is not None else None
+    if tcp is None:
+        return True
+    return tcp.get_attr("CTA_PROTOINFO_TCP_STATE") not in TCP_CLOSING_STATES
+
+
 def connections_by_backend(mark: int) -> dict[str, int]:
-    """How many conntrack entries of one farm each backend address holds right now."""
+    """How many live connections of one farm each backend address holds right now."""
     counts: collections.Counter[str] = collections.Counter()
     with Conntrack() as ct:
         for entry in ct.dump(mark=mark):
+            if not _is_live(entry):
+                continue
             source = _reply_source(entry)
             if source:
                 counts[str(ipaddress.ip_address(source))] += 1

@@ -31,7 +31,9 @@ def handler_for(name: str) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             client = self.client_address[0].removeprefix("::ffff:")
-            body = json.dumps({"backend": name, "client": client, "port": self.server.server_address[1]}).encode()
+            answer = {"backend": name, "client": client, "port": self.server.server_address[1]}
+            answer["client_port"] = self.client_address[1]
+            body = json.dumps(answer).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -104,17 +104,7 @@ class BackendSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Backend
-        fields = [
-            "id",
-            "url",
-            "farm",
-            "address",
-            "port",
-            "weight",
-            "state",
-            "created",
-            "updated",
-        ]
+        fields = ["id", "url", "farm", *services.BACKEND_FIELDS, "created", "updated"]
         validators = []  # the model's clean() words the duplicate check
 
     def validate(self, attrs: dict) -> dict:

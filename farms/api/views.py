@@ -127,7 +127,10 @@ class CapabilitiesView(APIView):
 
     @extend_schema(responses={200: {"type": "object", "additionalProperties": {"type": "boolean"}}})
     def get(self, request):
-        raw = get_redis().get("lbweb:capabilities")
+        try:
+            raw = get_redis().get("lbweb:capabilities")
+        except Exception as exc:
+            return Response({"detail": f"Redis is unreachable: {exc}"}, status=503)
         if raw is None:
             return Response({"detail": "the dataplane worker has not reported the kernel's capabilities yet"}, 503)
         return Response(json.loads(raw))

@@ -248,11 +248,12 @@ def _persistence_sets(b: _Builder, farm: FarmSpec) -> dict[int, list[str]]:
 
 
 def _persistence_rules(b: _Builder, farm: FarmSpec, chain: str, lookups: dict[int, list[str]]) -> None:
-    """Clients already bound to a backend (static sessions first, then learnt ones) go back to it."""
+    """Clients already bound to a backend go back to it: static sessions first (they win), then learnt ones."""
     key = _hash_expr(farm, farm.persistence)
-    for backend_id, names in lookups.items():
-        for name in names:
-            b.rule(chain, [f.match(key, "@" + name), f.jump(backend_chain_name(farm, backend_id))])
+    static = [(bid, n) for bid, names in lookups.items() for n in names if n.startswith("static-")]
+    learnt = [(bid, n) for bid, names in lookups.items() for n in names if not n.startswith("static-")]
+    for backend_id, name in static + learnt:
+        b.rule(chain, [f.match(key, "@" + name), f.jump(backend_chain_name(farm, backend_id))])
 
 
 def _session_key(client: tuple, farm: FarmSpec) -> Any:

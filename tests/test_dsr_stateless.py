@@ -18,6 +18,7 @@ import pytest
 from tests import lab as routed
 from tests import lab_l2 as l2
 from tests.stack import ROOT, Worker
+from tests.test_dataplane import kernel_check
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
@@ -143,6 +144,14 @@ def test_dsr_udp_round_robin_spreads_datagrams_and_answers_come_from_the_vip(api
     assert {source for _, source in answers} == {(vip, UDP_PORT)}
     assert {(a["to"], a["client"]) for a, _ in answers} == {(vip, l2.CLIENT4)}
     assert seen == {"to_vip": 30, "from_lb": 0, "from_backends": 30}, seen
+    ok, report = kernel_check(l2lab, l2worker)
+    assert ok, report  # the worker reads DSR tables back and finds what the database says
+    # A change replaces the farm's table in one transaction: a disabled backend gets nothing more.
+    b3 = next(b["id"] for b in farm["backends"] if b["address"] == l2.backend4("b3"))
+    api.patch(f"backends/{b3}/", {"state": "disabled"})
+    api.wait_applied(farm["id"])
+    answers = l2.udp_ask(l2lab.client, vip, UDP_PORT, count=10)
+    assert collections.Counter(a["backend"] for a, _ in answers) == {"b1": 5, "b2": 5}
 
 
 def test_backends_hold_the_vip_but_never_answer_arp_or_nd_for_it(l2lab):

@@ -78,9 +78,12 @@ def stop_processes(procs: list[subprocess.Popen]) -> None:
             proc.wait(timeout=5)
 
 
-def udp_ask(ns: str, address: str, port: int, count: int = 1, timeout: float = 2.0) -> list[tuple[dict, tuple]]:
+def udp_ask(
+    ns: str, address: str, port: int, count: int = 1, timeout: float = 2.0, size: int = 0
+) -> list[tuple[dict, tuple]]:
     """``count`` datagrams from namespace ``ns``, each from a new socket (a new source port).
 
+    ``size`` pads each datagram (beyond the 1500-byte MTU it leaves in fragments).
     Returns every answer with the address and port it came FROM, as the client's kernel saw them.
     """
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -90,7 +93,7 @@ def udp_ask(ns: str, address: str, port: int, count: int = 1, timeout: float = 2
         for i in range(count):
             with socket.socket(family, socket.SOCK_DGRAM) as sock:
                 sock.settimeout(timeout)
-                sock.sendto(f"query {i}".encode(), (address, port))
+                sock.sendto(f"query {i}".encode().ljust(size, b"."), (address, port))
                 try:
                     data, source = sock.recvfrom(4096)
                 except TimeoutError:

@@ -3,7 +3,8 @@
     lab_udp_server.py NAME PORTS     e.g. lab_udp_server.py b1 514,5514
 
 Answers every datagram with JSON naming itself, the address and port the
-datagram was sent to and the client address it came from, on IPv4 and IPv6.
+datagram was sent to, the client address it came from and the datagram's
+size (a datagram that arrived in fragments is reassembled), on IPv4 and IPv6.
 The answer leaves FROM the address the datagram was sent to (IP_PKTINFO /
 IPV6_PKTINFO): a DSR backend holds the VIP on loopback and must answer from
 the VIP, not from its interface's own address.
@@ -36,7 +37,7 @@ def open_sockets(port: int) -> list[socket.socket]:
 
 
 def answer(sock: socket.socket, name: str) -> None:
-    data, ancillary, _flags, client = sock.recvmsg(2048, 256)
+    data, ancillary, _flags, client = sock.recvmsg(65535, 256)
     local, reply_info = None, []
     for level, kind, raw in ancillary:
         if level == socket.IPPROTO_IP and kind == IP_PKTINFO:
@@ -52,7 +53,8 @@ def answer(sock: socket.socket, name: str) -> None:
         "client": client[0],
         "to": local,
         "port": sock.getsockname()[1],
-        "echo": data.decode(errors="replace"),
+        "size": len(data),
+        "echo": data[:64].decode(errors="replace"),
     }
     sock.sendmsg([json.dumps(body).encode()], reply_info, 0, client)
 

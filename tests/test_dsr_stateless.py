@@ -130,27 +130,39 @@ def test_dsr_tcp_hashes_each_flow_to_one_backend_which_answers_the_client_direct
     assert result.returncode == 0 and vip not in result.stdout and client not in result.stdout, result.stdout
 
 
-def test_dsr_udp_round_robin_spreads_datagrams_and_answers_come_from_the_vip(api, l2worker, l2lab):
-    vip = l2.vip4(2)
-    farm = dsr_farm(api, "dsr-udp", vip, THREE, protocol="udp", ports=str(UDP_PORT), scheduler="rr")
-    api.wait_applied(farm["id"])
-    watch = l2.ClientWatch(l2lab, vip)
-    try:
-        answers = l2.udp_ask(l2lab.client, vip, UDP_PORT, count=30)
-        seen = watch.counters()
-    finally:
-        watch.remove()
-    assert collections.Counter(a["backend"] for a, _ in answers) == {b: 10 for b in THREE}
-    assert {source for _, source in answers} == {(vip, UDP_PORT)}
-    assert {(a["to"], a["client"]) for a, _ in answers} == {(vip, l2.CLIENT4)}
-    assert seen == {"to_vip": 30, "from_lb": 0, "from_backends": 30}, seen
+def test_dsr_udp_round_robin_spreads_datagrams_whole_or_fragmented_and_answers_come_from_the_vip(api, l2worker, l2lab):
+    farms = {
+        (family, vip, client): dsr_farm(
+            api, f"dsr-udp{family}", vip, THREE, protocol="udp", ports=str(UDP_PORT), scheduler="rr"
+        )
+        for family, vip, client in ((4, l2.vip4(2), l2.CLIENT4), (6, l2.vip6(2), l2.CLIENT6))
+    }
+    for farm in farms.values():
+        api.wait_applied(farm["id"])
+    for family, vip, client in farms:
+        watch = l2.ClientWatch(l2lab, vip)
+        try:
+            answers = l2.udp_ask(l2lab.client, vip, UDP_PORT, count=30)
+            seen = watch.counters()
+        finally:
+            watch.remove()
+        assert collections.Counter(a["backend"] for a, _ in answers) == {b: 10 for b in THREE}, family
+        assert {source for _, source in answers} == {(vip, UDP_PORT)}
+        assert {(a["to"], a["client"]) for a, _ in answers} == {(vip, client)}
+        assert seen == {"to_vip": 30, "from_lb": 0, "from_backends": 30}, seen
+        # Beyond the MTU a datagram leaves in fragments; only the first carries the port. Every
+        # fragment must reach the same backend, which reassembles and answers the whole datagram.
+        big = l2.udp_ask(l2lab.client, vip, UDP_PORT, count=12, size=3000)
+        assert {(a["size"], source) for a, source in big} == {(3000, (vip, UDP_PORT))}, family
+        assert len({a["backend"] for a, _ in big}) >= 2, big  # still spread: 3 x (1/3)^12 to fail by chance
     ok, report = kernel_check(l2lab, l2worker)
     assert ok, report  # the worker reads DSR tables back and finds what the database says
     # A change replaces the farm's table in one transaction: a disabled backend gets nothing more.
+    farm = farms[(4, l2.vip4(2), l2.CLIENT4)]
     b3 = next(b["id"] for b in farm["backends"] if b["address"] == l2.backend4("b3"))
     api.patch(f"backends/{b3}/", {"state": "disabled"})
     api.wait_applied(farm["id"])
-    answers = l2.udp_ask(l2lab.client, vip, UDP_PORT, count=10)
+    answers = l2.udp_ask(l2lab.client, l2.vip4(2), UDP_PORT, count=10)
     assert collections.Counter(a["backend"] for a, _ in answers) == {"b1": 5, "b2": 5}
 
 
@@ -213,6 +225,8 @@ def test_stateless_dnat_udp_round_robin_answers_from_the_vip_without_conntrack(a
     assert {source for _, source in answers} == {(vip, UDP_PORT)}  # every answer FROM the VIP and its port
     assert {(a["backend"], a["port"]) for a, _ in answers} == {("b1", UDP_PORT), ("b2", UDP_PORT), ("b3", OTHER_PORT)}
     assert {a["client"] for a, _ in answers} == {client}
+    big = l2.udp_ask(lab.client, vip, UDP_PORT, count=3, size=3000)  # fragments, reassembled before the rewrite
+    assert {(a["size"], source) for a, source in big} == {(3000, (vip, UDP_PORT))}
     farm_ports = re.compile(rf"port=({UDP_PORT}|{OTHER_PORT})\b")
     ours = [line for line in conntrack_lines(lab, family) if f"src={client} " in line and farm_ports.search(line)]
     assert ours == [], ours

@@ -11,14 +11,14 @@ import collections
 import json
 import os
 import re
+import subprocess
 import time
 
 import pytest
 
 from tests import lab as routed
 from tests import lab_l2 as l2
-from tests.stack import ROOT, Worker
-from tests.test_dataplane import kernel_check
+from tests.stack import ROOT, VENV_BIN, Worker
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
@@ -90,6 +90,13 @@ def dsr_farm(api, name, vip, backends, protocol="tcp", ports="80", **fields):
 def lb_counter(lab, table, name) -> int:
     listing = json.loads(lab.ns(lab.lb, "nft", "-j", "list", "counter", "netdev", table, name).stdout)
     return next(i["counter"]["packets"] for i in listing["nftables"] if "counter" in i)
+
+
+def kernel_check(lab, worker) -> tuple[bool, str]:
+    """``manage.py kernel --check`` in the LB namespace, against the worker's database."""
+    cmd = ["ip", "netns", "exec", lab.lb, str(VENV_BIN / "python"), "manage.py", "kernel", "--check"]
+    result = subprocess.run(cmd, cwd=ROOT, env=worker.env, capture_output=True, text=True)
+    return result.returncode == 0, result.stdout + result.stderr
 
 
 def conntrack_lines(lab, family: int) -> list[str]:

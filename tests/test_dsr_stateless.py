@@ -74,7 +74,7 @@ def routed_udp(lab):
 
 def dsr_farm(api, name, vip, backends, protocol="tcp", ports="80", **fields):
     address = l2.backend6 if ":" in vip else l2.backend4
-    farm = api.farm(
+    return api.farm(
         name=name,
         vip=vip,
         protocol=protocol,
@@ -84,7 +84,6 @@ def dsr_farm(api, name, vip, backends, protocol="tcp", ports="80", **fields):
         backends=[{"address": address(b) if b in l2.BACKENDS else b} for b in backends],
         **fields,
     )
-    return farm
 
 
 def lb_counter(lab, table, name) -> int:

@@ -146,8 +146,11 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
         e["interface"] = "DSR needs the interface facing the backends (they share its layer-2 segment)."
     elif not re.match(r"^[A-Za-z0-9_.:@-]{1,15}$", farm.interface):
         e["interface"] = f"'{farm.interface}' is not an interface name."
-    if farm.protocol in (Proto.TCP, Proto.SCTP) and farm.scheduler not in (Sched.HASH, Sched.SYMHASH):
-        e["scheduler"] = "DSR keeps no connection state: a TCP/SCTP flow must be hashed (hash or symhash)."
+    if farm.protocol in (Proto.TCP, Proto.SCTP, Proto.ALL) and farm.scheduler not in (Sched.HASH, Sched.SYMHASH):
+        carried = (
+            "a farm for all protocols carries TCP, whose flows" if farm.protocol == Proto.ALL else "a TCP/SCTP flow"
+        )
+        e["scheduler"] = f"DSR keeps no connection state: {carried} must be hashed (hash or symhash)."
     if farm.scheduler == Sched.LEASTCONN:
         e["scheduler"] = "DSR sees only one direction of a flow: least connections cannot be counted."
     for name, words in (

@@ -39,6 +39,11 @@ def test_dsr_with_a_snat_source_is_refused_on_source_addr(client):
 def test_dsr_tcp_with_round_robin_is_refused_on_scheduler(client):
     message = refused_on(post(client, "farms/", {**DSR, "name": "d", "scheduler": "rr"}), "scheduler")
     assert "hash" in message
+    # a farm for all protocols carries TCP too
+    response = post(client, "farms/", {**DSR, "name": "a", "protocol": "all", "ports": "", "scheduler": "weight"})
+    assert "TCP" in refused_on(response, "scheduler")
+    udp = post(client, "farms/", {**DSR, "name": "u", "protocol": "udp", "ports": "514", "scheduler": "rr"})
+    assert udp.status_code == 201, udp.content  # datagrams need no flow state
 
 
 def test_dsr_backend_with_a_port_is_refused_on_port(client):

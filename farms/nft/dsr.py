@@ -6,8 +6,8 @@ farm's interface. Owning a whole table makes a DSR change one ``delete table`` +
 the transaction, touching no other farm. A TCP farm must hash (a flow always meets the same backend,
 there is no conntrack to remember it); UDP may also use round robin or weights.
 
-A datagram larger than the path MTU arrives in fragments, and only the first carries the ports.
-Later fragments of a farm's protocol to its VIP are therefore let in without a port match, and
+A UDP datagram larger than the path MTU arrives in fragments, and only the first carries the ports.
+Later fragments of UDP to the VIP are therefore let in without a port match, and
 every fragment of a datagram is sent to one backend, chosen from fields all fragments carry (the
 farm's own hash when it uses only such fields). The backend reassembles the datagram.
 """
@@ -66,15 +66,18 @@ def _fragment_key(farm: FarmSpec, total: int) -> Json:
     """Pick a backend from what every fragment of a datagram carries: the same one for all of them."""
     if farm.family == 4:
         expr = f.concat(f.payload("ip", "saddr"), f.payload("ip", "id"))
-    else:  # nft 1.0.6 cannot hash the fragment header's id; the flow label is in every fragment too
+    elif farm.scheduler == "rr" or all(b.weight == 1 for b in farm.active_backends):
+        # nft 1.0.6 cannot hash the fragment header's id; the flow label is in every fragment too ...
         expr = f.concat(f.payload("ip6", "saddr"), f.payload("ip6", "flowlabel"))
+    else:  # ... but it refuses a hashed flow label as the key of an interval (weighted) map
+        expr = f.payload("ip6", "saddr")
     return {"jhash": {"mod": total, "seed": HASH_SEED, "offset": 0, "expr": expr}}
 
 
 def _needs_fragment_rule(farm: FarmSpec) -> bool:
-    """Per-packet and port-based choices would split a fragmented datagram (a hash of addresses would not);
-    TCP avoids fragments (path MTU discovery, MSS)."""
-    if farm.protocol == "tcp":
+    """Per-packet and port-based choices would split a fragmented datagram (a hash of addresses would not).
+    TCP and SCTP connections avoid IP fragments (path MTU discovery) and must stay on their hashed backend."""
+    if farm.protocol not in ("udp", "all"):
         return False
     return not (farm.scheduler == "hash" and set(_hash_fields(farm)) <= WHOLE_DATAGRAM_FIELDS)
 
@@ -136,7 +139,7 @@ def compile_farm(farm: FarmSpec, key: str) -> UnitRuleset:
     match = [f.match(f.payload(l3, "daddr"), farm.vip)]
     if farm.protocol != "all":
         match.append(f.match(f.meta("l4proto"), farm.protocol))
-        if farm.protocol != "tcp":  # later fragments carry no port: they follow their first one (below)
+        if farm.protocol == "udp":  # later fragments carry no port: they follow their first one (below)
             later = [*match, _fragmented(l3, first_too=False), f.jump(chain)]
             creates.append(f.add("rule", {**_ref(table, chain="ingress"), "expr": later}))
         match.append(f.match(f.payload("th", "dport"), {"set": [f.port_value(lo, hi) for lo, hi in farm.ports]}))

@@ -29,7 +29,7 @@ from .choices import (
     PolicyTypeChoices,
 )
 from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
-from .validation import farm_option_errors, parse_mac, parse_networks
+from .validation import farm_option_errors, parse_mac, parse_networks, stateless_reply_clash
 
 
 class ConfigGeneration(models.Model):
@@ -205,6 +205,10 @@ class Farm(models.Model):
             errors["protocol"] = "Backends with a port cannot serve a farm for all protocols; clear their ports first."
         if self.mode == FarmModeChoices.DSR and any(b.port is not None for b in backends):
             errors["mode"] = "DSR cannot change ports: clear the backends' ports first."
+        for b in backends:
+            clash = stateless_reply_clash(self, b.address, b.port, b.same_address_elsewhere())
+            if clash:
+                errors.setdefault("mode" if self.mode == FarmModeChoices.STATELESS_DNAT else "ports", clash)
         return errors
 
     def _conflicting_farm(self) -> tuple[str, str] | None:
@@ -287,8 +291,17 @@ class Backend(models.Model):
             twins = Backend.objects.filter(farm=farm, address=self.address, port=self.port).exclude(pk=self.pk)
             if twins.exists():
                 errors["address"] = f"Farm '{farm.name}' already has backend {self}."
+        if farm and not errors:
+            clash = stateless_reply_clash(farm, self.address, self.port, self.same_address_elsewhere())
+            if clash:
+                errors["address"] = clash
         if errors:
             raise ValidationError(errors)
+
+    def same_address_elsewhere(self) -> list[tuple[Farm, int | None]]:
+        """(farm, port) of every backend with this address in another farm."""
+        others = Backend.objects.filter(address=self.address).exclude(farm_id=self.farm_id).select_related("farm")
+        return [(b.farm, b.port) for b in others]
 
 
 class StaticSession(models.Model):

@@ -12,6 +12,7 @@ from .choices import FarmModeChoices as Mode
 from .choices import FarmProtocolChoices as Proto
 from .choices import FarmSchedulerChoices as Sched
 from .choices import HashFieldChoices
+from .ports import PortSyntaxError, overlaps, parse_ports
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
 HELPER_PROTOCOL = {"ftp": "tcp", "pptp": "tcp", "irc": "tcp", "h323": "tcp", "tftp": "udp", "snmp": "udp",
@@ -145,8 +146,11 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
         e["interface"] = "DSR needs the interface facing the backends (they share its layer-2 segment)."
     elif not re.match(r"^[A-Za-z0-9_.:@-]{1,15}$", farm.interface):
         e["interface"] = f"'{farm.interface}' is not an interface name."
-    if farm.protocol in (Proto.TCP, Proto.SCTP) and farm.scheduler not in (Sched.HASH, Sched.SYMHASH):
-        e["scheduler"] = "DSR keeps no connection state: a TCP/SCTP flow must be hashed (hash or symhash)."
+    if farm.protocol in (Proto.TCP, Proto.SCTP, Proto.ALL) and farm.scheduler not in (Sched.HASH, Sched.SYMHASH):
+        carried = (
+            "a farm for all protocols carries TCP, whose flows" if farm.protocol == Proto.ALL else "a TCP/SCTP flow"
+        )
+        e["scheduler"] = f"DSR keeps no connection state: {carried} must be hashed (hash or symhash)."
     if farm.scheduler == Sched.LEASTCONN:
         e["scheduler"] = "DSR sees only one direction of a flow: least connections cannot be counted."
     for name, words in (
@@ -182,3 +186,36 @@ def _stateless_errors(farm, e: dict[str, str]) -> None:
     ):
         if getattr(farm, name):
             e.setdefault(name, f"Stateless DNAT bypasses conntrack: {words} cannot apply.")
+
+
+def udp_reply_ports(farm, backend_port: int | None) -> list[tuple[int, int]]:
+    """The UDP ports a backend answers ``farm``'s clients from, through the LB (none for DSR or TCP farms)."""
+    if farm.protocol not in (Proto.UDP, Proto.ALL) or farm.mode == Mode.DSR:
+        return []
+    if backend_port is not None:
+        return [(backend_port, backend_port)]
+    if farm.protocol == Proto.ALL:
+        return [(1, 65535)]
+    try:
+        return parse_ports(farm.ports)
+    except PortSyntaxError:
+        return []  # reported on the field itself
+
+
+def stateless_reply_clash(farm, address: str, port: int | None, elsewhere) -> str | None:
+    """Stateless DNAT knows its replies only by backend address and source port: no other farm may share them.
+
+    ``elsewhere`` holds the (farm, port) of every backend with the same address in another farm.
+    """
+    mine = udp_reply_ports(farm, port)
+    for other_farm, other_port in elsewhere:
+        if Mode.STATELESS_DNAT not in (farm.mode, other_farm.mode):
+            continue
+        common = overlaps(mine, udp_reply_ports(other_farm, other_port))
+        if common:
+            return (
+                f"{address} UDP port {common[0][0]} already answers farm '{other_farm.name}'; stateless DNAT "
+                "recognises replies by backend address and port alone, so the two farms would take each "
+                "other's replies. Give one of them another backend port."
+            )
+    return None

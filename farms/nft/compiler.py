@@ -350,6 +350,8 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
         b.rule(name, expr)
         reply = f"reply-{farm.name}-{backend.id}"
         b.chain(reply)
+        # The appliance's own conversations with the backend (a health check, say) keep their addresses.
+        b.rule(reply, [f.match({"fib": {"result": "type", "flags": ["daddr"]}}, "local"), {"return": None}])
         back = [{"notrack": None}, {"mangle": {"key": f.payload(l3, "saddr"), "value": farm.vip}}]
         if backend.port is not None:
             back.append({"mangle": {"key": f.payload("udp", "sport"), "value": farm.ports[0][0]}})

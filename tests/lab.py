@@ -32,7 +32,7 @@ BACKENDS = {"b1": 11, "b2": 12, "b3": 13}
 CLIENT4, CLIENT6 = "198.18.0.2", "2001:2::2"
 LB_BACKSIDE4, LB_BACKSIDE6 = "198.18.1.1", "2001:2:0:1::1"
 BACKEND_PORTS = (80, 8080, 21)
-UDP_PORTS = (53, 514, 5514)
+UDP_PORTS = (53,)  # 514 and 5514 belong to lab_udp_server.py (DSR and stateless tests)
 
 
 def vip4(n: int = 1) -> str:

@@ -84,6 +84,13 @@ def _assign(instance, fields: tuple[str, ...], values: dict) -> None:
         setattr(instance, name, value)
 
 
+def _validated_save(instance, fields: tuple[str, ...], values: dict):
+    _assign(instance, fields, values)
+    instance.full_clean()
+    instance.save()
+    return instance
+
+
 def _set_policies(farm: Farm, policies: Iterable[Policy] | None) -> None:
     if policies is None:
         return
@@ -97,9 +104,7 @@ def _set_policies(farm: Farm, policies: Iterable[Policy] | None) -> None:
 def farm_create(*, policies: Iterable[Policy] | None = None, **values) -> Farm:
     """Create a farm from its field values (see FARM_FIELDS) and its access policies."""
     farm = Farm()
-    _assign(farm, FARM_FIELDS, values)
-    farm.full_clean()
-    farm.save()
+    _validated_save(farm, FARM_FIELDS, values)
     _set_policies(farm, policies)
     _mark_changed(farm)
     return farm
@@ -108,9 +113,7 @@ def farm_create(*, policies: Iterable[Policy] | None = None, **values) -> Farm:
 @transaction.atomic
 def farm_update(*, farm: Farm, policies: Iterable[Policy] | None = None, **values) -> Farm:
     """Change some fields of a farm (and, if given, its access policies)."""
-    _assign(farm, FARM_FIELDS, values)
-    farm.full_clean()
-    farm.save()
+    _validated_save(farm, FARM_FIELDS, values)
     _set_policies(farm, policies if policies is not None else (farm.policies.all() if "mode" in values else None))
     _mark_changed(farm)
     return farm
@@ -127,9 +130,7 @@ def farm_delete(*, farm: Farm) -> None:
 def backend_create(*, farm: Farm, **values) -> Backend:
     """Add a backend to a farm."""
     backend = Backend(farm=farm)
-    _assign(backend, BACKEND_FIELDS, values)
-    backend.full_clean()
-    backend.save()
+    _validated_save(backend, BACKEND_FIELDS, values)
     _mark_changed(farm)
     return backend
 
@@ -137,9 +138,7 @@ def backend_create(*, farm: Farm, **values) -> Backend:
 @transaction.atomic
 def backend_update(*, backend: Backend, **values) -> Backend:
     """Change some fields of a backend (weight, state, priority, ...)."""
-    _assign(backend, BACKEND_FIELDS, values)
-    backend.full_clean()
-    backend.save()
+    _validated_save(backend, BACKEND_FIELDS, values)
     _mark_changed(backend.farm)
     return backend
 
@@ -170,9 +169,7 @@ def backend_maintenance(*, backend: Backend, mode: str) -> Backend:
 def policy_create(**values) -> Policy:
     """Create a shared access policy (deny or allow list)."""
     policy = Policy()
-    _assign(policy, POLICY_FIELDS, values)
-    policy.full_clean()
-    policy.save()
+    _validated_save(policy, POLICY_FIELDS, values)
     _policy_changed(policy)
     return policy
 
@@ -180,9 +177,7 @@ def policy_create(**values) -> Policy:
 @transaction.atomic
 def policy_update(*, policy: Policy, **values) -> Policy:
     """Change a policy; its farms are not rebuilt, only the policy's sets change in the kernel."""
-    _assign(policy, POLICY_FIELDS, values)
-    policy.full_clean()
-    policy.save()
+    _validated_save(policy, POLICY_FIELDS, values)
     _policy_changed(policy)
     return policy
 

@@ -19,6 +19,15 @@ def _full_clean(instance) -> None:
         raise serializers.ValidationError(exc.message_dict) from exc
 
 
+def _cleaned(instance, attrs: dict) -> dict:
+    """Run the model's clean() on a copy carrying the new values; return them as clean() left them."""
+    candidate = copy.copy(instance)
+    for name, value in attrs.items():
+        setattr(candidate, name, value)
+    _full_clean(candidate)
+    return {name: getattr(candidate, name) for name in attrs}
+
+
 class ApplyStatusSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=["applied", "pending", "failed"])
     config_generation = serializers.IntegerField()
@@ -82,11 +91,7 @@ class FarmSerializer(serializers.ModelSerializer):
 
     def validate(self, attrs: dict) -> dict:
         policies = attrs.pop("policies", None)
-        candidate = copy.copy(self.instance) if self.instance else Farm()
-        for name, value in attrs.items():
-            setattr(candidate, name, value)
-        _full_clean(candidate)
-        data = {name: getattr(candidate, name) for name in attrs}
+        data = _cleaned(self.instance or Farm(), attrs)
         if policies is not None:
             data["policies"] = policies
         return data
@@ -108,11 +113,7 @@ class BackendSerializer(serializers.ModelSerializer):
         validators = []  # the model's clean() words the duplicate check
 
     def validate(self, attrs: dict) -> dict:
-        candidate = copy.copy(self.instance) if self.instance else Backend()
-        for name, value in attrs.items():
-            setattr(candidate, name, value)
-        _full_clean(candidate)
-        return {name: getattr(candidate, name) for name in attrs}
+        return _cleaned(self.instance or Backend(), attrs)
 
     def create(self, validated_data: dict) -> Backend:
         return services.backend_create(**validated_data)
@@ -152,11 +153,7 @@ class PolicySerializer(serializers.ModelSerializer):
         extra_kwargs = {"name": {"validators": []}}
 
     def validate(self, attrs: dict) -> dict:
-        candidate = copy.copy(self.instance) if self.instance else Policy()
-        for name, value in attrs.items():
-            setattr(candidate, name, value)
-        _full_clean(candidate)
-        return {name: getattr(candidate, name) for name in attrs}
+        return _cleaned(self.instance or Policy(), attrs)
 
     def create(self, validated_data: dict) -> Policy:
         return services.policy_create(**validated_data)

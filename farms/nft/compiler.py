@@ -100,17 +100,7 @@ def _l3(farm: FarmSpec) -> str:
 
 
 def _hash_expr(farm: FarmSpec, fields_: tuple[str, ...]) -> Json:
-    l3 = _l3(farm)
-    source = {
-        "srcip": f.payload(l3, "saddr"),
-        "dstip": f.payload(l3, "daddr"),
-        "srcport": f.payload("th", "sport"),
-        "dstport": f.payload("th", "dport"),
-        "srcmac": f.payload("ether", "saddr"),
-        "dstmac": f.payload("ether", "daddr"),
-    }
-    parts = [source[name] for name in fields_]
-    return parts[0] if len(parts) == 1 else f.concat(*parts)
+    return f.field_expr(_l3(farm), fields_)
 
 
 def _persist_key_type(farm: FarmSpec) -> str | list[str]:

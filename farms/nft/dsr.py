@@ -45,19 +45,10 @@ def _hash_fields(farm: FarmSpec) -> tuple[str, ...]:
 
 def _hash_key(farm: FarmSpec, total: int) -> Json:
     l3 = "ip" if farm.family == 4 else "ip6"
-    source = {
-        "srcip": f.payload(l3, "saddr"),
-        "dstip": f.payload(l3, "daddr"),
-        "srcport": f.payload("th", "sport"),
-        "dstport": f.payload("th", "dport"),
-        "srcmac": f.payload("ether", "saddr"),
-        "dstmac": f.payload("ether", "daddr"),
-    }
     if farm.scheduler == "symhash":
         return {"symhash": {"mod": total, "offset": 0}}
     if farm.scheduler == "hash":
-        parts = [source[name] for name in _hash_fields(farm)]
-        expr = parts[0] if len(parts) == 1 else f.concat(*parts)
+        expr = f.field_expr(l3, _hash_fields(farm))
         return {"jhash": {"mod": total, "seed": HASH_SEED, "offset": 0, "expr": expr}}
     return f.numgen("inc" if farm.scheduler == "rr" else "random", total)
 

@@ -101,10 +101,14 @@ def farm_info(farm: Farm) -> FarmInfo:
     )
 
 
+# Only NAT farms go through conntrack (their mark) and the traffic counters; DSR and stateless farms do not.
+MEASURED_MODES = ("snat", "dnat")
+
+
 def load_index(current: FarmIndex | None = None) -> FarmIndex:
-    """Read farms from the database, unless the configuration generation has not moved since ``current``."""
+    """Read the measured farms from the database, unless the configuration generation has not moved."""
     generation = ConfigGeneration.current()
     if current is not None and current.generation == generation:
         return current
-    farms = Farm.objects.prefetch_related("backends").order_by("id")
+    farms = Farm.objects.filter(mode__in=MEASURED_MODES).prefetch_related("backends").order_by("id")
     return build_index([farm_info(f) for f in farms], generation)

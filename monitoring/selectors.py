@@ -15,6 +15,7 @@ from django.conf import settings
 
 from farms.models import Farm
 
+from .farm_index import MEASURED_MODES
 from .store import (
     BACKEND_CENSUS_FIELDS,
     BACKEND_RATE_FIELDS,
@@ -104,7 +105,8 @@ def farm_series(
     """One farm's points: its own entries, zeros where it was idle, gaps where the collector was not sampling."""
     now = now or time.time()
     start, resolution, step = _window(window, since, now)
-    heartbeat = store.system_series(resolution, start)
+    measured = farm.mode in MEASURED_MODES
+    heartbeat = store.system_series(resolution, start) if measured else []
     # Backend states are written only when they change: start from the last one before the window.
     entries = store.farm_series(farm.id, resolution, start - STATE_LOOKBACK * step)
     states = {str(b.id): b.state == "enabled" for b in farm.backends.all()}
@@ -141,6 +143,7 @@ def farm_series(
         "resolution": resolution,
         "step": step,
         "census_interval": census_interval,
+        "measured": measured,
         "now": now,
         **staleness(last, now, step),
         "points": with_gaps(points, step, since),

@@ -19,9 +19,14 @@ METRICS_INTERVAL = 0.5  # the collector's sampling interval in tests (2 s in pro
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    from django.conf import settings
+
     from lbweb.celery import app
+    from lbweb.redis_client import get_redis
 
     app.conf.broker_url = server.broker_url
+    settings.REDIS_URL = server.url  # the API's own Redis client (sessions, capabilities)
+    get_redis.cache_clear()
     yield server
     server.stop()
 

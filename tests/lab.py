@@ -31,7 +31,8 @@ CLONE_NEWNET = 0x40000000
 BACKENDS = {"b1": 11, "b2": 12, "b3": 13}
 CLIENT4, CLIENT6 = "198.18.0.2", "2001:2::2"
 LB_BACKSIDE4, LB_BACKSIDE6 = "198.18.1.1", "2001:2:0:1::1"
-BACKEND_PORTS = (80, 8080)
+BACKEND_PORTS = (80, 8080, 21)
+UDP_PORTS = (53,)  # 514 and 5514 belong to lab_udp_server.py (DSR and stateless tests)
 
 
 def vip4(n: int = 1) -> str:
@@ -139,9 +140,13 @@ class Lab:
         self.ns(ns, "ip", "link", "set", dev, "up")
 
     def _start_server(self, ns: str, name: str) -> subprocess.Popen:
-        ports = ",".join(str(p) for p in BACKEND_PORTS)
+        udp = ",".join(str(p) for p in UDP_PORTS)
+        self.servers.append(self._spawn(ns, "lab_echo_server.py", name, udp))
+        return self._spawn(ns, "lab_server.py", name, ",".join(str(p) for p in BACKEND_PORTS))
+
+    def _spawn(self, ns: str, script: str, *args: str) -> subprocess.Popen:
         return subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, str(HERE / "lab_server.py"), name, ports],
+            ["ip", "netns", "exec", ns, sys.executable, str(HERE / script), *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -211,6 +216,26 @@ class Lab:
         out = self.ns(ns, "sh", "-c", " ".join(f"cat /sys/class/net/{dev}/statistics/{n};" for n in names)).stdout
         return dict(zip(names, map(int, out.split()), strict=True))
 
+    def udp_query(self, address: str, port: int, count: int = 1, timeout: float = 2, from_ns: str | None = None):
+        """``count`` datagrams from the client, each from a new socket (new source port); returns
+        (answer, the address:port the answer came from) pairs, or None for a datagram left unanswered."""
+
+        def many() -> list:
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            results = []
+            for _ in range(count):
+                with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                    sock.settimeout(timeout)
+                    sock.sendto(b"ping", (address, port))
+                    try:
+                        data, peer = sock.recvfrom(2048)
+                        results.append((json.loads(data), (peer[0], peer[1])))
+                    except TimeoutError:
+                        results.append(None)
+            return results
+
+        return run_in_netns(from_ns or self.client, many)
+
     def try_connect(self, address: str, port: int, timeout: float = 1) -> bool:
         try:
             self.connect(address, port, timeout=timeout).close()
@@ -241,3 +266,29 @@ def _request(sock: socket.socket, close: bool) -> dict:
     if close:
         sock.close()
     return body
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def send_raw_tcp(lab: Lab, dst: str, dport: int, flags: int, count: int = 1, sport: int = 40000) -> None:
+    """Hand-made IPv4 TCP segments from the client (e.g. SYN|FIN, which conntrack calls invalid)."""
+    import ipaddress
+    import struct
+
+    def send() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP) as sock:
+            for i in range(count):
+                header = struct.pack("!HHIIBBHHH", sport + i, dport, 1000, 0, 5 << 4, flags, 8192, 0, 0)
+                pseudo = ipaddress.ip_address(CLIENT4).packed + ipaddress.ip_address(dst).packed
+                pseudo += struct.pack("!BBH", 0, socket.IPPROTO_TCP, len(header))
+                csum = _checksum(pseudo + header)
+                sock.sendto(header[:16] + struct.pack("!H", csum) + header[18:], (dst, 0))
+
+    run_in_netns(lab.client, send)

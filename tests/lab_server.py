@@ -35,8 +35,9 @@ def handler_for(name: str) -> type[BaseHTTPRequestHandler]:
             if self.path.startswith("/bytes/"):
                 body, kind = b"x" * int(self.path.removeprefix("/bytes/")), "application/octet-stream"
             else:
-                body = json.dumps({"backend": name, "client": client, "port": self.server.server_address[1]}).encode()
-                kind = "application/json"
+                answer = {"backend": name, "client": client, "port": self.server.server_address[1]}
+                answer["client_port"] = self.client_address[1]
+                body, kind = json.dumps(answer).encode(), "application/json"
             self.send_response(200)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))

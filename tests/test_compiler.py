@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from farms.nft import compiler
-from farms.nft.spec import BackendSpec, FarmSpec
+from farms.nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from tests.stack import ROOT
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -30,7 +31,7 @@ WEB = FarmSpec(
     backends=(
         BackendSpec(id=1, address="198.18.1.11"),
         BackendSpec(id=2, address="198.18.1.12", port=8080),
-        BackendSpec(id=3, address="198.18.1.13", enabled=False),
+        BackendSpec(id=3, address="198.18.1.13", state="disabled"),
     ),
 )
 DNS6 = FarmSpec(
@@ -53,16 +54,95 @@ EMPTY = FarmSpec(id=4, name="empty", vip="198.18.100.3", protocol="sctp", ports=
 OFF = FarmSpec(id=5, name="off", vip="198.18.100.4", ports=((80, 80),), enabled=False, backends=WEB.backends[:1])
 ALL_FARMS = [WEB, DNS6, ANY, EMPTY, OFF]
 
+DENY = PolicySpec(id=1, name="blocked", type="deny", elements=("198.18.5.0/24", "198.18.6.7", "2001:2:0:5::/64"))
+ALLOW = PolicySpec(id=2, name="office", type="allow", elements=("198.18.0.0/24",))
+
+
+def _b(i: int, **kw) -> BackendSpec:
+    return BackendSpec(id=i, address=f"198.18.1.{10 + i}", **kw)
+
+
+FEATURES = [
+    FarmSpec(
+        id=11,
+        name="sticky",
+        vip="198.18.100.11",
+        ports=((80, 80),),
+        mode="dnat",
+        scheduler="weight",
+        persistence=("srcip",),
+        persist_ttl=30,
+        backends=(_b(1, weight=2), _b(2, state="drain"), _b(3, priority=2, est_connlimit=5)),
+        sessions=(SessionSpec(("198.18.0.9",), 1),),
+        policies=(DENY, ALLOW),
+        new_rtlimit=10,
+        new_rtlimit_burst=5,
+        est_connlimit=100,
+        limit_verdict="reject",
+        log=True,
+        helper="ftp",
+        tcp_strict=True,
+        rst_rtlimit=5,
+        intra_connect=True,
+    ),
+    FarmSpec(
+        id=12,
+        name="pool",
+        vip="198.18.100.12",
+        ports=((80, 80), (8000, 8100)),
+        mode="snat",
+        scheduler="hash",
+        sched_param=("srcip", "srcport"),
+        source_addr="198.18.1.1-198.18.1.3",
+        source_ports=(20000, 30000),
+        backends=(_b(4), _b(5)),
+    ),
+    FarmSpec(
+        id=13,
+        name="syslog",
+        vip="198.18.100.13",
+        protocol="udp",
+        ports=((514, 514),),
+        mode="stlsdnat",
+        backends=(_b(7), _b(8, port=5514)),
+    ),
+    FarmSpec(
+        id=14,
+        name="direct",
+        vip="198.18.100.14",
+        ports=((80, 80),),
+        mode="dsr",
+        scheduler="hash",
+        sched_param=("srcip", "srcport"),
+        interface="d0",
+        interface_mac="02:00:00:00:00:01",
+        backends=(_b(9, mac="02:00:00:00:00:09"), _b(10, mac="02:00:00:00:00:0a")),
+    ),
+    FarmSpec(
+        id=15,
+        name="v6",
+        vip="2001:2:0:100::15",
+        ports=((80, 80),),
+        mode="snat",
+        scheduler="leastconn",
+        persistence=("srcmac",),
+        backends=(BackendSpec(11, "2001:2:0:1::11"), BackendSpec(12, "2001:2:0:1::12", weight=3)),
+    ),
+]
+
 WEB_REWEIGHTED = FarmSpec(**{**WEB.__dict__, "scheduler": "weight", "backends": WEB.backends[:2]})
 
 
 def documents() -> dict[str, dict]:
-    old = {r.farm_id: r.objects for r in map(compiler.compile_farm, ALL_FARMS)}
-    new = {r.farm_id: r for r in map(compiler.compile_farm, [WEB_REWEIGHTED, *ALL_FARMS[1:]])}
+    old = {r.key: r.objects for r in map(compiler.compile_farm, ALL_FARMS)}
+    new = {r.key: r for r in map(compiler.compile_farm, [WEB_REWEIGHTED, *ALL_FARMS[1:]])}
     return {
         "full": compiler.full_document(ALL_FARMS),
         "incremental-change-one-farm": compiler.incremental_document(old, new)[0],
-        "incremental-delete-one-farm": compiler.incremental_document(old, {k: v for k, v in new.items() if k != 1})[0],
+        "full-l4-features": compiler.full_document(FEATURES, [DENY, ALLOW]),
+        "incremental-delete-one-farm": compiler.incremental_document(
+            old, {k: v for k, v in new.items() if k != "farm:1"}
+        )[0],
     }
 
 
@@ -85,6 +165,8 @@ def throwaway_netns():
         pytest.fail("nft --check in a namespace needs root")
     name = f"lbt-nft-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True)
+    # the DSR golden farm hooks ingress of d0
+    subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True)
     yield name
     subprocess.run(["ip", "netns", "del", name], check=False)
 
@@ -105,6 +187,10 @@ def test_every_golden_document_is_accepted_by_nft(throwaway_netns, tmp_path):
         assert result.returncode == 0, f"{path.name}: {result.stderr}"
     listing = nft(throwaway_netns, "list", "table", "inet", "lbweb").stdout
     assert "farm-web" in listing and "dispatch6" in listing
+    features = GOLDEN / "full-l4-features.json"
+    result = nft(throwaway_netns, "-j", "-f", str(features))
+    assert result.returncode == 0, result.stderr
+    assert "fwd to" in nft(throwaway_netns, "list", "table", "netdev", "lbweb-dsr-direct").stdout
 
 
 def test_compiler_imports_no_django():
@@ -125,8 +211,8 @@ def test_every_command_names_only_lbweb_table():
         for command in document["nftables"]:
             ((_verb, body),) = command.items()
             ((_kind, obj),) = body.items()
-            assert obj["family"] == "inet"
-            assert obj.get("table", obj.get("name")) == "lbweb"
+            table = (obj["family"], obj.get("table", obj.get("name")))
+            assert table == ("inet", "lbweb") or (table[0] == "netdev" and table[1].startswith("lbweb-dsr-")), table
             assert "ruleset" not in body
 
 
@@ -141,29 +227,47 @@ def test_changing_one_farm_names_only_that_farms_objects():
 
 
 def test_unchanged_configuration_needs_no_command():
-    compiled = {r.farm_id: r for r in map(compiler.compile_farm, ALL_FARMS)}
+    compiled = {r.key: r for r in map(compiler.compile_farm, ALL_FARMS)}
     document, changed = compiler.incremental_document({k: v.objects for k, v in compiled.items()}, compiled)
     assert changed == [] and document == {"nftables": []}
 
 
+def last_rule(unit, chain: str) -> list:
+    rules = [c["add"]["rule"] for c in unit.creates if "rule" in c.get("add", {})]
+    return [r["expr"] for r in rules if r["chain"] == chain][-1]
+
+
 def test_round_robin_and_weighted_schedulers():
-    rr = compiler.compile_farm(WEB).creates
-    farm_rule = next(
-        c["add"]["rule"] for c in rr if "rule" in c.get("add", {}) and c["add"]["rule"]["chain"] == "farm-web"
-    )
-    vmap = farm_rule["expr"][-1]["vmap"]
+    vmap = last_rule(compiler.compile_farm(WEB), "farm-web")[-1]["vmap"]
     assert vmap["key"] == {"numgen": {"mode": "inc", "mod": 2, "offset": 0}}  # the disabled backend is left out
-    weighted = compiler.compile_farm(DNS6).creates
-    rule = next(
-        c["add"]["rule"] for c in weighted if "rule" in c.get("add", {}) and c["add"]["rule"]["chain"] == "farm-dns6"
+    weighted = last_rule(compiler.compile_farm(DNS6), "farm-dns6")[-1]["vmap"]
+    assert weighted["key"]["numgen"] == {"mode": "random", "mod": 4, "offset": 0}
+    assert [e[0] for e in weighted["data"]["set"]] == [0, {"range": [1, 3]}]
+
+
+def test_hash_schedulers_and_priority_groups():
+    farm = FarmSpec(
+        id=9,
+        name="h",
+        vip="198.18.100.9",
+        ports=((80, 80),),
+        scheduler="hash",
+        sched_param=("srcip", "srcport"),
+        backends=(BackendSpec(1, "198.18.1.11"), BackendSpec(2, "198.18.1.12", priority=2)),
     )
-    assert rule["expr"][-1]["vmap"]["key"]["numgen"] == {"mode": "random", "mod": 4, "offset": 0}
-    assert [e[0] for e in rule["expr"][-1]["vmap"]["data"]["set"]] == [0, {"range": [1, 3]}]
+    key = last_rule(compiler.compile_farm(farm), "farm-h")[-1]["vmap"]["key"]["jhash"]
+    assert key["mod"] == 1 and key["expr"]["concat"][1] == {"payload": {"protocol": "th", "field": "sport"}}
+    primary_down = dataclasses.replace(farm, backends=(BackendSpec(1, "198.18.1.11", healthy=False), farm.backends[1]))
+    vmap = last_rule(compiler.compile_farm(primary_down), "farm-h")[-1]["vmap"]
+    assert vmap["data"]["set"] == [[0, {"jump": {"target": "be-h-2"}}]]  # priority 2 takes over
+    sym = dataclasses.replace(farm, scheduler="symhash", sched_param=())
+    assert "symhash" in last_rule(compiler.compile_farm(sym), "farm-h")[-1]["vmap"]["key"]
 
 
-def test_farm_without_enabled_backend_drops_and_an_off_farm_owns_nothing():
+def test_farm_without_enabled_backend_rejects_and_an_off_farm_owns_nothing():
     empty = compiler.compile_farm(EMPTY)
-    assert {"drop": None} in next(c["add"]["rule"]["expr"] for c in empty.creates if "rule" in c.get("add", {}))
+    rules = [c["add"]["rule"]["expr"] for c in empty.creates if "rule" in c.get("add", {})]
+    assert [{"reject": None}] in rules
     off = compiler.compile_farm(OFF)
     assert off.creates == [] and off.objects.chains == ()
 
@@ -179,8 +283,9 @@ def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
     # The backend with a port is matched first (narrower); the disabled one still counts its draining connections.
     assert [r[-2] for r in rules[1:]] == [{"counter": f"traffic-be-web-{i}"} for i in (2, 1, 3)]
     assert {"match": {"op": "==", "left": {"ct": {"key": "proto-src", "dir": "reply"}}, "right": 8080}} in rules[1]
-    assert {"traffic-in-web", "traffic-out-web", "traffic-be-web-3"} <= set(ruleset.objects.counters)
-    assert ruleset.objects.traffic_mark == WEB.mark and "traffic-web" in ruleset.objects.chains
+    counters = {name for kind, name in ruleset.objects.objects if kind == "counter"}
+    assert {"traffic-in-web", "traffic-out-web", "traffic-be-web-3"} <= counters
+    assert ("traffic_marks", WEB.mark) in ruleset.objects.elements and "traffic-web" in ruleset.objects.chains
     element = next(
         c["add"]["element"] for c in ruleset.creates if c["add"].get("element", {}).get("name") == "traffic_marks"
     )
@@ -189,8 +294,7 @@ def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
 
 def test_removing_a_farm_unhooks_its_traffic_chain_first():
     objects = compiler.compile_farm(DNS6).objects
-    assert compiler.FarmObjects.from_json(objects.to_json()) == objects
-    cmds = compiler.removal_commands(objects, set(), set())
+    cmds = compiler.removal_commands(objects, set())
     verbs = [(verb, kind, body.get("name")) for c in cmds for verb, x in c.items() for kind, body in x.items()]
     assert verbs.index(("delete", "element", "traffic_marks")) < verbs.index(("delete", "chain", "traffic-dns6"))
     assert verbs.index(("delete", "chain", "traffic-dns6")) < verbs.index(("delete", "counter", "traffic-in-dns6"))

@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import services
-from ..models import ApplyRun, Backend, Farm
+from ..models import ApplyRun, Backend, Farm, Policy, StaticSession
 
 
 def _full_clean(instance) -> None:
@@ -19,6 +19,15 @@ def _full_clean(instance) -> None:
         raise serializers.ValidationError(exc.message_dict) from exc
 
 
+def _cleaned(instance, attrs: dict) -> dict:
+    """Run the model's clean() on a copy carrying the new values; return them as clean() left them."""
+    candidate = copy.copy(instance)
+    for name, value in attrs.items():
+        setattr(candidate, name, value)
+    _full_clean(candidate)
+    return {name: getattr(candidate, name) for name in attrs}
+
+
 class ApplyStatusSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=["applied", "pending", "failed"])
     config_generation = serializers.IntegerField()
@@ -26,35 +35,41 @@ class ApplyStatusSerializer(serializers.Serializer):
     error = serializers.CharField(allow_blank=True)
 
 
+class SnatCapacitySerializer(serializers.Serializer):
+    addresses = serializers.IntegerField()
+    ports = serializers.IntegerField()
+    per_backend = serializers.IntegerField(help_text="Concurrent connections towards one backend address:port.")
+
+
 class NestedBackendSerializer(serializers.ModelSerializer):
     class Meta:
         model = Backend
-        fields = ["id", "address", "port", "weight", "state"]
+        fields = ["id", *services.BACKEND_FIELDS]
 
 
 class FarmSerializer(serializers.ModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:farm-detail")
     backends = NestedBackendSerializer(many=True, read_only=True)
     apply_status = serializers.SerializerMethodField()
+    snat_capacity = serializers.SerializerMethodField()
+    policies = serializers.SlugRelatedField(
+        many=True, slug_field="name", queryset=Policy.objects.all(), required=False, help_text="Policy names."
+    )
 
     class Meta:
         model = Farm
         fields = [
             "id",
             "url",
-            "name",
-            "description",
-            "vip",
-            "protocol",
-            "ports",
-            "mode",
-            "scheduler",
-            "state",
+            *services.FARM_FIELDS,
+            "policies",
             "backends",
             "apply_status",
+            "snat_capacity",
             "created",
             "updated",
         ]
+        read_only_fields = ["snat_capacity"]
         # The model's clean() reports duplicates with a clearer message than DRF's generic one.
         extra_kwargs = {"name": {"validators": []}}
 
@@ -67,12 +82,19 @@ class FarmSerializer(serializers.ModelSerializer):
             "error": farm.apply_error if farm.apply_status == "failed" else "",
         }
 
+    @extend_schema_field(SnatCapacitySerializer(allow_null=True))
+    def get_snat_capacity(self, farm: Farm) -> dict | None:
+        try:
+            return farm.snat_capacity
+        except ValueError:
+            return None
+
     def validate(self, attrs: dict) -> dict:
-        candidate = copy.copy(self.instance) if self.instance else Farm()
-        for name, value in attrs.items():
-            setattr(candidate, name, value)
-        _full_clean(candidate)
-        return {name: getattr(candidate, name) for name in attrs}
+        policies = attrs.pop("policies", None)
+        data = _cleaned(self.instance or Farm(), attrs)
+        if policies is not None:
+            data["policies"] = policies
+        return data
 
     def create(self, validated_data: dict) -> Farm:
         return services.farm_create(**validated_data)
@@ -87,25 +109,11 @@ class BackendSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Backend
-        fields = [
-            "id",
-            "url",
-            "farm",
-            "address",
-            "port",
-            "weight",
-            "state",
-            "created",
-            "updated",
-        ]
+        fields = ["id", "url", "farm", *services.BACKEND_FIELDS, "created", "updated"]
         validators = []  # the model's clean() words the duplicate check
 
     def validate(self, attrs: dict) -> dict:
-        candidate = copy.copy(self.instance) if self.instance else Backend()
-        for name, value in attrs.items():
-            setattr(candidate, name, value)
-        _full_clean(candidate)
-        return {name: getattr(candidate, name) for name in attrs}
+        return _cleaned(self.instance or Backend(), attrs)
 
     def create(self, validated_data: dict) -> Backend:
         return services.backend_create(**validated_data)
@@ -133,3 +141,55 @@ class ApplyRunSerializer(serializers.ModelSerializer):
             "farms_changed",
             "commands",
         ]
+
+
+class PolicySerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="farms-api:policy-detail")
+    farms = serializers.SlugRelatedField(many=True, slug_field="name", read_only=True)
+
+    class Meta:
+        model = Policy
+        fields = ["id", "url", *services.POLICY_FIELDS, "farms"]
+        extra_kwargs = {"name": {"validators": []}}
+
+    def validate(self, attrs: dict) -> dict:
+        return _cleaned(self.instance or Policy(), attrs)
+
+    def create(self, validated_data: dict) -> Policy:
+        return services.policy_create(**validated_data)
+
+    def update(self, instance: Policy, validated_data: dict) -> Policy:
+        return services.policy_update(policy=instance, **validated_data)
+
+
+class StaticSessionSerializer(serializers.ModelSerializer):
+    farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
+    backend = serializers.PrimaryKeyRelatedField(queryset=Backend.objects.all())
+
+    class Meta:
+        model = StaticSession
+        fields = ["id", "farm", "client", "backend"]
+        validators = []
+
+    def validate(self, attrs: dict) -> dict:
+        _full_clean(StaticSession(**attrs))
+        return attrs
+
+    def create(self, validated_data: dict) -> StaticSession:
+        return services.session_create(**validated_data)
+
+
+class LiveSessionSerializer(serializers.Serializer):
+    client = serializers.CharField()
+    backend = serializers.IntegerField(allow_null=True)
+    static = serializers.BooleanField()
+    expires_in = serializers.IntegerField(allow_null=True, help_text="Seconds left; null for a static session.")
+
+
+class SessionFlushSerializer(serializers.Serializer):
+    backend = serializers.IntegerField(required=False, allow_null=True)
+    client = serializers.CharField(required=False, allow_blank=False)
+
+
+class MaintenanceSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["drain", "cut"])

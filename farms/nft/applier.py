@@ -19,7 +19,7 @@ import nftables
 
 from lbweb import netlink
 
-from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, TRAFFIC_MAP, canonical
+from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from .fragments import TABLE_FAMILY, TABLE_NAME
 
 # nf_tables netlink (include/uapi/linux/netfilter/nf_tables.h), used only to read counters.
@@ -47,13 +47,13 @@ class KernelState:
 
     table_present: bool = False
     base_digest: str | None = None
-    farm_digests: dict[str, str] = field(default_factory=dict)  # farm chain -> digest
+    farm_digests: dict[str, str] = field(default_factory=dict)  # farm chain or "netdev <table>" -> digest
     chains: set[str] = field(default_factory=set)
-    dispatch: dict[str, dict[str, str]] = field(default_factory=dict)  # map -> canonical key -> target
-    traffic: dict[int, str] = field(default_factory=dict)  # ct mark -> traffic chain (traffic_marks)
+    sets: set[str] = field(default_factory=set)
+    shared_elements: set[tuple[str, str]] = field(default_factory=set)  # (map, canonical key)
 
     def dispatch_size(self) -> int:
-        return sum(len(v) for v in self.dispatch.values())
+        return len(self.shared_elements)
 
 
 # One counter object as the kernel dumps it: NAME, TYPE (counter), a few 4-byte-aligned attributes
@@ -123,11 +123,48 @@ class Kernel:
         if document.get("nftables"):
             self._run(document)
 
-    def list_table(self) -> list[dict[str, Any]] | None:
-        rc, out, _err = self._nft.cmd(f"list table {TABLE_FAMILY} {TABLE_NAME}")
+    def list_table(self, family: str = TABLE_FAMILY, name: str = TABLE_NAME) -> list[dict[str, Any]] | None:
+        rc, out, _err = self._nft.cmd(f"list table {family} {name}")
         if rc != 0:
             return None
         return json.loads(out)["nftables"] if out else []
+
+    def list_set(self, name: str) -> list[Any] | None:
+        """The elements of one of lbweb's sets (with their remaining timeout), or None if it is absent."""
+        rc, out, _err = self._nft.cmd(f"list set {TABLE_FAMILY} {TABLE_NAME} {name}")
+        if rc != 0:
+            return None
+        for item in json.loads(out)["nftables"]:
+            if "set" in item:
+                return item["set"].get("elem", [])
+        return []
+
+    def dsr_tables(self) -> list[tuple[str, str]]:
+        """lbweb's netdev tables (one per DSR farm) present in the kernel."""
+        rc, out, _err = self._nft.cmd("list tables")
+        if rc != 0 or not out:
+            return []
+        tables = [i["table"] for i in json.loads(out)["nftables"] if "table" in i]
+        return [(t["family"], t["name"]) for t in tables if t["family"] == "netdev" and t["name"].startswith("lbweb-")]
+
+    def capabilities(self) -> dict[str, bool]:
+        """What this kernel can do, probed with dry runs on a scratch table (nothing is committed)."""
+        probes = {
+            "flowtable": [{"add": {"flowtable": {"family": "inet", "table": "lbweb-probe", "name": "ft",
+                                                  "hook": "ingress", "prio": 0, "dev": []}}}],
+        }  # fmt: skip
+        for helper, proto in (("ftp", "tcp"), ("tftp", "udp"), ("sip", "udp"), ("pptp", "tcp"), ("snmp", "udp")):
+            body = {"family": "inet", "table": "lbweb-probe", "name": "h", "type": helper, "protocol": proto}
+            probes[f"helper-{helper}"] = [{"add": {"ct helper": body}}]
+        result = {}
+        for name, commands in probes.items():
+            doc = {"nftables": [{"add": {"table": {"family": "inet", "name": "lbweb-probe"}}}, *commands]}
+            try:
+                self.check(doc)
+                result[name] = True
+            except ApplyError:
+                result[name] = False
+        return result
 
     def read_counters(self) -> dict[str, CounterValue]:
         """Every named counter of lbweb's table, in one read-only netlink dump ({} without the table).
@@ -174,20 +211,27 @@ class Kernel:
         if items is None:
             return state
         state.table_present = True
+        shared = shared_maps()
         for item in items:
             if "chain" in item:
                 state.chains.add(item["chain"]["name"])
-            elif "map" in item and item["map"]["name"] == TRAFFIC_MAP:
-                for mark, verdict in item["map"].get("elem", []):
-                    state.traffic[mark] = verdict.get("jump", {}).get("target", "")
-            elif "map" in item and item["map"]["name"].startswith("dispatch"):
-                entries = state.dispatch.setdefault(item["map"]["name"], {})
-                for key, verdict in item["map"].get("elem", []):
-                    entries[canonical(key)] = verdict.get("jump", {}).get("target", "")
+            elif "set" in item:
+                state.sets.add(item["set"]["name"])
+            elif "map" in item and item["map"]["name"] in shared:
+                for key, _verdict in item["map"].get("elem", []):
+                    state.shared_elements.add((item["map"]["name"], canonical(key)))
             elif "rule" in item:
-                comment = item["rule"].get("comment", "")
-                if comment.startswith(BASE_DIGEST_PREFIX):
-                    state.base_digest = comment.removeprefix(BASE_DIGEST_PREFIX)
-                elif comment.startswith(DIGEST_PREFIX):
-                    state.farm_digests[item["rule"]["chain"]] = comment.removeprefix(DIGEST_PREFIX)
+                self._read_digest(item["rule"], item["rule"]["chain"], state)
+        for family, name in self.dsr_tables():
+            for item in self.list_table(family, name) or []:
+                if "rule" in item:
+                    self._read_digest(item["rule"], f"{family} {name}", state)
         return state
+
+    @staticmethod
+    def _read_digest(rule: dict, where: str, state: KernelState) -> None:
+        comment = rule.get("comment", "")
+        if comment.startswith(BASE_DIGEST_PREFIX):
+            state.base_digest = comment.removeprefix(BASE_DIGEST_PREFIX)
+        elif comment.startswith(DIGEST_PREFIX):
+            state.farm_digests[where] = comment.removeprefix(DIGEST_PREFIX)

@@ -114,3 +114,17 @@ def concat(*parts: Any) -> Json:
 
 def port_value(low: int, high: int) -> Any:
     return low if low == high else {"range": [low, high]}
+
+
+def field_expr(l3: str, names: tuple[str, ...] | list[str]) -> Json:
+    """The packet fields named as nftlb names them (srcip, dstport, srcmac, ...), concatenated if several."""
+    source = {
+        "srcip": payload(l3, "saddr"),
+        "dstip": payload(l3, "daddr"),
+        "srcport": payload("th", "sport"),
+        "dstport": payload("th", "dport"),
+        "srcmac": payload("ether", "saddr"),
+        "dstmac": payload("ether", "daddr"),
+    }
+    parts = [source[name] for name in names]
+    return parts[0] if len(parts) == 1 else concat(*parts)

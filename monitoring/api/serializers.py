@@ -41,6 +41,7 @@ class SeriesSerializer(StalenessSerializer):
 class FarmSeriesSerializer(SeriesSerializer):
     farm = serializers.DictField(help_text="id, name, vip, mode, state.")
     backends = serializers.ListField(child=serializers.DictField(), help_text="id, address, state, weight.")
+    measured = serializers.BooleanField(help_text="False for DSR and stateless farms: they bypass conntrack.")
     census_interval = serializers.FloatField(
         allow_null=True,
         help_text="Seconds between conntrack censuses (active connections); grows with the table.",

@@ -340,6 +340,12 @@
     async function tick() {
       let error = null;
       try { await series.poll(); } catch (e) { error = e; }
+      if (series.meta && series.meta.measured === false) {
+        const el = document.getElementById("freshness");
+        el.textContent = "Not measured: DSR and stateless farms bypass conntrack and lbweb's traffic counters";
+        el.className = "freshness stale";
+        return;
+      }
       drawAll();
       freshness(series, error);
     }

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -353,6 +354,7 @@ def main() -> None:
         if small:
             subprocess.run(["ip", "netns", "del", small.lb], check=False)
         redis_server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"# collector cost, {args.farms} farms, {count:,} conntrack entries ({sent:,} flows sent)")
     print(f"full apply of {args.farms} farms: {apply_seconds:.1f} s")

@@ -269,9 +269,13 @@ class Backend(models.Model):
     def clean(self) -> None:
         errors: dict[str, str] = {}
         farm = getattr(self, "farm", None) if self.farm_id else None
-        if farm and self.address:
-            self.address = str(ipaddress.ip_address(self.address))
-            if ipaddress.ip_address(self.address).version != ipaddress.ip_address(farm.vip).version:
+        try:
+            address = ipaddress.ip_address(self.address) if self.address else None
+        except ValueError:
+            address = None  # the field's own validation reports it
+        if farm and address:
+            self.address = str(address)
+            if address.version != ipaddress.ip_address(farm.vip).version:
                 family = f"IPv{ipaddress.ip_address(farm.vip).version}"
                 errors["address"] = f"Farm '{farm.name}' has an {family} VIP; its backends must be {family} too."
         if farm and self.port is not None and farm.protocol == FarmProtocolChoices.ALL:

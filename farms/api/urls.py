@@ -6,6 +6,8 @@ from .views import (
     BackendViewSet,
     CapabilitiesView,
     FarmViewSet,
+    NftlbExportView,
+    NftlbImportView,
     PolicyViewSet,
     StaticSessionViewSet,
 )
@@ -19,4 +21,9 @@ router.register("policies", PolicyViewSet)
 router.register("static-sessions", StaticSessionViewSet)
 router.register("apply-runs", ApplyRunViewSet)
 
-urlpatterns = [path("capabilities/", CapabilitiesView.as_view(), name="capabilities"), *router.urls]
+urlpatterns = [
+    path("capabilities/", CapabilitiesView.as_view(), name="capabilities"),
+    path("nftlb/import/", NftlbImportView.as_view(), name="nftlb-import"),
+    path("nftlb/export/", NftlbExportView.as_view(), name="nftlb-export"),
+    *router.urls,
+]

@@ -189,6 +189,57 @@ def kernel_matches(state: KernelState, compiled: dict[str, compiler.UnitRuleset]
     return state.shared_elements == expected_elements
 
 
+class UnitCache:
+    """The worker's memory of compiled units and of what it put in the kernel, so that one change costs
+    one farm's compilation, not all of them. A farm is recompiled when its configuration generation moved
+    (every write bumps it) or when it balances by least connections (its weights live outside the farm row).
+    A full resync or a failure empties the cache; it refills from the database.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.farms: dict[int, tuple[int, compiler.UnitRuleset]] = {}
+        self.policies: dict[int, tuple[int, compiler.UnitRuleset]] = {}
+        self.kernel: dict[str, compiler.UnitObjects] | None = None
+
+    def current(self) -> tuple[int, dict[str, compiler.UnitRuleset], dict[int, str]]:
+        """(generation, every compiled unit, farms that could not be compiled here and why)."""
+        with transaction.atomic():
+            generation = ConfigGeneration.current()
+            farm_rows = dict(Farm.objects.values_list("id", "config_generation"))
+            dynamic = set(Farm.objects.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
+            stale = [fid for fid, g in farm_rows.items() if fid in dynamic or self.farms.get(fid, (None,))[0] != g]
+            specs = [farm_spec(f) for f in farms_queryset().filter(id__in=stale)] if stale else []
+            policy_rows = dict(Policy.objects.values_list("id", "config_generation"))
+            stale_policies = [pid for pid, g in policy_rows.items() if self.policies.get(pid, (None,))[0] != g]
+            policies = [policy_spec(p) for p in Policy.objects.filter(id__in=stale_policies)] if stale_policies else []
+        snap = localise(Snapshot(generation, specs, policies))
+        for spec in snap.specs:
+            if spec.id not in snap.failures:
+                self.farms[spec.id] = (farm_rows[spec.id], compiler.compile_farm(spec))
+            else:
+                self.farms.pop(spec.id, None)
+        for policy in policies:
+            self.policies[policy.id] = (policy_rows[policy.id], compiler.compile_policy(policy))
+        for gone in set(self.farms) - set(farm_rows):
+            del self.farms[gone]
+        for gone in set(self.policies) - set(policy_rows):
+            del self.policies[gone]
+        compiled = {unit.key: unit for _g, unit in self.policies.values()}
+        compiled.update({unit.key: unit for _g, unit in self.farms.values()})
+        return generation, compiled, snap.failures
+
+    def applied(self) -> dict[str, compiler.UnitObjects]:
+        if self.kernel is None:
+            self.kernel = {u.key: compiler.UnitObjects.from_json(u.objects_json) for u in KernelUnit.objects.all()}
+        return self.kernel
+
+
+CACHE = UnitCache()
+
+
 @dataclass
 class Outcome:
     changed: list[str] = field(default_factory=list)
@@ -210,10 +261,10 @@ class Applier:
         if requested is not None and requested <= last_handled_generation():
             return None
         self._coalesce()
-        snap = snapshot()
-        if requested is not None and snap.generation <= last_handled_generation():
+        generation, compiled, failures = CACHE.current()
+        if requested is not None and generation <= last_handled_generation():
             return None
-        return self._apply(localise(snap), reason)
+        return self._apply(generation, compiled, failures, reason)
 
     def reconcile(self, reason: str = "reconcile") -> ApplyRun | None:
         """Compare the kernel with the database; rebuild in one transaction if they differ."""
@@ -223,31 +274,32 @@ class Applier:
             self._store_units(compiled, None)
             pending = Farm.objects.filter(applied_generation__lt=F("config_generation")).exists()
             if pending or snap.failures or snap.generation > last_handled_generation():
-                return self._record(
-                    snap, ApplyKindChoices.NOOP, reason, time.monotonic(), Outcome(failed=snap.failures)
-                )
+                outcome = Outcome(failed=snap.failures)
+                return self._record(snap.generation, ApplyKindChoices.NOOP, reason, time.monotonic(), outcome, compiled)
             return None
         return self._full(snap, reason=f"{reason}: kernel differs")
 
     # -- internals -------------------------------------------------------------------
 
-    def _apply(self, snap: Snapshot, reason: str) -> ApplyRun:
-        compiled = snap.compiled()
+    def _apply(self, generation: int, compiled: dict, failures: dict[int, str], reason: str) -> ApplyRun:
         if self.kernel.base_digest() != compiler.base_digest():
-            return self._full(snap, reason=f"{reason}: table missing")
-        old = {u.key: compiler.UnitObjects.from_json(u.objects_json) for u in KernelUnit.objects.all()}
-        document, changed = compiler.incremental_document(old, compiled)
-        outcome = Outcome(changed=changed, failed=dict(snap.failures), commands=len(document["nftables"]))
+            return self._resync(f"{reason}: table missing")
+        document, changed = compiler.incremental_document(CACHE.applied(), compiled)
+        outcome = Outcome(changed=changed, failed=dict(failures), commands=len(document["nftables"]))
         started = time.monotonic()
         if not changed:
-            return self._record(snap, ApplyKindChoices.NOOP, reason, started, outcome)
+            return self._record(generation, ApplyKindChoices.NOOP, reason, started, outcome, compiled)
         try:
             self.kernel.apply(document)
         except ApplyError as exc:
             log.warning("incremental apply failed (%s); doing a full resync", exc.message)
-            return self._full(snap, reason=f"{reason}: incremental failed")
+            return self._resync(f"{reason}: incremental failed")
         self._store_units(compiled, changed)
-        return self._record(snap, ApplyKindChoices.INCREMENTAL, reason, started, outcome)
+        return self._record(generation, ApplyKindChoices.INCREMENTAL, reason, started, outcome, compiled)
+
+    def _resync(self, reason: str) -> ApplyRun:
+        CACHE.reset()
+        return self._full(localise(snapshot()), reason=reason)
 
     def _coalesce(self) -> None:
         window = settings.LBWEB_APPLY_COALESCE_SECONDS
@@ -259,6 +311,7 @@ class Applier:
                 time.sleep(min(wait, window))
 
     def _full(self, snap: Snapshot, reason: str) -> ApplyRun:
+        CACHE.reset()
         started = time.monotonic()
         outcome = Outcome(failed=dict(snap.failures))
         stale = self.kernel.dsr_tables()
@@ -275,12 +328,12 @@ class Applier:
             except ApplyError as exc2:  # the base or the policies fail: nothing changed
                 outcome.failed = {s.id: exc2.message for s in snap.specs}
                 outcome.error = exc2.message
-                return self._record(snap, ApplyKindChoices.FULL, reason, started, outcome)
+                return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, {})
         units = compiler.compile_units(good, snap.policies)
         outcome.changed = sorted(units)
         outcome.commands = len(document["nftables"])
         self._store_units(units, None)
-        return self._record(snap, ApplyKindChoices.FULL, reason, started, outcome)
+        return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
 
     def _isolate_failures(self, specs: list[FarmSpec], policies: list[PolicySpec], exc: ApplyError) -> dict[int, str]:
         """Find which farms the kernel refuses, by checking each alone on an empty table (dry run)."""
@@ -314,10 +367,18 @@ class Applier:
                 update_fields=["name", "digest", "objects_json", "applied_at"],
                 batch_size=500,
             )
+        if changed is None:
+            CACHE.kernel = {k: u.objects for k, u in compiled.items()}
+        else:
+            mirror = CACHE.applied()
+            for k in keys:
+                if k in compiled:
+                    mirror[k] = compiled[k].objects
+                else:
+                    mirror.pop(k, None)
 
-    def _record(self, snap: Snapshot, kind: str, reason: str, started: float, outcome: Outcome) -> ApplyRun:
+    def _record(self, g: int, kind: str, reason: str, started: float, outcome: Outcome, compiled: dict) -> ApplyRun:
         duration_ms = (time.monotonic() - started) * 1000
-        g = snap.generation
         failed = outcome.failed
         with transaction.atomic():
             run = ApplyRun.objects.create(
@@ -328,7 +389,7 @@ class Applier:
                 duration_ms=duration_ms,
                 ok=not failed and not outcome.error,
                 error=outcome.error or "\n".join(f"farm {fid}: {msg}" for fid, msg in sorted(failed.items())),
-                digest=compiler.digest_of(sorted((s.id, s.name) for s in snap.specs)),
+                digest=compiler.digest_of(sorted((k, u.digest) for k, u in compiled.items())),
                 farms_changed=len(outcome.changed),
                 commands=outcome.commands,
             )

@@ -6,8 +6,6 @@ from .views import (
     BackendViewSet,
     CapabilitiesView,
     FarmViewSet,
-    NftlbExportView,
-    NftlbImportView,
     PolicyViewSet,
     StaticSessionViewSet,
 )
@@ -23,7 +21,5 @@ router.register("apply-runs", ApplyRunViewSet)
 
 urlpatterns = [
     path("capabilities/", CapabilitiesView.as_view(), name="capabilities"),
-    path("nftlb/import/", NftlbImportView.as_view(), name="nftlb-import"),
-    path("nftlb/export/", NftlbExportView.as_view(), name="nftlb-export"),
     *router.urls,
 ]

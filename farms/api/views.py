@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from lbweb.redis_client import get_redis
 
-from .. import nftlb, services
+from .. import services
 from ..filtersets import ApplyRunFilterSet, BackendFilterSet, FarmFilterSet
 from ..models import ApplyRun, Backend, Farm, Policy, StaticSession
 from .serializers import (
@@ -135,37 +135,3 @@ class CapabilitiesView(APIView):
             return Response({"detail": "the dataplane worker has not reported the kernel's capabilities yet"}, 503)
         return Response(json.loads(raw))
 
-
-class NftlbImportView(APIView):
-    """Import an nftlb document (``{"farms": [...], "policies": [...]}``): every farm and policy, or nothing.
-
-    ``?dry_run=1`` validates without writing; ``?strict=1`` makes unknown attributes errors.
-    """
-
-    @extend_schema(
-        request={"application/json": {"type": "object"}},
-        responses={200: {"type": "object"}, 400: {"type": "object"}},
-        parameters=[
-            OpenApiParameter("dry_run", bool, description="validate only"),
-            OpenApiParameter("strict", bool, description="unknown attributes are errors"),
-        ],
-    )
-    def post(self, request):
-        flag = lambda name: request.query_params.get(name, "0").lower() in ("1", "true", "yes")  # noqa: E731
-        result = nftlb.nftlb_import(document=request.data, dry_run=flag("dry_run"), strict=flag("strict"))
-        body = {**result.as_dict(), "dry_run": flag("dry_run")}
-        return Response(body, status=400 if result.errors else 200)
-
-
-class NftlbExportView(APIView):
-    """Every farm (or ``?farm=name``) as an nftlb document."""
-
-    @extend_schema(
-        responses={200: {"type": "object"}},
-        parameters=[OpenApiParameter("farm", str, description="only this farm")],
-    )
-    def get(self, request):
-        farms = Farm.objects.order_by("name")
-        if request.query_params.get("farm"):
-            farms = farms.filter(name=request.query_params["farm"])
-        return Response(nftlb.export_document(farms))

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from farms import services
@@ -27,9 +26,10 @@ def fixture(name: str) -> dict:
 
 
 @pytest.fixture
-def rest(admin_user) -> APIClient:
+def rest(django_user_model) -> APIClient:
+    """An authenticated client; the user has no password, so no slow hashing per test."""
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=admin_user).key}")
+    client.force_authenticate(django_user_model.objects.create_user("operator", is_staff=True))
     return client
 
 
@@ -95,6 +95,22 @@ def test_snat_farm_with_persistence_limits_and_static_sessions(rest):
     assert "learnt session" in ignored["farms[0].sessions[2]"]["reason"]  # a dynamic session is not imported
     assert ignored["farms[0].backends[2].name"]["value"] == "spare"
     assert "farms[0].mark" not in ignored and "farms[0].queue" not in ignored  # nftlb defaults: nothing lost
+
+
+def test_a_dump_of_nftlb_itself_imports_with_nothing_unknown_and_nothing_lost(rest):
+    """nftlb's GET /farms writes every attribute, defaults included: none of them is a finding."""
+    result = post_import(rest, fixture("nftlb_dump"))
+    assert result["unknown"] == [] and result["errors"] == []
+    assert [(e["path"], e["attribute"]) for e in result["ignored"]] == [
+        ("farms[0].backends[0].name", "name"),
+        ("farms[0].backends[1].name", "name"),
+    ]
+    farm = Farm.objects.get(name="lb01")
+    assert (farm.mode, farm.scheduler, farm.persistence, farm.new_rtlimit, farm.tcp_strict) == (
+        "snat", "weight", "", 0, False,
+    )  # fmt: skip
+    assert [b.weight for b in farm.backends.all()] == [5, 5]
+    assert [p.name for p in farm.policies.all()] == ["black001"]
 
 
 def test_ipv6_dnat_udp_hash_and_symhash_farms(rest):

@@ -280,6 +280,8 @@ class _Reader:
             elif key == "policies":
                 for item_path, item in self.objects(_at(path, key), raw, "policies"):
                     policy = self.name(item_path, item, "policy reference")
+                    for extra in set(item) - {"name"}:
+                        self.other(item_path, extra, item[extra], {})
                     if policy:
                         plan.policies.append((_at(item_path, "name"), policy))
             elif key not in ("name", "sessions", "oface"):

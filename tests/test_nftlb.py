@@ -184,12 +184,21 @@ def test_a_bad_value_in_the_third_farm_refuses_the_whole_document_with_every_err
     doc = {
         "farms": [
             farm_doc("one", vip4(1)),
-            farm_doc("two", vip4(2), backends=[{"name": "b", "ip-addr": "198.18.1.11", "weight": "0"}]),
+            farm_doc(
+                "two",
+                vip4(2),
+                persistence="srcip",  # refused by the model (round robin), while its backend is refused here
+                backends=[{"name": "b", "ip-addr": "198.18.1.11", "weight": "0"}],
+            ),
             farm_doc("three", vip4(3), backends=[{"name": "b", "ip-addr": "198.18.1.300"}]),
         ]
     }
     result = post_import(rest, doc, expect=400)
-    assert paths(result["errors"]) == {"farms[1].backends[0].weight", "farms[2].backends[0].ip-addr"}
+    assert paths(result["errors"]) == {
+        "farms[1].persistence",
+        "farms[1].backends[0].weight",
+        "farms[2].backends[0].ip-addr",
+    }
     assert "198.18.1.300" in next(e["message"] for e in result["errors"] if e["path"].endswith("ip-addr"))
     assert result["farms_created"] == []
     assert not Farm.objects.exists() and not Backend.objects.exists()

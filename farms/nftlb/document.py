@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..choices import FarmModeChoices, FarmSchedulerChoices
+from ..models import Backend, Farm
 from ..services import FARM_FIELDS
 from ..validation import parse_networks, session_key_parts
 from . import codecs as c
@@ -263,6 +264,7 @@ class _Reader:
     # -- farms --------------------------------------------------------------------------------------
 
     def farm(self, path: str, obj: dict) -> FarmPlan | None:
+        errors_before = len(self.plan.errors)
         name = self.name(path, obj, "farm")
         values: dict[str, Any] = {}
         plan = FarmPlan(path, name or "", values)
@@ -292,10 +294,11 @@ class _Reader:
                 values[FARM_BY_NAME[required].field] = MISSING
         if name is None:
             return None
-        errors_before = len(self.plan.errors)
         self.farm_rules(plan, family, obj)
-        plan.valid = len(self.plan.errors) == errors_before and MISSING not in values.values() and family is not MISSING
         plan.sessions = self.sessions(plan, obj.get("sessions"))
+        # Refused backends and sessions are skipped one by one; a refused farm value skips the whole farm.
+        own = (_at(path, "backends["), _at(path, "sessions["))
+        plan.valid = not any(not e["path"].startswith(own) for e in self.plan.errors[errors_before:])
         return plan
 
     def farm_addresses(self, path: str, raw: Any, values: dict) -> None:
@@ -405,14 +408,10 @@ _ONE_FAMILY = "an lbweb farm has one VIP of one family; make one farm for IPv4 a
 
 
 def _default_farm(name: str) -> Any:
-    from ..models import Farm
-
     return Farm._meta.get_field(name).get_default()
 
 
 def _default_backend(name: str) -> Any:
-    from ..models import Backend
-
     return Backend._meta.get_field(name).get_default()
 
 

@@ -342,6 +342,21 @@ def build_everything() -> None:
     services.session_create(farm=six, client="[2001:2::2]:40000", backend=b6)
 
 
+def snapshot() -> dict:
+    """Every stored value the nftlb format carries, by farm name (ids aside)."""
+    out = {}
+    for farm in Farm.objects.all():
+        backends = [tuple(getattr(b, f) for f in services.BACKEND_FIELDS) for b in farm.backends.all()]
+        out[farm.name] = {
+            "fields": {f: getattr(farm, f) for f in services.FARM_FIELDS},
+            "backends": backends,
+            "sessions": sorted((s.client, s.backend.address) for s in farm.static_sessions.all()),
+            "policies": sorted(p.name for p in farm.policies.all()),
+        }
+    out["policies"] = [(p.name, p.type, p.description, p.elements) for p in Policy.objects.all()]
+    return out
+
+
 def delete_everything() -> None:
     for farm in Farm.objects.all():
         services.farm_delete(farm=farm)
@@ -362,9 +377,11 @@ def test_export_import_into_an_empty_database_and_export_again_is_the_same_docum
         "type": "blacklist",
         "elements": [{"data": "198.18.50.0/24"}, {"data": "2001:2:0:50::7"}],
     }
+    stored = snapshot()
     delete_everything()
     assert not Farm.objects.exists() and not Policy.objects.exists()
     result = post_import(rest, copy.deepcopy(first))
+    assert snapshot() == stored  # nothing lost on the way out and back
     assert result["unknown"] == [] and len(result["farms_created"]) == 6
     assert {e["attribute"] for e in result["ignored"]} == {"name"}  # only the generated backend names
     assert export(rest) == first

@@ -1,6 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
+from .nftlb import NftlbExportView, NftlbImportView
 from .views import (
     ApplyRunViewSet,
     BackendViewSet,
@@ -21,5 +22,7 @@ router.register("apply-runs", ApplyRunViewSet)
 
 urlpatterns = [
     path("capabilities/", CapabilitiesView.as_view(), name="capabilities"),
+    path("nftlb/import/", NftlbImportView.as_view(), name="nftlb-import"),
+    path("nftlb/export/", NftlbExportView.as_view(), name="nftlb-export"),
     *router.urls,
 ]

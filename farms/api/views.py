@@ -134,4 +134,3 @@ class CapabilitiesView(APIView):
         if raw is None:
             return Response({"detail": "the dataplane worker has not reported the kernel's capabilities yet"}, 503)
         return Response(json.loads(raw))
-

@@ -84,6 +84,7 @@ class Appliance:
         self.web: subprocess.Popen | None = None
         self.worker: Worker | None = None
         self.api: NetnsApi | None = None
+        self.last_run_before_start = 0
         var = self.workdir / "var"
         self.env = dict(
             os.environ,
@@ -130,7 +131,20 @@ class Appliance:
                 time.sleep(0.2)
 
     def start_worker(self) -> None:
+        runs = self.api.get("apply-runs/?limit=1")["results"]
+        self.last_run_before_start = runs[0]["id"] if runs else 0
         self.worker = Worker(self.lab.lb, self.env, self.workdir / "worker.log").start(timeout=60)
+
+    def wait_reconciled(self, timeout: float = 60) -> None:
+        """Wait for the apply run of the worker's start-up reconcile (the latest run is newer than before)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            runs = self.api.get("apply-runs/?limit=1")["results"]
+            if runs and runs[0]["id"] > self.last_run_before_start:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the worker made no apply run at start; see {self.workdir / 'worker.log'}")
+            time.sleep(0.1)
 
     def stop_worker(self) -> None:
         if self.worker:

@@ -44,6 +44,7 @@ BACKEND_NAMES = ("b1", "b2", "b3")
 HAPROXY_VIP = vip4(3)
 HAPROXY_SOURCE = "198.18.1.2"  # HAProxy's connections to the backends; lbweb's SNAT uses 198.18.1.1
 LB_CLIENT_SIDE = "198.18.0.1"
+SETTLE = 2.0  # seconds of quiet after lbweb's worker starts or stops
 CLIENT_UID = 61000  # + 10 x case + client: each client's uid, which policy routing maps to its address
 
 
@@ -109,11 +110,14 @@ class Bench:
             return
         if wanted:
             appliance.start_worker()  # its start-up reconcile rebuilds the tables from the database
+            appliance.wait_reconciled()
             for farm_id in self.farm_ids:
                 appliance.api.wait_applied(farm_id)
+            time.sleep(SETTLE)  # let the worker's start-up burst of CPU pass before the next run
         else:
             appliance.stop_worker()
             appliance.drop_tables()
+            time.sleep(SETTLE)
 
     def destroy(self) -> None:
         stop(self.haproxy)
@@ -287,6 +291,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gap", type=float, default=1.0, help="pause between runs in seconds (default 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the JSON and PNG go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (configurations, logs)")
+    parser.add_argument("--install-only", action="store_true", help="install what the bench needs, then exit")
     parser.add_argument("--no-install", action="store_true", help="print what is missing instead of installing it")
     args = parser.parse_args(argv)
     args.duration = args.duration or (5 if args.quick else 30)
@@ -312,7 +317,6 @@ def run(args: argparse.Namespace) -> dict:
     cases = select(args)
     if os.geteuid() != 0:
         sys.exit("the benchmark builds network namespaces: run it as root")
-    ensure_tools(install=not args.no_install)
     workdir = Path(tempfile.mkdtemp(prefix="lbweb-bench-"))
     workdir.chmod(0o755)  # the clients run wrk under their own uids and read its script from here
     shutil.copy(ROOT / "bench" / "wrk_report.lua", workdir / "wrk_report.lua")
@@ -380,6 +384,7 @@ def run(args: argparse.Namespace) -> dict:
             "idle_sample_s": args.idle,
         },
         "elapsed_s": round(time.monotonic() - started, 1),
+        "lab_namespaces": bench.lab.namespaces,
         "cpu_method": measure.__doc__,
         "cases": case_rows,
         "summary": rows,
@@ -389,6 +394,9 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    ensure_tools(install=not args.no_install)
+    if args.install_only:
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still tear the lab down
     document = run(args)
     args.out.mkdir(parents=True, exist_ok=True)

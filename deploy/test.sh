@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LBWEB_REQUIREMENTS=requirements-test.txt deploy/setup.sh
+.venv/bin/python bench/dataplane.py --install-only   # wrk, nginx, HAProxy, matplotlib for the bench's smoke test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 exec .venv/bin/pytest "$@"

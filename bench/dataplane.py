@@ -317,7 +317,9 @@ def run(args: argparse.Namespace) -> dict:
     cases = select(args)
     if os.geteuid() != 0:
         sys.exit("the benchmark builds network namespaces: run it as root")
-    workdir = Path(tempfile.mkdtemp(prefix="lbweb-bench-"))
+    # Under var/ (ignored by git), not /tmp: nothing else on the machine cleans it up under our feet.
+    (ROOT / "var").mkdir(exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-dataplane-", dir=ROOT / "var"))
     workdir.chmod(0o755)  # the clients run wrk under their own uids and read its script from here
     shutil.copy(ROOT / "bench" / "wrk_report.lua", workdir / "wrk_report.lua")
     bench = Bench(workdir)

@@ -6,7 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
-METRICS = ("req_s", "p50_ms", "p99_ms", "max_ms", "softirq_us", "lb_user_us", "lb_us", "machine_us")
+METRICS = ("req_s", "p50_ms", "p99_ms", "max_ms", "softirq_us", "lb_user_us", "lb_system_us", "lb_us", "machine_us")
 TOTALS = ("errors", "syn_retrans", "requests")
 
 
@@ -86,7 +86,7 @@ def chart(path: Path, rows: list[dict], conns: list[str], title: str) -> None:
     panels = [
         ("req_s", "requests per second (median; bar = min-max)"),
         ("p99_ms", "latency p99 (ms, median)"),
-        ("lb_us", "LB CPU per request (us, softirq + user, median)"),
+        ("lb_us", "LB CPU per request (us, softirq + LB processes, median)"),
     ]
     colours = ["#2b6cb0", "#dd6b20", "#38a169", "#805ad5"]
     width = 0.8 / max(len(conns), 1)

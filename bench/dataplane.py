@@ -288,7 +288,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="rounds; each runs every case once (default 3)")
     parser.add_argument("--cases", help="comma-separated subset of: " + ", ".join(c.name for c in all_cases()))
     parser.add_argument("--conns", default=",".join(HTTP_CONNS), help="keep-alive, close or both (default both)")
-    parser.add_argument("--clients", type=int, default=3, help="clients (wrk processes, own addresses; default 3)")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=3,
+        help="wrk processes, each with its own address (default 3; the baseline spreads over the backends "
+        "only with a multiple of 3)",
+    )
     parser.add_argument("--connections", type=int, default=48, help="connections, shared by the clients (default 48)")
     parser.add_argument("--idle", type=float, help="seconds of idle CPU sampling per round (default 3, --quick 1)")
     parser.add_argument("--gap", type=float, default=1.0, help="pause between runs in seconds (default 1)")

@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # chromium: the dashboard's browser test drives Debian's build through Playwright (never `playwright install`).
 LBWEB_EXTRA_APT="${LBWEB_EXTRA_APT:-} chromium" LBWEB_REQUIREMENTS=requirements-test.txt deploy/setup.sh
+.venv/bin/python bench/dataplane.py --install-only   # wrk, nginx, HAProxy, matplotlib for the bench's smoke test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 exec .venv/bin/pytest "$@"

@@ -85,8 +85,11 @@ def run_in_netns(ns: str, func: Callable[[], Any]) -> Any:
 class Lab:
     """Builds and tears down the namespaces; runs servers and clients in them."""
 
-    def __init__(self, tag: str | None = None):
+    def __init__(self, tag: str | None = None, backend_server: Callable[[str, str], subprocess.Popen] | None = None):
+        """``backend_server(netns, name)`` replaces the Python HTTP and UDP servers on each backend
+        (the benchmarks start nginx); it must serve HTTP on port 80."""
         self.tag = tag or f"lbt{os.getpid() % 100000}"
+        self.backend_server = backend_server
         self.client = f"{self.tag}-client"
         self.lb = f"{self.tag}-lb"
         self.backends = {name: f"{self.tag}-{name}" for name in BACKENDS}
@@ -140,6 +143,8 @@ class Lab:
         self.ns(ns, "ip", "link", "set", dev, "up")
 
     def _start_server(self, ns: str, name: str) -> subprocess.Popen:
+        if self.backend_server:
+            return self.backend_server(ns, name)
         udp = ",".join(str(p) for p in UDP_PORTS)
         self.servers.append(self._spawn(ns, "lab_echo_server.py", name, udp))
         return self._spawn(ns, "lab_server.py", name, ",".join(str(p) for p in BACKEND_PORTS))

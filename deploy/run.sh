@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 deploy/setup.sh
 .venv/bin/python manage.py ensure_admin
 
-procs=(web worker beat healthd)
+procs=(web worker beat healthd collector)
 if [ -z "${REDIS_URL:-}" ]; then
   procs=(redis "${procs[@]}")   # lbweb's own Redis on a unix socket under var/
 fi

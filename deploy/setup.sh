@@ -24,6 +24,18 @@ if [ ! -e "$stamp" ]; then
   touch "$stamp"
 fi
 
+# Front-end packages (Chart.js) from npm, pinned by package-lock.json, served as static files.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "lbweb setup: installing nodejs npm"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm
+fi
+npm_stamp="node_modules/.lbweb-$(sha256sum package-lock.json | cut -c1-16)"
+if [ ! -e "$npm_stamp" ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+  touch "$npm_stamp"
+fi
+
 mkdir -p "${LBWEB_VAR_DIR:-var}"
 .venv/bin/python manage.py migrate --noinput -v0
 .venv/bin/python manage.py collectstatic --noinput -v0

@@ -2,8 +2,10 @@
 # Install what the tests need, lint, and run the whole suite (root: the data-plane tests build network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# openssl: the health tests make a self-signed certificate for an HTTPS backend
-LBWEB_EXTRA_APT="openssl ${LBWEB_EXTRA_APT:-}" LBWEB_REQUIREMENTS=requirements-test.txt deploy/setup.sh
+# openssl: the health tests make a self-signed certificate; chromium: the browser tests drive Debian's build through
+# Playwright (never `playwright install`).
+LBWEB_EXTRA_APT="${LBWEB_EXTRA_APT:-} openssl chromium" LBWEB_REQUIREMENTS=requirements-test.txt deploy/setup.sh
+.venv/bin/python bench/dataplane.py --install-only   # wrk, nginx, HAProxy, matplotlib for the bench's smoke test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 exec .venv/bin/pytest "$@"

@@ -13,11 +13,54 @@ class FarmProtocolChoices(models.TextChoices):
 class FarmModeChoices(models.TextChoices):
     SNAT = "snat", "SNAT (backends see the load balancer)"
     DNAT = "dnat", "DNAT (backends see the client)"
+    DSR = "dsr", "DSR (layer 2, backends answer the client directly)"
+    STATELESS_DNAT = "stlsdnat", "Stateless DNAT (UDP, no conntrack)"
 
 
 class FarmSchedulerChoices(models.TextChoices):
     ROUND_ROBIN = "rr", "Round robin"
     WEIGHT = "weight", "Weighted"
+    HASH = "hash", "Hash of chosen fields"
+    SYMHASH = "symhash", "Symmetric hash"
+    LEASTCONN = "leastconn", "Least connections"
+
+
+class HashFieldChoices(models.TextChoices):
+    SRCIP = "srcip", "Source address"
+    DSTIP = "dstip", "Destination address"
+    SRCPORT = "srcport", "Source port"
+    DSTPORT = "dstport", "Destination port"
+    SRCMAC = "srcmac", "Source MAC"
+    DSTMAC = "dstmac", "Destination MAC"
+
+
+class PersistenceChoices(models.TextChoices):
+    NONE = "", "None"
+    SRCIP = "srcip", "Source address"
+    SRCIP_SRCPORT = "srcip srcport", "Source address and port"
+    SRCMAC = "srcmac", "Source MAC"
+
+
+class LimitVerdictChoices(models.TextChoices):
+    DROP = "drop", "Drop"
+    REJECT = "reject", "Reject"
+
+
+class HelperChoices(models.TextChoices):
+    NONE = "", "None"
+    FTP = "ftp", "FTP"
+    TFTP = "tftp", "TFTP"
+    SIP = "sip", "SIP"
+    PPTP = "pptp", "PPTP"
+    SNMP = "snmp", "SNMP"
+    IRC = "irc", "IRC"
+    AMANDA = "amanda", "Amanda"
+    H323 = "h323", "H.323"
+
+
+class PolicyTypeChoices(models.TextChoices):
+    DENY = "deny", "Deny list"
+    ALLOW = "allow", "Allow list"
 
 
 class FarmStateChoices(models.TextChoices):
@@ -27,6 +70,7 @@ class FarmStateChoices(models.TextChoices):
 
 class BackendStateChoices(models.TextChoices):
     ENABLED = "enabled", "Enabled"
+    DRAIN = "drain", "Drain (only clients bound by persistence)"
     DISABLED = "disabled", "Disabled"
 
 

@@ -1,15 +1,16 @@
 """Worker-side service: bring the kernel to what the database says.
 
 Runs only in the Celery worker on queue ``dataplane`` (concurrency 1), the
-one process allowed to change the kernel. A task carries at most a
-generation number; everything else is read here from the database.
+one process allowed to change the kernel. A task carries at most ids; every
+thing else is read here from the database.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
@@ -17,32 +18,43 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from . import links
 from .choices import (
     ApplyKindChoices,
     BackendHealthChoices,
-    BackendStateChoices,
     FarmAllDownChoices,
+    FarmModeChoices,
+    FarmSchedulerChoices,
     FarmStateChoices,
 )
-from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFarm
+from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelUnit, Policy
 from .nft import compiler
 from .nft.applier import ApplyError, Kernel, KernelState
-from .nft.spec import BackendSpec, FarmSpec
+from .nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
+from .validation import parse_port_range, session_key_parts
 
 log = logging.getLogger("lbweb.dataplane")
 
 
-@dataclass
-class Snapshot:
-    generation: int
-    specs: list[FarmSpec]
-
-    def compiled(self) -> dict[int, compiler.FarmRuleset]:
-        return {spec.id: compiler.compile_farm(spec) for spec in self.specs}
-
-
 def farm_spec(farm: Farm) -> FarmSpec:
-    """The compiler's view of one farm row (backends prefetched)."""
+    """The compiler's view of one farm row (backends, policies and sessions prefetched)."""
+    leastconn = farm.scheduler == FarmSchedulerChoices.LEASTCONN
+    backends = []
+    for b in farm.backends.all():
+        load = getattr(b, "load", None) if leastconn else None
+        backends.append(
+            BackendSpec(
+                id=b.id,
+                address=b.address,
+                port=b.port,
+                weight=load.weight if load else b.weight,
+                state=b.state,
+                priority=b.priority,
+                healthy=getattr(b, "health", "up") != "down",
+                est_connlimit=b.est_connlimit,
+                mac=b.mac or None,
+            )
+        )
     return FarmSpec(
         id=farm.id,
         name=farm.name,
@@ -52,16 +64,29 @@ def farm_spec(farm: Farm) -> FarmSpec:
         mode=farm.mode,
         scheduler=farm.scheduler,
         enabled=farm.state == FarmStateChoices.UP,
-        backends=tuple(
-            BackendSpec(
-                id=b.id,
-                address=b.address,
-                port=b.port,
-                weight=b.weight,
-                enabled=b.state == BackendStateChoices.ENABLED,
-                healthy=b.health != BackendHealthChoices.DOWN,
-            )
-            for b in farm.backends.all()
+        backends=tuple(backends),
+        sched_param=tuple(farm.sched_param.split()),
+        persistence=tuple(farm.persistence.split()),
+        persist_ttl=farm.persist_ttl,
+        source_addr=farm.source_addr,
+        source_ports=parse_port_range(farm.source_ports) if farm.source_ports else None,
+        new_rtlimit=farm.new_rtlimit,
+        new_rtlimit_burst=farm.new_rtlimit_burst,
+        rst_rtlimit=farm.rst_rtlimit,
+        est_connlimit=farm.est_connlimit,
+        limit_verdict=farm.limit_verdict,
+        log=farm.log,
+        log_prefix=farm.log_prefix,
+        log_rtlimit=farm.log_rtlimit,
+        helper=farm.helper,
+        tcp_strict=farm.tcp_strict,
+        intra_connect=farm.intra_connect,
+        flow_offload=farm.flow_offload,
+        interface=farm.interface,
+        policies=tuple(policy_spec(p) for p in farm.policies.all()),
+        sessions=tuple(
+            SessionSpec(client=session_key_parts(s.client, farm), backend_id=s.backend_id)
+            for s in farm.static_sessions.all()
         ),
         fallback=(
             BackendSpec(id=0, address=farm.fallback_address, port=farm.fallback_port)
@@ -71,12 +96,50 @@ def farm_spec(farm: Farm) -> FarmSpec:
     )
 
 
-def snapshot() -> Snapshot:
+def policy_spec(policy: Policy) -> PolicySpec:
+    return PolicySpec(id=policy.id, name=policy.name, type=policy.type, elements=tuple(policy.element_list))
+
+
+@dataclass
+class Snapshot:
     """A consistent read of the whole configuration and its generation."""
+
+    generation: int
+    specs: list[FarmSpec]
+    policies: list[PolicySpec]
+    failures: dict[int, str] = field(default_factory=dict)  # farms that cannot be compiled here, and why
+
+    def compiled(self) -> dict[str, compiler.UnitRuleset]:
+        good = [s for s in self.specs if s.id not in self.failures]
+        return compiler.compile_units(good, self.policies)
+
+
+def farms_queryset():
+    return Farm.objects.prefetch_related("backends__load", "policies", "static_sessions").order_by("id")
+
+
+def snapshot() -> Snapshot:
     with transaction.atomic():
         generation = ConfigGeneration.current()
-        farms = Farm.objects.prefetch_related("backends").order_by("id")
-        return Snapshot(generation, [farm_spec(f) for f in farms])
+        specs = [farm_spec(f) for f in farms_queryset()]
+        policies = [policy_spec(p) for p in Policy.objects.order_by("id")]
+    return Snapshot(generation, specs, policies)
+
+
+def localise(snap: Snapshot) -> Snapshot:
+    """Fill in what only this namespace knows: interface and backend MACs (DSR), offload devices."""
+    specs = []
+    for spec in snap.specs:
+        try:
+            if spec.mode == FarmModeChoices.DSR and spec.enabled:
+                spec = links.resolve_dsr(spec)
+            if spec.flow_offload:
+                spec = dataclasses.replace(spec, offload_devices=links.forwarding_devices())
+        except links.LinkError as exc:
+            snap.failures[spec.id] = str(exc)
+        specs.append(spec)
+    snap.specs = specs
+    return snap
 
 
 def cut_backend_connections(backend_id: int) -> int:
@@ -99,36 +162,114 @@ def ensure_forwarding() -> None:
     """An LB that does not route balances nothing: turn forwarding on in this namespace."""
     if not settings.LBWEB_MANAGE_SYSCTL:
         return
-    for path in (
-        "/proc/sys/net/ipv4/ip_forward",
-        "/proc/sys/net/ipv6/conf/all/forwarding",
-    ):
+    for path in ("/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"):
         try:
             Path(path).write_text("1\n")
         except OSError as exc:
             log.warning("cannot enable forwarding (%s): %s", path, exc)
 
 
-def kernel_matches(state: KernelState, compiled: dict[int, compiler.FarmRuleset]) -> bool:
-    """True when the kernel's table is exactly what the compiled configuration describes."""
+def publish_capabilities() -> dict[str, bool]:
+    """Probe the kernel (dry runs) and publish what it can do, for the API and the UI."""
+    import json
+
+    from lbweb.redis_client import get_redis
+
+    capabilities = Kernel().capabilities()
+    try:
+        get_redis().set("lbweb:capabilities", json.dumps(capabilities))
+    except Exception as exc:  # Redis down: the capabilities are only shown, never needed to apply
+        log.warning("capabilities not published: %s", exc)
+    return capabilities
+
+
+def anchor(unit: compiler.UnitRuleset) -> str | None:
+    """Where the kernel carries a unit's digest: its farm chain, or its DSR table."""
+    if unit.objects.tables:
+        family, name = unit.objects.tables[0]
+        return f"{family} {name}"
+    if unit.key.startswith("farm:") and unit.objects.chains:
+        return compiler.farm_chain_name_of(unit.name)
+    return None
+
+
+def kernel_matches(state: KernelState, compiled: dict[str, compiler.UnitRuleset]) -> bool:
+    """True when the kernel's tables are exactly what the compiled configuration describes."""
     if not state.table_present or state.base_digest != compiler.base_digest():
         return False
     expected_digests: dict[str, str] = {}
-    expected_dispatch: dict[str, dict[str, str]] = {}
-    for ruleset in compiled.values():
-        objects = ruleset.objects
-        if not objects.chains:
-            continue
-        farm_chain = objects.chains[0]
-        expected_digests[farm_chain] = objects.digest
-        if not set(objects.chains) <= state.chains:
+    expected_elements: set[tuple[str, str]] = set()
+    for unit in compiled.values():
+        where = anchor(unit)
+        if where:
+            expected_digests[where] = unit.digest
+        if not set(unit.objects.chains) <= state.chains:
             return False
-        for map_name, key in objects.dispatch:
-            expected_dispatch.setdefault(map_name, {})[compiler.canonical(key)] = farm_chain
+        if not {name for kind, name in unit.objects.volatile + unit.objects.objects if kind == "set"} <= state.sets:
+            return False
+        expected_elements |= {(name, compiler.canonical(key)) for name, key in unit.objects.elements}
     if state.farm_digests != expected_digests:
         return False
-    observed = {name: entries for name, entries in state.dispatch.items() if entries}
-    return observed == expected_dispatch
+    return state.shared_elements == expected_elements
+
+
+class UnitCache:
+    """The worker's memory of compiled units and of what it put in the kernel, so that one change costs
+    one farm's compilation, not all of them. A farm is recompiled when its configuration generation moved
+    (every write bumps it) or when it balances by least connections (its weights live outside the farm row).
+    A full resync or a failure empties the cache; it refills from the database.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.farms: dict[int, tuple[int, compiler.UnitRuleset]] = {}
+        self.policies: dict[int, tuple[int, compiler.UnitRuleset]] = {}
+        self.kernel: dict[str, compiler.UnitObjects] | None = None
+
+    def current(self) -> tuple[int, dict[str, compiler.UnitRuleset], dict[int, str]]:
+        """(generation, every compiled unit, farms that could not be compiled here and why)."""
+        with transaction.atomic():
+            generation = ConfigGeneration.current()
+            farm_rows = dict(Farm.objects.values_list("id", "config_generation"))
+            dynamic = set(Farm.objects.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
+            stale = [fid for fid, g in farm_rows.items() if fid in dynamic or self.farms.get(fid, (None,))[0] != g]
+            specs = [farm_spec(f) for f in farms_queryset().filter(id__in=stale)] if stale else []
+            policy_rows = dict(Policy.objects.values_list("id", "config_generation"))
+            stale_policies = [pid for pid, g in policy_rows.items() if self.policies.get(pid, (None,))[0] != g]
+            policies = [policy_spec(p) for p in Policy.objects.filter(id__in=stale_policies)] if stale_policies else []
+        snap = localise(Snapshot(generation, specs, policies))
+        for spec in snap.specs:
+            if spec.id not in snap.failures:
+                self.farms[spec.id] = (farm_rows[spec.id], compiler.compile_farm(spec))
+            else:
+                self.farms.pop(spec.id, None)
+        for policy in policies:
+            self.policies[policy.id] = (policy_rows[policy.id], compiler.compile_policy(policy))
+        for gone in set(self.farms) - set(farm_rows):
+            del self.farms[gone]
+        for gone in set(self.policies) - set(policy_rows):
+            del self.policies[gone]
+        compiled = {unit.key: unit for _g, unit in self.policies.values()}
+        compiled.update({unit.key: unit for _g, unit in self.farms.values()})
+        return generation, compiled, snap.failures
+
+    def applied(self) -> dict[str, compiler.UnitObjects]:
+        if self.kernel is None:
+            self.kernel = {u.key: compiler.UnitObjects.from_json(u.objects_json) for u in KernelUnit.objects.all()}
+        return self.kernel
+
+
+CACHE = UnitCache()
+
+
+@dataclass
+class Outcome:
+    changed: list[str] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    commands: int = 0
+    error: str = ""
 
 
 class Applier:
@@ -144,65 +285,45 @@ class Applier:
         if requested is not None and requested <= last_handled_generation():
             return None
         self._coalesce()
-        snap = snapshot()
-        if requested is not None and snap.generation <= last_handled_generation():
+        generation, compiled, failures = CACHE.current()
+        if requested is not None and generation <= last_handled_generation():
             return None
+        return self._apply(generation, compiled, failures, reason)
+
+    def reconcile(self, reason: str = "reconcile") -> ApplyRun | None:
+        """Compare the kernel with the database; rebuild in one transaction if they differ."""
+        snap = localise(snapshot())
         compiled = snap.compiled()
-        if not self._base_present():
-            return self._full(snap, compiled, reason=f"{reason}: table missing")
-        old = {kf.farm_id: compiler.FarmObjects.from_json(kf.objects_json) for kf in KernelFarm.objects.all()}
-        document, changed = compiler.incremental_document(old, compiled)
-        if not changed:
-            return self._record(
-                snap,
-                ApplyKindChoices.NOOP,
-                reason,
-                time.monotonic(),
-                compiled,
-                [],
-                {},
-                0,
-            )
+        if kernel_matches(self.kernel.observe(), compiled):
+            self._store_units(compiled, None)
+            pending = Farm.objects.filter(applied_generation__lt=F("config_generation")).exists()
+            if pending or snap.failures or snap.generation > last_handled_generation():
+                outcome = Outcome(failed=snap.failures)
+                return self._record(snap.generation, ApplyKindChoices.NOOP, reason, time.monotonic(), outcome, compiled)
+            return None
+        return self._full(snap, reason=f"{reason}: kernel differs")
+
+    # -- internals -------------------------------------------------------------------
+
+    def _apply(self, generation: int, compiled: dict, failures: dict[int, str], reason: str) -> ApplyRun:
+        if self.kernel.base_digest() != compiler.base_digest():
+            return self._resync(f"{reason}: table missing")
+        document, changed = compiler.incremental_document(CACHE.applied(), compiled)
+        outcome = Outcome(changed=changed, failed=dict(failures), commands=len(document["nftables"]))
         started = time.monotonic()
+        if not changed:
+            return self._record(generation, ApplyKindChoices.NOOP, reason, started, outcome, compiled)
         try:
             self.kernel.apply(document)
         except ApplyError as exc:
             log.warning("incremental apply failed (%s); doing a full resync", exc.message)
-            return self._full(snap, compiled, reason=f"{reason}: incremental failed")
-        self._store_kernel_farms(compiled, changed)
-        return self._record(
-            snap,
-            ApplyKindChoices.INCREMENTAL,
-            reason,
-            started,
-            compiled,
-            changed,
-            {},
-            len(document["nftables"]),
-        )
+            return self._resync(f"{reason}: incremental failed")
+        self._store_units(compiled, changed)
+        return self._record(generation, ApplyKindChoices.INCREMENTAL, reason, started, outcome, compiled)
 
-    def reconcile(self, reason: str = "reconcile") -> ApplyRun | None:
-        """Compare the kernel with the database; rebuild in one transaction if they differ."""
-        snap = snapshot()
-        compiled = snap.compiled()
-        if kernel_matches(self.kernel.observe(), compiled):
-            self._store_kernel_farms(compiled, None)
-            pending = Farm.objects.filter(applied_generation__lt=F("config_generation")).exists()
-            if pending or snap.generation > last_handled_generation():
-                return self._record(
-                    snap,
-                    ApplyKindChoices.NOOP,
-                    reason,
-                    time.monotonic(),
-                    compiled,
-                    [],
-                    {},
-                    0,
-                )
-            return None
-        return self._full(snap, compiled, reason=f"{reason}: kernel differs")
-
-    # -- internals -------------------------------------------------------------------
+    def _resync(self, reason: str) -> ApplyRun:
+        CACHE.reset()
+        return self._full(localise(snapshot()), reason=reason)
 
     def _coalesce(self) -> None:
         window = settings.LBWEB_APPLY_COALESCE_SECONDS
@@ -213,97 +334,76 @@ class Applier:
             if wait > 0:
                 time.sleep(min(wait, window))
 
-    def _base_present(self) -> bool:
-        return self.kernel.base_digest() == compiler.base_digest()
-
-    def _full(self, snap: Snapshot, compiled: dict, reason: str) -> ApplyRun:
+    def _full(self, snap: Snapshot, reason: str) -> ApplyRun:
+        CACHE.reset()
         started = time.monotonic()
-        failed: dict[int, str] = {}
-        document = compiler.full_document(snap.specs)
+        outcome = Outcome(failed=dict(snap.failures))
+        stale = self.kernel.dsr_tables()
+        good = [s for s in snap.specs if s.id not in outcome.failed]
+        document = compiler.full_document(good, snap.policies, stale_tables=stale)
         try:
             self.kernel.apply(document)
         except ApplyError as exc:
-            failed = self._isolate_failures(snap, exc)
-            good = [s for s in snap.specs if s.id not in failed]
-            document = compiler.full_document(good)
+            outcome.failed.update(self._isolate_failures(good, snap.policies, exc))
+            good = [s for s in good if s.id not in outcome.failed]
+            document = compiler.full_document(good, snap.policies, stale_tables=stale)
             try:
                 self.kernel.apply(document)
-            except ApplyError as exc2:  # even the base or the good farms fail: nothing changed
-                failed = {s.id: exc2.message for s in snap.specs}
-                return self._record(
-                    snap,
-                    ApplyKindChoices.FULL,
-                    reason,
-                    started,
-                    compiled,
-                    [],
-                    failed,
-                    0,
-                    exc2.message,
-                )
-        ok_compiled = {fid: r for fid, r in compiled.items() if fid not in failed}
-        KernelFarm.objects.all().delete()
-        self._store_kernel_farms(ok_compiled, None)
-        return self._record(
-            snap,
-            ApplyKindChoices.FULL,
-            reason,
-            started,
-            compiled,
-            sorted(compiled),
-            failed,
-            len(document["nftables"]),
-        )
+            except ApplyError as exc2:  # the base or the policies fail: nothing changed
+                outcome.failed = {s.id: exc2.message for s in snap.specs}
+                outcome.error = exc2.message
+                return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, {})
+        units = compiler.compile_units(good, snap.policies)
+        outcome.changed = sorted(units)
+        outcome.commands = len(document["nftables"])
+        self._store_units(units, None)
+        return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
 
-    def _isolate_failures(self, snap: Snapshot, exc: ApplyError) -> dict[int, str]:
-        """Find which farms the kernel refuses, by checking each alone (dry run)."""
+    def _isolate_failures(self, specs: list[FarmSpec], policies: list[PolicySpec], exc: ApplyError) -> dict[int, str]:
+        """Find which farms the kernel refuses, by checking each alone on an empty table (dry run)."""
+        capabilities = self.kernel.capabilities()
         failed = {}
-        for spec in snap.specs:
+        for spec in specs:
             try:
-                self.kernel.check(compiler.full_document([spec]))
+                self.kernel.check(compiler.full_document([spec], policies))
             except ApplyError as farm_exc:
-                failed[spec.id] = farm_exc.message
-        return failed or {s.id: exc.message for s in snap.specs}
+                failed[spec.id] = explain(spec, farm_exc.message, capabilities)
+        return failed or {s.id: exc.message for s in specs}
 
-    def _store_kernel_farms(self, compiled: dict[int, compiler.FarmRuleset], changed: list[int] | None) -> None:
-        ids = set(compiled) if changed is None else set(changed)
+    def _store_units(self, compiled: dict[str, compiler.UnitRuleset], changed: list[str] | None) -> None:
+        keys = set(compiled) if changed is None else set(changed)
         rows = [
-            KernelFarm(
-                farm_id=fid,
-                name=compiled[fid].name,
-                digest=r.digest,
-                objects_json=r.objects.to_json(),
+            KernelUnit(
+                key=k, name=compiled[k].name, digest=compiled[k].digest, objects_json=compiled[k].objects.to_json()
             )
-            for fid in sorted(ids)
-            if (r := compiled.get(fid)) is not None
+            for k in sorted(keys)
+            if k in compiled
         ]
         with transaction.atomic():
-            if changed is not None:
-                KernelFarm.objects.filter(farm_id__in=[fid for fid in ids if fid not in compiled]).delete()
+            if changed is None:
+                KernelUnit.objects.exclude(key__in=list(compiled)).delete()
             else:
-                KernelFarm.objects.exclude(farm_id__in=list(compiled)).delete()
-            KernelFarm.objects.bulk_create(
+                KernelUnit.objects.filter(key__in=[k for k in keys if k not in compiled]).delete()
+            KernelUnit.objects.bulk_create(
                 rows,
                 update_conflicts=True,
-                unique_fields=["farm_id"],
+                unique_fields=["key"],
                 update_fields=["name", "digest", "objects_json", "applied_at"],
                 batch_size=500,
             )
+        if changed is None:
+            CACHE.kernel = {k: u.objects for k, u in compiled.items()}
+        else:
+            mirror = CACHE.applied()
+            for k in keys:
+                if k in compiled:
+                    mirror[k] = compiled[k].objects
+                else:
+                    mirror.pop(k, None)
 
-    def _record(
-        self,
-        snap: Snapshot,
-        kind: str,
-        reason: str,
-        started: float,
-        compiled: dict,
-        changed: list[int],
-        failed: dict[int, str],
-        commands: int,
-        error: str = "",
-    ) -> ApplyRun:
+    def _record(self, g: int, kind: str, reason: str, started: float, outcome: Outcome, compiled: dict) -> ApplyRun:
         duration_ms = (time.monotonic() - started) * 1000
-        g = snap.generation
+        failed = outcome.failed
         with transaction.atomic():
             run = ApplyRun.objects.create(
                 generation=g,
@@ -311,11 +411,11 @@ class Applier:
                 reason=reason[:40],
                 started=timezone.now() - timezone.timedelta(milliseconds=duration_ms),
                 duration_ms=duration_ms,
-                ok=not failed and not error,
-                error=error or "\n".join(f"farm {fid}: {msg}" for fid, msg in sorted(failed.items())),
-                digest=compiler.digest_of(sorted((fid, r.digest) for fid, r in compiled.items())),
-                farms_changed=len(changed),
-                commands=commands,
+                ok=not failed and not outcome.error,
+                error=outcome.error or "\n".join(f"farm {fid}: {msg}" for fid, msg in sorted(failed.items())),
+                digest=compiler.digest_of(sorted((k, u.digest) for k, u in compiled.items())),
+                farms_changed=len(outcome.changed),
+                commands=outcome.commands,
             )
             pending = Farm.objects.filter(config_generation__lte=g, applied_generation__lt=F("config_generation"))
             pending.exclude(id__in=list(failed)).update(applied_generation=g, apply_error="")
@@ -325,3 +425,15 @@ class Applier:
                 )
         log.info("%s", run)
         return run
+
+
+def explain(spec: FarmSpec, message: str, capabilities: dict[str, bool]) -> str:
+    """The kernel's words, plus what they mean when a known capability is missing."""
+    if spec.flow_offload and not capabilities.get("flowtable", True):
+        return (
+            "flow offload needs flowtable support in the kernel (CONFIG_NF_FLOW_TABLE), which this kernel "
+            f"lacks; turn flow_offload off for this farm. Kernel said: {message}"
+        )
+    if spec.helper and not capabilities.get(f"helper-{spec.helper}", True):
+        return f"the conntrack helper '{spec.helper}' is not available in this kernel. Kernel said: {message}"
+    return message

@@ -26,10 +26,16 @@ from .choices import (
     FarmProtocolChoices,
     FarmSchedulerChoices,
     FarmStateChoices,
+    HashFieldChoices,
     HealthCheckTypeChoices,
+    HelperChoices,
     HttpMethodChoices,
+    LimitVerdictChoices,
+    PersistenceChoices,
+    PolicyTypeChoices,
 )
 from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
+from .validation import farm_option_errors, parse_mac, parse_networks, stateless_reply_clash
 
 
 class ConfigGeneration(models.Model):
@@ -51,6 +57,33 @@ class ConfigGeneration(models.Model):
         return cls.objects.filter(pk=1).values_list("value", flat=True).first() or 0
 
 
+class Policy(models.Model):
+    """A shared deny or allow list of addresses and networks, matched against clients' source address."""
+
+    name = models.SlugField(max_length=40, unique=True)
+    type = models.CharField(max_length=5, choices=PolicyTypeChoices, default=PolicyTypeChoices.DENY)
+    description = models.CharField(max_length=200, blank=True)
+    elements = models.TextField(blank=True, help_text="Addresses and CIDRs, separated by commas, spaces or lines.")
+    config_generation = models.BigIntegerField(default=0, editable=False)
+
+    class Meta:
+        ordering = ("name",)
+        verbose_name_plural = "policies"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def element_list(self) -> list[str]:
+        return parse_networks(self.elements)
+
+    def clean(self) -> None:
+        try:
+            self.elements = "\n".join(parse_networks(self.elements))
+        except ValueError as exc:
+            raise ValidationError({"elements": str(exc)}) from None
+
+
 class Farm(models.Model):
     """A virtual service: a VIP, protocol and ports balanced over backends by the kernel."""
 
@@ -67,9 +100,9 @@ class Farm(models.Model):
         blank=True,
         help_text="Virtual ports: a port, a list and ranges such as 80,443,8000-8100. Empty for protocol 'all'.",
     )
-    mode = models.CharField(max_length=4, choices=FarmModeChoices, default=FarmModeChoices.SNAT)
+    mode = models.CharField(max_length=8, choices=FarmModeChoices, default=FarmModeChoices.SNAT)
     scheduler = models.CharField(
-        max_length=8,
+        max_length=10,
         choices=FarmSchedulerChoices,
         default=FarmSchedulerChoices.ROUND_ROBIN,
     )
@@ -89,6 +122,35 @@ class Farm(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(65535)],
         help_text="Port of the fallback address; empty: the port the client connected to.",
     )
+    sched_param = models.CharField(
+        max_length=60,
+        blank=True,
+        help_text="Hash scheduler: fields to hash, space separated ("
+        + ", ".join(HashFieldChoices.values)
+        + "). nftlb: sched-param.",
+    )
+    persistence = models.CharField(max_length=16, choices=PersistenceChoices, blank=True, default="")
+    persist_ttl = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1), MaxValueValidator(7 * 86400)], help_text="Seconds."
+    )
+    source_addr = models.CharField(
+        max_length=100, blank=True, help_text="SNAT source: an address or a range a-b (empty: masquerade)."
+    )
+    source_ports = models.CharField(max_length=11, blank=True, help_text="SNAT source ports, e.g. 1024-65535.")
+    new_rtlimit = models.PositiveIntegerField(default=0, help_text="New connections per second per client (0: off).")
+    new_rtlimit_burst = models.PositiveIntegerField(default=0)
+    rst_rtlimit = models.PositiveIntegerField(default=0, help_text="TCP resets per second (0: off).")
+    est_connlimit = models.PositiveIntegerField(default=0, help_text="Established connections of the farm (0: off).")
+    limit_verdict = models.CharField(max_length=6, choices=LimitVerdictChoices, default=LimitVerdictChoices.DROP)
+    log = models.BooleanField(default=False, help_text="Log new connections (rate limited).")
+    log_prefix = models.CharField(max_length=60, blank=True)
+    log_rtlimit = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1)])
+    helper = models.CharField(max_length=6, choices=HelperChoices, blank=True, default="")
+    tcp_strict = models.BooleanField(default=False, help_text="Drop packets conntrack finds invalid.")
+    intra_connect = models.BooleanField(default=False, help_text="Balance connections from the appliance itself.")
+    flow_offload = models.BooleanField(default=False, help_text="Flowtable fast path for established flows.")
+    interface = models.CharField(max_length=15, blank=True, help_text="DSR: the interface facing the backends.")
+    policies = models.ManyToManyField(Policy, blank=True, related_name="farms")
 
     config_generation = models.BigIntegerField(default=0, editable=False)
     applied_generation = models.BigIntegerField(default=0, editable=False)
@@ -122,8 +184,21 @@ class Farm(models.Model):
 
         return farm_spec(self).traffic
 
+    @property
+    def snat_capacity(self) -> dict | None:
+        """Concurrent connections SNAT can hold towards one backend address:port (source tuples available)."""
+        if self.mode != FarmModeChoices.SNAT:
+            return None
+        addresses = 1
+        if "-" in self.source_addr:
+            low, high = (ipaddress.ip_address(x) for x in self.source_addr.split("-"))
+            addresses = int(high) - int(low) + 1
+        low_port, _, high_port = (self.source_ports or "1024-65535").partition("-")
+        ports = int(high_port or low_port) - int(low_port) + 1
+        return {"addresses": addresses, "ports": ports, "per_backend": addresses * ports}
+
     def clean(self) -> None:
-        errors: dict[str, str] = {}
+        errors: dict[str, str] = farm_option_errors(self)
         if self.protocol == FarmProtocolChoices.ALL:
             if self.ports:
                 errors["ports"] = "A farm for all protocols takes every port; leave the ports empty."
@@ -135,8 +210,12 @@ class Farm(models.Model):
             except PortSyntaxError as exc:
                 errors["ports"] = str(exc)
         if self.vip and "vip" not in errors:
-            self.vip = str(ipaddress.ip_address(self.vip))
-            errors.update(self._fallback_errors())
+            try:
+                self.vip = str(ipaddress.ip_address(self.vip))
+            except ValueError:
+                errors["vip"] = "Enter a valid IPv4 or IPv6 address."
+            else:
+                errors.update(self._fallback_errors())
         if not errors and self.pk:
             errors.update(self._backend_conflicts())
         if not errors:
@@ -169,6 +248,12 @@ class Farm(models.Model):
             errors["vip"] = f"This farm has backends of another IP family than IPv{version}; change them first."
         if self.protocol == FarmProtocolChoices.ALL and any(b.port is not None for b in backends):
             errors["protocol"] = "Backends with a port cannot serve a farm for all protocols; clear their ports first."
+        if self.mode == FarmModeChoices.DSR and any(b.port is not None for b in backends):
+            errors["mode"] = "DSR cannot change ports: clear the backends' ports first."
+        for b in backends:
+            clash = stateless_reply_clash(self, b.address, b.port, b.same_address_elsewhere())
+            if clash:
+                errors.setdefault("mode" if self.mode == FarmModeChoices.STATELESS_DNAT else "ports", clash)
         return errors
 
     def _conflicting_farm(self) -> tuple[str, str] | None:
@@ -208,6 +293,13 @@ class Backend(models.Model):
     )
     health_changed = models.DateTimeField(null=True, blank=True, editable=False)
     health_reason = models.CharField(max_length=200, blank=True, editable=False)
+    priority = models.PositiveIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Backends of priority 2 take traffic only when every backend of priority 1 is unavailable.",
+    )
+    est_connlimit = models.PositiveIntegerField(default=0, help_text="Established connections allowed (0: off).")
+    mac = models.CharField(max_length=17, blank=True, help_text="DSR: the backend's MAC (empty: resolved by ARP/ND).")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -227,17 +319,73 @@ class Backend(models.Model):
     def clean(self) -> None:
         errors: dict[str, str] = {}
         farm = getattr(self, "farm", None) if self.farm_id else None
-        if farm and self.address:
-            self.address = str(ipaddress.ip_address(self.address))
-            if ipaddress.ip_address(self.address).version != ipaddress.ip_address(farm.vip).version:
+        try:
+            address = ipaddress.ip_address(self.address) if self.address else None
+        except ValueError:
+            address = None  # the field's own validation reports it
+        if farm and address:
+            self.address = str(address)
+            if address.version != ipaddress.ip_address(farm.vip).version:
                 family = f"IPv{ipaddress.ip_address(farm.vip).version}"
                 errors["address"] = f"Farm '{farm.name}' has an {family} VIP; its backends must be {family} too."
         if farm and self.port is not None and farm.protocol == FarmProtocolChoices.ALL:
             errors["port"] = "A farm for all protocols forwards every port unchanged; leave the port empty."
+        if farm and self.port is not None and farm.mode == FarmModeChoices.DSR:
+            errors["port"] = "DSR forwards frames unchanged: the backend must listen on the virtual port."
+        if farm and self.port is not None and farm.mode == FarmModeChoices.STATELESS_DNAT:
+            ranges = parse_ports(farm.ports)
+            if len(ranges) != 1 or ranges[0][0] != ranges[0][1]:
+                errors["port"] = "Stateless DNAT maps replies back only for a farm with one virtual port."
+        if self.mac:
+            try:
+                self.mac = parse_mac(self.mac)
+            except ValueError as exc:
+                errors["mac"] = str(exc)
         if farm and not errors:
             twins = Backend.objects.filter(farm=farm, address=self.address, port=self.port).exclude(pk=self.pk)
             if twins.exists():
                 errors["address"] = f"Farm '{farm.name}' already has backend {self}."
+        if farm and not errors:
+            clash = stateless_reply_clash(farm, self.address, self.port, self.same_address_elsewhere())
+            if clash:
+                errors["address"] = clash
+        if errors:
+            raise ValidationError(errors)
+
+    def same_address_elsewhere(self) -> list[tuple[Farm, int | None]]:
+        """(farm, port) of every backend with this address in another farm."""
+        others = Backend.objects.filter(address=self.address).exclude(farm_id=self.farm_id).select_related("farm")
+        return [(b.farm, b.port) for b in others]
+
+
+class StaticSession(models.Model):
+    """A persistence entry that never expires: this client always goes to this backend."""
+
+    farm = models.ForeignKey(Farm, on_delete=models.CASCADE, related_name="static_sessions")
+    client = models.CharField(max_length=60, help_text="Address, address:port or MAC, as the farm's persistence.")
+    backend = models.ForeignKey(Backend, on_delete=models.CASCADE, related_name="static_sessions")
+
+    class Meta:
+        ordering = ("farm", "client")
+        constraints = [models.UniqueConstraint(fields=["farm", "client"], name="static_session_unique_client")]
+
+    def __str__(self) -> str:
+        return f"{self.client} -> {self.backend}"
+
+    def clean(self) -> None:
+        from .validation import session_key_parts
+
+        errors = {}
+        farm = self.farm if self.farm_id else None
+        if farm and not farm.persistence:
+            errors["farm"] = f"Farm '{farm.name}' has no persistence; static sessions need one."
+        elif farm:
+            try:
+                session_key_parts(self.client, farm)
+            except ValueError as exc:
+                errors["client"] = str(exc)
+        if farm and self.backend_id and self.backend.farm_id != farm.id:
+            errors["backend"] = f"Backend {self.backend} is not a backend of farm '{farm.name}'."
         if errors:
             raise ValidationError(errors)
 
@@ -390,10 +538,22 @@ class HealthEvent(models.Model):
         return f"{self.backend} {self.previous} -> {self.current} at {self.time:%Y-%m-%d %H:%M:%S}"
 
 
-class KernelFarm(models.Model):
-    """What the worker last put in the kernel for one farm (kept after the farm is deleted, until removed)."""
+class BackendLoad(models.Model):
+    """Live connection count of a backend and the weight least-connections derives from it (worker-written)."""
 
-    farm_id = models.BigIntegerField(primary_key=True)
+    backend = models.OneToOneField(Backend, on_delete=models.CASCADE, related_name="load")
+    connections = models.PositiveIntegerField(default=0)
+    weight = models.PositiveIntegerField(default=1)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.backend}: {self.connections} connections, weight {self.weight}"
+
+
+class KernelUnit(models.Model):
+    """What the worker last put in the kernel for one farm or policy (kept after it is deleted, until removed)."""
+
+    key = models.CharField(max_length=40, primary_key=True)  # "farm:<id>" or "policy:<id>"
     name = models.CharField(max_length=48)
     digest = models.CharField(max_length=32)
     objects_json = models.JSONField(default=dict)

@@ -1,4 +1,4 @@
-"""The only code that writes farms and backends.
+"""The only code that writes farms, backends, policies and sessions.
 
 Each write validates with the model's ``clean()`` (the same words for the UI
 and the API), saves inside one transaction, bumps the configuration
@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from .models import Backend, ConfigGeneration, Farm
+from .choices import BackendStateChoices, FarmModeChoices
+from .models import Backend, ConfigGeneration, Farm, Policy, StaticSession
 
 log = logging.getLogger("lbweb.farms")
 
@@ -25,11 +27,44 @@ FARM_FIELDS = (
     "mode",
     "scheduler",
     "state",
+    "sched_param",
+    "persistence",
+    "persist_ttl",
+    "source_addr",
+    "source_ports",
+    "new_rtlimit",
+    "new_rtlimit_burst",
+    "rst_rtlimit",
+    "est_connlimit",
+    "limit_verdict",
+    "log",
+    "log_prefix",
+    "log_rtlimit",
+    "helper",
+    "tcp_strict",
+    "intra_connect",
+    "flow_offload",
+    "interface",
     "when_all_down",
     "fallback_address",
     "fallback_port",
 )
-BACKEND_FIELDS = ("address", "port", "weight", "state")
+BACKEND_FIELDS = ("address", "port", "weight", "state", "priority", "est_connlimit", "mac")
+POLICY_FIELDS = ("name", "type", "description", "elements")
+
+
+def _enqueue(task_name: str, **kwargs) -> None:
+    """Queue a worker task after commit; if the broker is down the change stays pending, never lost."""
+
+    def send() -> None:
+        from . import tasks
+
+        try:
+            getattr(tasks, task_name).apply_async(kwargs=kwargs, retry=False)
+        except Exception as exc:  # broker down: the worker reconciles at start and periodically
+            log.warning("%s%s not enqueued (%s); the change stays pending", task_name, kwargs, exc)
+
+    transaction.on_commit(send)
 
 
 def enqueue_on_commit(task_name: str, *args: int, what: str) -> None:
@@ -64,30 +99,46 @@ def _mark_changed(farm: Farm) -> int:
     return farm.config_generation
 
 
-def validated_save(instance, fields: tuple[str, ...], values: dict) -> None:
-    """Set ``values`` (only names in ``fields``) on a model instance, validate it with ``clean()``, save it."""
+def _assign(instance, fields: tuple[str, ...], values: dict) -> None:
     unknown = set(values) - set(fields)
     if unknown:
         raise TypeError(f"unknown field(s): {', '.join(sorted(unknown))}")
     for name, value in values.items():
         setattr(instance, name, value)
+
+
+def validated_save(instance, fields: tuple[str, ...], values: dict):
+    """Set ``values`` (only names in ``fields``) on a model instance, validate it with ``clean()``, save it."""
+    _assign(instance, fields, values)
     instance.full_clean()
     instance.save()
+    return instance
+
+
+def _set_policies(farm: Farm, policies: Iterable[Policy] | None) -> None:
+    if policies is None:
+        return
+    policies = list(policies)
+    if policies and farm.mode in (FarmModeChoices.DSR, FarmModeChoices.STATELESS_DNAT):
+        raise ValidationError({"policies": "Access policies need conntrack: not available with DSR or stateless DNAT."})
+    farm.policies.set(policies)
 
 
 @transaction.atomic
-def farm_create(**values) -> Farm:
-    """Create a farm from its field values (see FARM_FIELDS)."""
+def farm_create(*, policies: Iterable[Policy] | None = None, **values) -> Farm:
+    """Create a farm from its field values (see FARM_FIELDS) and its access policies."""
     farm = Farm()
     validated_save(farm, FARM_FIELDS, values)
+    _set_policies(farm, policies)
     _mark_changed(farm)
     return farm
 
 
 @transaction.atomic
-def farm_update(*, farm: Farm, **values) -> Farm:
-    """Change some fields of a farm."""
+def farm_update(*, farm: Farm, policies: Iterable[Policy] | None = None, **values) -> Farm:
+    """Change some fields of a farm (and, if given, its access policies)."""
     validated_save(farm, FARM_FIELDS, values)
+    _set_policies(farm, policies if policies is not None else (farm.policies.all() if "mode" in values else None))
     _mark_changed(farm)
     return farm
 
@@ -110,7 +161,7 @@ def backend_create(*, farm: Farm, **values) -> Backend:
 
 @transaction.atomic
 def backend_update(*, backend: Backend, **values) -> Backend:
-    """Change some fields of a backend (weight, state, ...)."""
+    """Change some fields of a backend (weight, state, priority, ...)."""
     validated_save(backend, BACKEND_FIELDS, values)
     _mark_changed(backend.farm)
     return backend
@@ -122,3 +173,83 @@ def backend_delete(*, backend: Backend) -> None:
     farm = backend.farm
     backend.delete()
     _mark_changed(farm)
+
+
+@transaction.atomic
+def backend_maintenance(*, backend: Backend, mode: str) -> Backend:
+    """Take a backend out of service: ``drain`` keeps its connections and sessions to end by themselves;
+    ``cut`` also deletes its conntrack entries and persistence sessions at once."""
+    if mode not in ("drain", "cut"):
+        raise ValidationError({"mode": "Maintenance is 'drain' (keep connections) or 'cut' (end them now)."})
+    state = BackendStateChoices.DRAIN if mode == "drain" else BackendStateChoices.DISABLED
+    backend_update(backend=backend, state=state)
+    if mode == "cut":
+        backend.static_sessions.all().delete()
+        _enqueue("cut_backend", backend_id=backend.id)
+    return backend
+
+
+@transaction.atomic
+def policy_create(**values) -> Policy:
+    """Create a shared access policy (deny or allow list)."""
+    policy = Policy()
+    validated_save(policy, POLICY_FIELDS, values)
+    _policy_changed(policy)
+    return policy
+
+
+@transaction.atomic
+def policy_update(*, policy: Policy, **values) -> Policy:
+    """Change a policy; its farms are not rebuilt, only the policy's sets change in the kernel."""
+    validated_save(policy, POLICY_FIELDS, values)
+    _policy_changed(policy)
+    return policy
+
+
+@transaction.atomic
+def policy_delete(*, policy: Policy) -> None:
+    """Delete a policy that no farm uses."""
+    users = list(policy.farms.values_list("name", flat=True))
+    if users:
+        raise ValidationError({"policy": f"Policy '{policy.name}' is used by farm(s) {', '.join(users)}."})
+    policy.delete()
+    request_apply(ConfigGeneration.bump())
+
+
+def _policy_changed(policy: Policy) -> None:
+    generation = ConfigGeneration.bump()
+    Policy.objects.filter(pk=policy.pk).update(config_generation=generation)
+    policy.farms.update(config_generation=generation)
+    request_apply(generation)
+
+
+@transaction.atomic
+def session_create(*, farm: Farm, client: str, backend: Backend) -> StaticSession:
+    """Pin a client to a backend (a static persistence entry, no expiry)."""
+    session = StaticSession(farm=farm, client=client, backend=backend)
+    session.full_clean()
+    from .validation import session_key_parts
+
+    parts = session_key_parts(client, farm)
+    session.client = parts[0] if len(parts) == 1 else f"{parts[0]}:{parts[1]}"
+    session.save()
+    _mark_changed(farm)
+    return session
+
+
+@transaction.atomic
+def session_delete(*, session: StaticSession) -> None:
+    """Remove a static session."""
+    farm = session.farm
+    session.delete()
+    _mark_changed(farm)
+
+
+def flush_learnt_sessions(*, farm: Farm, backend: Backend | None = None, client: str | None = None) -> None:
+    """Forget learnt persistence entries in the kernel: all of a backend's, or one client's."""
+    _enqueue_now("flush_sessions", farm_id=farm.id, backend_id=backend.id if backend else None, client=client or None)
+
+
+def _enqueue_now(task_name: str, **kwargs) -> None:
+    with transaction.atomic():
+        _enqueue(task_name, **kwargs)

@@ -1,11 +1,11 @@
-"""Celery tasks: interfaces only. They carry a generation, never rules, and call the dataplane service."""
+"""Celery tasks: interfaces only. They carry ids, never rules, and call the dataplane services."""
 
 from __future__ import annotations
 
 from celery import shared_task
 from celery.signals import worker_ready
 
-from . import dataplane
+from . import dataplane, sessions
 
 
 @shared_task(name="farms.tasks.apply_config")
@@ -22,6 +22,33 @@ def reconcile(reason: str = "reconcile") -> int | None:
     return run.pk if run else None
 
 
+@shared_task(name="farms.tasks.balance_least_connections")
+def balance_least_connections() -> int | None:
+    """Re-weight least-connections farms from live conntrack counts (at most once per beat tick)."""
+    if sessions.refresh_least_connection_weights():
+        run = dataplane.Applier().apply_pending(reason="least connections")
+        return run.pk if run else None
+    return None
+
+
+@shared_task(name="farms.tasks.cut_backend")
+def cut_backend(backend_id: int) -> int:
+    """End a backend's established connections now (maintenance 'cut')."""
+    return sessions.cut_backend(backend_id)
+
+
+@shared_task(name="farms.tasks.flush_sessions")
+def flush_sessions(farm_id: int, backend_id: int | None = None, client: str | None = None) -> int:
+    """Forget learnt persistence entries of a farm: one backend's, one client's, or all."""
+    return sessions.flush_learnt(farm_id, backend_id, client)
+
+
+@shared_task(name="farms.tasks.report_sessions")
+def report_sessions(farm_id: int, request_id: str) -> None:
+    """Publish a farm's live persistence entries for the API (which waits on Redis for them)."""
+    sessions.publish_live(farm_id, request_id)
+
+
 @shared_task(name="farms.tasks.cut_backend_connections")
 def cut_backend_connections(backend_id: int) -> int:
     """Delete the established connections of a backend that went down (its id only; the rest is read here)."""
@@ -32,4 +59,5 @@ def cut_backend_connections(backend_id: int) -> int:
 def restore_at_boot(sender=None, **_kwargs) -> None:
     """When the worker starts (boot, restart), make the kernel match the database."""
     dataplane.ensure_forwarding()
+    dataplane.publish_capabilities()
     reconcile.apply_async(kwargs={"reason": "worker start"})

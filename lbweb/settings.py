@@ -108,6 +108,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Front-end packages come from npm (package.json, installed by deploy/setup.sh), served as our own static files.
+CHARTJS_DIST = BASE_DIR / "node_modules" / "chart.js" / "dist"
+if CHARTJS_DIST.is_dir():
+    STATICFILES_DIRS.append(("vendor/chart.js", CHARTJS_DIST))
 LOGIN_URL = "/admin/login/"
 
 REDIS_SOCKET = VAR_DIR / "redis.sock"
@@ -135,6 +139,13 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 LBWEB_APPLY_COALESCE_SECONDS = float(os.environ.get("LBWEB_APPLY_COALESCE_SECONDS", "0.2"))
 # The worker makes sure the kernel forwards packets (an LB that does not route balances nothing).
 LBWEB_MANAGE_SYSCTL = os.environ.get("LBWEB_MANAGE_SYSCTL", "1") == "1"
+
+# Monitoring: the collector samples every LBWEB_METRICS_INTERVAL seconds; a conntrack census (active
+# connections, SNAT ports) walks the whole table, so it is spaced out to cost at most this share of one core.
+LBWEB_METRICS_INTERVAL = float(os.environ.get("LBWEB_METRICS_INTERVAL", "2"))
+LBWEB_METRICS_CENSUS_BUDGET = float(os.environ.get("LBWEB_METRICS_CENSUS_BUDGET", "0.015"))
+# The dashboard warns when the conntrack table is fuller than this share of nf_conntrack_max.
+LBWEB_CONNTRACK_WARN = float(os.environ.get("LBWEB_CONNTRACK_WARN", "0.8"))
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -10,17 +10,23 @@ import pytest
 import requests
 
 from tests.lab import Lab
-from tests.stack import ROOT, RedisServer, Worker, database_url
+from tests.stack import ROOT, Collector, RedisServer, Worker, database_url
 
 OUTPUT = ROOT / "test-output"
+METRICS_INTERVAL = 0.5  # the collector's sampling interval in tests (2 s in production)
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    from django.conf import settings
+
     from lbweb.celery import app
+    from lbweb.redis_client import get_redis
 
     app.conf.broker_url = server.broker_url
+    settings.REDIS_URL = server.url  # the API's own Redis client (sessions, capabilities)
+    get_redis.cache_clear()
     yield server
     server.stop()
 
@@ -54,6 +60,32 @@ def worker(lab, worker_env, request):
     proc = Worker(lab.lb, worker_env, OUTPUT / "logs" / f"worker-{request.node.name}.log").start()
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def collector(lab, worker, worker_env, redis_server, settings, request):
+    """The real collector next to the worker; the live server's metrics API reads the same Redis."""
+    import redis
+
+    redis.Redis.from_url(redis_server.url).flushdb()
+    settings.REDIS_URL = redis_server.url
+    settings.LBWEB_METRICS_INTERVAL = METRICS_INTERVAL
+    log = OUTPUT / "logs" / f"collector-{request.node.name}.log"
+    proc = Collector(lab.lb, worker_env, log, METRICS_INTERVAL).start()
+    yield proc
+    proc.stop()
+
+
+def wait_for(predicate, timeout: float = 20, what: str = "condition"):
+    """Poll ``predicate`` until it returns something true; that value is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
 
 
 class Api:

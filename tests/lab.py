@@ -31,7 +31,8 @@ CLONE_NEWNET = 0x40000000
 BACKENDS = {"b1": 11, "b2": 12, "b3": 13}
 CLIENT4, CLIENT6 = "198.18.0.2", "2001:2::2"
 LB_BACKSIDE4, LB_BACKSIDE6 = "198.18.1.1", "2001:2:0:1::1"
-BACKEND_PORTS = (80, 8080)
+BACKEND_PORTS = (80, 8080, 21)
+UDP_PORTS = (53,)  # 514 and 5514 belong to lab_udp_server.py (DSR and stateless tests)
 
 
 def vip4(n: int = 1) -> str:
@@ -84,12 +85,16 @@ def run_in_netns(ns: str, func: Callable[[], Any]) -> Any:
 class Lab:
     """Builds and tears down the namespaces; runs servers and clients in them."""
 
-    def __init__(self, tag: str | None = None):
+    def __init__(self, tag: str | None = None, backend_server: Callable[[str, str], subprocess.Popen] | None = None):
+        """``backend_server(netns, name)`` replaces the Python HTTP and UDP servers on each backend
+        (the benchmarks start nginx); it must serve HTTP on port 80."""
         self.tag = tag or f"lbt{os.getpid() % 100000}"
+        self.backend_server = backend_server
         self.client = f"{self.tag}-client"
         self.lb = f"{self.tag}-lb"
         self.backends = {name: f"{self.tag}-{name}" for name in BACKENDS}
-        self.servers: dict[str, subprocess.Popen] = {}
+        self.servers: list[subprocess.Popen] = []
+        self.http_servers: dict[str, subprocess.Popen] = {}  # backend name -> its HTTP server
 
     @property
     def namespaces(self) -> list[str]:
@@ -128,8 +133,8 @@ class Lab:
             self.ns(ns, "ip", "-6", "route", "add", "default", "via", LB_BACKSIDE6)
         for key in ("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"):
             self.ns(self.lb, "sysctl", "-qw", key)
-        for name in self.backends:
-            self.start_server(name, wait=False)
+        for name, ns in self.backends.items():
+            self.servers.append(self._start_server(ns, name))
         for name in self.backends:
             self._wait_server(name)
 
@@ -138,30 +143,43 @@ class Lab:
         self.ns(ns, "ip", "-6", "addr", "add", v6, "dev", dev, "nodad")
         self.ns(ns, "ip", "link", "set", dev, "up")
 
-    def spawn_server(self, name: str, *args: str) -> subprocess.Popen:
-        """Run tests/lab_server.py in backend ``name``'s namespace (the caller stops it)."""
+    def _start_server(self, ns: str, name: str) -> subprocess.Popen:
+        if self.backend_server:
+            return self.backend_server(ns, name)
+        udp = ",".join(str(p) for p in UDP_PORTS)
+        self.servers.append(self._spawn(ns, "lab_echo_server.py", name, udp))
+        self.http_servers[name] = self._spawn(ns, "lab_server.py", name, ",".join(str(p) for p in BACKEND_PORTS))
+        return self.http_servers[name]
+
+    def _spawn(self, ns: str, script: str, *args: str) -> subprocess.Popen:
         return subprocess.Popen(
-            ["ip", "netns", "exec", self.backends[name], sys.executable, str(HERE / "lab_server.py"), name, *args],
+            ["ip", "netns", "exec", ns, sys.executable, str(HERE / script), *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
 
+    def spawn_server(self, name: str, *args: str) -> subprocess.Popen:
+        """Run tests/lab_server.py in backend ``name``'s namespace (the caller stops it)."""
+        return self._spawn(self.backends[name], "lab_server.py", name, *args)
+
     def start_server(self, name: str, wait: bool = True) -> None:
         """Start backend ``name``'s HTTP server (on BACKEND_PORTS)."""
-        self.servers[name] = self.spawn_server(name, ",".join(str(p) for p in BACKEND_PORTS))
+        self.http_servers[name] = self.spawn_server(name, ",".join(str(p) for p in BACKEND_PORTS))
+        self.servers.append(self.http_servers[name])
         if wait:
             self._wait_server(name)
 
     def stop_server(self, name: str) -> None:
         """Kill backend ``name``'s HTTP server: its host stays up and refuses connections (TCP reset)."""
-        proc = self.servers.pop(name)
+        proc = self.http_servers.pop(name)
         proc.kill()
         proc.wait(timeout=5)
+        self.servers.remove(proc)
 
     def ensure_servers(self) -> None:
         """Restart any backend server a test stopped (and did not restart)."""
         for name in self.backends:
-            if name not in self.servers or self.servers[name].poll() is not None:
+            if name not in self.http_servers or self.http_servers[name].poll() is not None:
                 self.start_server(name)
 
     def _wait_server(self, name: str, timeout: float = 10) -> None:
@@ -176,9 +194,9 @@ class Lab:
                 time.sleep(0.05)
 
     def destroy(self) -> None:
-        for proc in self.servers.values():
+        for proc in self.servers:
             proc.terminate()
-        for proc in self.servers.values():
+        for proc in self.servers:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -208,6 +226,46 @@ class Lab:
             return answers
 
         return run_in_netns(self.client, many)
+
+    def download(self, address: str, size: int, count: int = 1, port: int = 80, timeout: float = 5) -> int:
+        """``count`` downloads of ``size`` bytes from the client, each on a new connection; body bytes received."""
+
+        def many() -> int:
+            received = 0
+            for _ in range(count):
+                conn = http.client.HTTPConnection(address, port, timeout=timeout)
+                conn.request("GET", f"/bytes/{size}", headers={"Connection": "close"})
+                received += len(conn.getresponse().read())
+                conn.close()
+            return received
+
+        return run_in_netns(self.client, many)
+
+    def link_counters(self, ns: str, dev: str) -> dict[str, int]:
+        """An interface's cumulative counters (bytes, packets each way) as the kernel of ``ns`` sees them."""
+        names = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")
+        out = self.ns(ns, "sh", "-c", " ".join(f"cat /sys/class/net/{dev}/statistics/{n};" for n in names)).stdout
+        return dict(zip(names, map(int, out.split()), strict=True))
+
+    def udp_query(self, address: str, port: int, count: int = 1, timeout: float = 2, from_ns: str | None = None):
+        """``count`` datagrams from the client, each from a new socket (new source port); returns
+        (answer, the address:port the answer came from) pairs, or None for a datagram left unanswered."""
+
+        def many() -> list:
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            results = []
+            for _ in range(count):
+                with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                    sock.settimeout(timeout)
+                    sock.sendto(b"ping", (address, port))
+                    try:
+                        data, peer = sock.recvfrom(2048)
+                        results.append((json.loads(data), (peer[0], peer[1])))
+                    except TimeoutError:
+                        results.append(None)
+            return results
+
+        return run_in_netns(from_ns or self.client, many)
 
     def try_connect(self, address: str, port: int, timeout: float = 1) -> bool:
         try:
@@ -239,3 +297,29 @@ def _request(sock: socket.socket, close: bool) -> dict:
     if close:
         sock.close()
     return body
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def send_raw_tcp(lab: Lab, dst: str, dport: int, flags: int, count: int = 1, sport: int = 40000) -> None:
+    """Hand-made IPv4 TCP segments from the client (e.g. SYN|FIN, which conntrack calls invalid)."""
+    import ipaddress
+    import struct
+
+    def send() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP) as sock:
+            for i in range(count):
+                header = struct.pack("!HHIIBBHHH", sport + i, dport, 1000, 0, 5 << 4, flags, 8192, 0, 0)
+                pseudo = ipaddress.ip_address(CLIENT4).packed + ipaddress.ip_address(dst).packed
+                pseudo += struct.pack("!BBH", 0, socket.IPPROTO_TCP, len(header))
+                csum = _checksum(pseudo + header)
+                sock.sendto(header[:16] + struct.pack("!H", csum) + header[18:], (dst, 0))
+
+    run_in_netns(lab.client, send)

@@ -6,6 +6,7 @@
 Answers every GET with JSON naming itself, the port it was reached on, the
 client address it sees and the Host header it got, on IPv4 and IPv6, with
 keep-alive; optionally the same over TLS, and a UDP echo (IPv4 and IPv6).
+``GET /bytes/N`` answers N bytes instead (known traffic for the metrics tests).
 """
 
 from __future__ import annotations
@@ -34,10 +35,15 @@ def handler_for(name: str) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             client = self.client_address[0].removeprefix("::ffff:")
-            answer = {"backend": name, "client": client, "port": self.server.server_address[1]}
-            body = json.dumps({**answer, "host": self.headers.get("Host", "")}).encode()
+            if self.path.startswith("/bytes/"):
+                body, kind = b"x" * int(self.path.removeprefix("/bytes/")), "application/octet-stream"
+            else:
+                answer = {"backend": name, "client": client, "port": self.server.server_address[1]}
+                answer["client_port"] = self.client_address[1]
+                answer["host"] = self.headers.get("Host", "")
+                body, kind = json.dumps(answer).encode(), "application/json"
             self.send_response(200)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

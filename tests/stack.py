@@ -129,3 +129,32 @@ class Healthd(NetnsProcess):
 
     def command(self) -> list[str]:
         return [str(VENV_BIN / "python"), "manage.py", "healthd", "--reload-seconds", "0.2"]
+
+
+class Collector:
+    """``manage.py collector`` inside the LB namespace, as Procfile runs it next to the worker."""
+
+    def __init__(self, netns: str, env: dict[str, str], log_path: Path, interval: float):
+        self.netns = netns
+        self.env = dict(env, LBWEB_METRICS_INTERVAL=str(interval))
+        self.log_path = Path(log_path)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Collector:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
+        cmd = ["ip", "netns", "exec", self.netns, str(VENV_BIN / "python"), "manage.py", "collector"]
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)

@@ -146,3 +146,88 @@ def test_farm_list_page_shows_apply_status(admin_user, client):
     web.force_login(admin_user)
     page = web.get("/").content.decode()
     assert farm["name"] in page and "pending" in page and "198.18.100.1" in page
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"scheduler": "rr", "persistence": "srcip"}, "persistence"),
+        ({"scheduler": "hash", "sched_param": "srcip", "persistence": "srcip"}, "persistence"),
+        ({"scheduler": "hash"}, "sched_param"),
+        ({"scheduler": "hash", "sched_param": "srcip colour"}, "sched_param"),
+        ({"sched_param": "srcip"}, "sched_param"),
+        ({"mode": "dnat", "source_addr": "198.18.1.2"}, "source_addr"),
+        ({"mode": "snat", "source_addr": "2001:2::1"}, "source_addr"),
+        ({"mode": "snat", "source_addr": "198.18.1.9-198.18.1.2"}, "source_addr"),
+        ({"mode": "snat", "source_ports": "70000"}, "source_ports"),
+        ({"helper": "tftp"}, "helper"),
+        ({"protocol": "udp", "ports": "53", "rst_rtlimit": 5}, "rst_rtlimit"),
+        ({"interface": "eth0"}, "interface"),
+        ({"mode": "dsr", "scheduler": "hash", "sched_param": "srcip"}, "interface"),
+        ({"mode": "dsr", "interface": "eth0", "scheduler": "hash", "sched_param": "srcip", "log": True}, "log"),
+        ({"mode": "stlsdnat", "protocol": "udp", "ports": "514", "scheduler": "leastconn"}, "scheduler"),
+        ({"mode": "stlsdnat", "protocol": "udp", "ports": "514", "helper": "tftp"}, "helper"),
+        ({"scheduler": "weight", "persistence": "srcmac", "intra_connect": True}, "persistence"),
+    ],
+)
+def test_combinations_the_kernel_cannot_honour_get_a_400_naming_the_field(client, overrides, field):
+    response = client.post("/api/v1/farms/", farm_data(**overrides), format="json")
+    assert response.status_code == 400, response.content
+    assert field in response.json(), response.json()
+    assert not Farm.objects.exists()
+
+
+def test_policies_are_validated_shared_and_protected(client):
+    bad = client.post("/api/v1/policies/", {"name": "bad", "elements": "198.18.0.0/24, nonsense"}, format="json")
+    assert bad.status_code == 400 and "nonsense" in bad.json()["elements"][0]
+    policy = client.post("/api/v1/policies/", {"name": "block", "elements": "198.18.5.1 198.18.6.0/24"}, format="json")
+    assert policy.status_code == 201 and policy.json()["elements"] == "198.18.5.1\n198.18.6.0/24"
+    farm = create_farm(client, policies=["block"])
+    assert farm["policies"] == ["block"]
+    dsr = client.post(
+        "/api/v1/farms/",
+        farm_data(name="d", vip="198.18.100.2", mode="dsr", interface="eth0", scheduler="hash", sched_param="srcip",
+                  policies=["block"]),
+        format="json",
+    )  # fmt: skip
+    assert dsr.status_code == 400 and "policies" in dsr.json()
+    used = client.delete(f"/api/v1/policies/{policy.json()['id']}/")
+    assert used.status_code == 400 and "web" in used.json()["policy"][0]
+
+
+def test_snat_capacity_is_reported(client):
+    farm = create_farm(client, mode="snat", source_addr="198.18.1.2-198.18.1.5", source_ports="1024-2047")
+    assert farm["snat_capacity"] == {"addresses": 4, "ports": 1024, "per_backend": 4096}
+    assert create_farm(client, name="masq", vip="198.18.100.7", mode="snat")["snat_capacity"]["addresses"] == 1
+    assert create_farm(client, name="dn", vip="198.18.100.8")["snat_capacity"] is None
+
+
+def test_static_sessions_need_persistence_and_a_backend_of_the_farm(client):
+    plain = create_farm(client)
+    backend = client.post("/api/v1/backends/", {"farm": plain["id"], "address": "198.18.1.11"}, format="json").json()
+    refused = client.post(
+        "/api/v1/static-sessions/",
+        {"farm": plain["id"], "client": "198.18.0.2", "backend": backend["id"]},
+        format="json",
+    )
+    assert refused.status_code == 400 and "farm" in refused.json()
+    sticky = create_farm(client, name="sticky", vip="198.18.100.3", scheduler="weight", persistence="srcip srcport")
+    other = client.post("/api/v1/backends/", {"farm": sticky["id"], "address": "198.18.1.12"}, format="json").json()
+    bad_key = client.post(
+        "/api/v1/static-sessions/",
+        {"farm": sticky["id"], "client": "198.18.0.2", "backend": other["id"]},
+        format="json",
+    )
+    assert bad_key.status_code == 400 and "client" in bad_key.json()
+    wrong_backend = client.post(
+        "/api/v1/static-sessions/",
+        {"farm": sticky["id"], "client": "198.18.0.2:4000", "backend": backend["id"]},
+        format="json",
+    )
+    assert wrong_backend.status_code == 400 and "backend" in wrong_backend.json()
+    ok = client.post(
+        "/api/v1/static-sessions/",
+        {"farm": sticky["id"], "client": "198.18.0.2:4000", "backend": other["id"]},
+        format="json",
+    )
+    assert ok.status_code == 201, ok.content

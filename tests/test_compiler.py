@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from farms.nft import compiler
-from farms.nft.spec import BackendSpec, FarmSpec
+from farms.nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from tests.stack import ROOT
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -31,7 +32,7 @@ WEB = FarmSpec(
     backends=(
         BackendSpec(id=1, address="198.18.1.11"),
         BackendSpec(id=2, address="198.18.1.12", port=8080),
-        BackendSpec(id=3, address="198.18.1.13", enabled=False),
+        BackendSpec(id=3, address="198.18.1.13", state="disabled"),
     ),
 )
 DNS6 = FarmSpec(
@@ -64,16 +65,95 @@ ALL_DOWN = FarmSpec(
 )
 ALL_FARMS = [WEB, DNS6, ANY, EMPTY, OFF, ALL_DOWN]
 
+DENY = PolicySpec(id=1, name="blocked", type="deny", elements=("198.18.5.0/24", "198.18.6.7", "2001:2:0:5::/64"))
+ALLOW = PolicySpec(id=2, name="office", type="allow", elements=("198.18.0.0/24",))
+
+
+def _b(i: int, **kw) -> BackendSpec:
+    return BackendSpec(id=i, address=f"198.18.1.{10 + i}", **kw)
+
+
+FEATURES = [
+    FarmSpec(
+        id=11,
+        name="sticky",
+        vip="198.18.100.11",
+        ports=((80, 80),),
+        mode="dnat",
+        scheduler="weight",
+        persistence=("srcip",),
+        persist_ttl=30,
+        backends=(_b(1, weight=2), _b(2, state="drain"), _b(3, priority=2, est_connlimit=5)),
+        sessions=(SessionSpec(("198.18.0.9",), 1),),
+        policies=(DENY, ALLOW),
+        new_rtlimit=10,
+        new_rtlimit_burst=5,
+        est_connlimit=100,
+        limit_verdict="reject",
+        log=True,
+        helper="ftp",
+        tcp_strict=True,
+        rst_rtlimit=5,
+        intra_connect=True,
+    ),
+    FarmSpec(
+        id=12,
+        name="pool",
+        vip="198.18.100.12",
+        ports=((80, 80), (8000, 8100)),
+        mode="snat",
+        scheduler="hash",
+        sched_param=("srcip", "srcport"),
+        source_addr="198.18.1.1-198.18.1.3",
+        source_ports=(20000, 30000),
+        backends=(_b(4), _b(5)),
+    ),
+    FarmSpec(
+        id=13,
+        name="syslog",
+        vip="198.18.100.13",
+        protocol="udp",
+        ports=((514, 514),),
+        mode="stlsdnat",
+        backends=(_b(7), _b(8, port=5514)),
+    ),
+    FarmSpec(
+        id=14,
+        name="direct",
+        vip="198.18.100.14",
+        ports=((80, 80),),
+        mode="dsr",
+        scheduler="hash",
+        sched_param=("srcip", "srcport"),
+        interface="d0",
+        interface_mac="02:00:00:00:00:01",
+        backends=(_b(9, mac="02:00:00:00:00:09"), _b(10, mac="02:00:00:00:00:0a")),
+    ),
+    FarmSpec(
+        id=15,
+        name="v6",
+        vip="2001:2:0:100::15",
+        ports=((80, 80),),
+        mode="snat",
+        scheduler="leastconn",
+        persistence=("srcmac",),
+        backends=(BackendSpec(11, "2001:2:0:1::11"), BackendSpec(12, "2001:2:0:1::12", weight=3)),
+    ),
+]
+
 WEB_REWEIGHTED = FarmSpec(**{**WEB.__dict__, "scheduler": "weight", "backends": WEB.backends[:2]})
 
 
 def documents() -> dict[str, dict]:
-    old = {r.farm_id: r.objects for r in map(compiler.compile_farm, ALL_FARMS)}
-    new = {r.farm_id: r for r in map(compiler.compile_farm, [WEB_REWEIGHTED, *ALL_FARMS[1:]])}
+    old = {r.key: r.objects for r in map(compiler.compile_farm, ALL_FARMS)}
+    new = {r.key: r for r in map(compiler.compile_farm, [WEB_REWEIGHTED, *ALL_FARMS[1:]])}
     return {
         "full": compiler.full_document(ALL_FARMS),
         "incremental-change-one-farm": compiler.incremental_document(old, new)[0],
-        "incremental-delete-one-farm": compiler.incremental_document(old, {k: v for k, v in new.items() if k != 1})[0],
+        "full-l4-features": compiler.full_document(FEATURES, [DENY, ALLOW]),
+        "incremental-delete-one-farm": compiler.incremental_document(
+            old, {k: v for k, v in new.items() if k != "farm:1"}
+        )[0],
     }
 
 
@@ -96,6 +176,8 @@ def throwaway_netns():
         pytest.fail("nft --check in a namespace needs root")
     name = f"lbt-nft-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True)
+    # the DSR golden farm hooks ingress of d0
+    subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True)
     yield name
     subprocess.run(["ip", "netns", "del", name], check=False)
 
@@ -116,6 +198,10 @@ def test_every_golden_document_is_accepted_by_nft(throwaway_netns, tmp_path):
         assert result.returncode == 0, f"{path.name}: {result.stderr}"
     listing = nft(throwaway_netns, "list", "table", "inet", "lbweb").stdout
     assert "farm-web" in listing and "dispatch6" in listing
+    features = GOLDEN / "full-l4-features.json"
+    result = nft(throwaway_netns, "-j", "-f", str(features))
+    assert result.returncode == 0, result.stderr
+    assert "fwd to" in nft(throwaway_netns, "list", "table", "netdev", "lbweb-dsr-direct").stdout
 
 
 def test_compiler_imports_no_django():
@@ -136,8 +222,8 @@ def test_every_command_names_only_lbweb_table():
         for command in document["nftables"]:
             ((_verb, body),) = command.items()
             ((_kind, obj),) = body.items()
-            assert obj["family"] == "inet"
-            assert obj.get("table", obj.get("name")) == "lbweb"
+            table = (obj["family"], obj.get("table", obj.get("name")))
+            assert table == ("inet", "lbweb") or (table[0] == "netdev" and table[1].startswith("lbweb-dsr-")), table
             assert "ruleset" not in body
 
 
@@ -145,35 +231,54 @@ def test_changing_one_farm_names_only_that_farms_objects():
     document = documents()["incremental-change-one-farm"]
     text = json.dumps(document)
     for other in ("dns6", "any", "empty"):
-        assert f"farm-{other}" not in text and f"be-{other}-" not in text
+        assert f"farm-{other}" not in text and f"be-{other}-" not in text and f"traffic-{other}" not in text
+        assert f'-{other}"' not in text  # nor its traffic counters
     assert "farm-web" in text
     assert not any("table" in next(iter(c.values())) for c in document["nftables"])
 
 
 def test_unchanged_configuration_needs_no_command():
-    compiled = {r.farm_id: r for r in map(compiler.compile_farm, ALL_FARMS)}
+    compiled = {r.key: r for r in map(compiler.compile_farm, ALL_FARMS)}
     document, changed = compiler.incremental_document({k: v.objects for k, v in compiled.items()}, compiled)
     assert changed == [] and document == {"nftables": []}
 
 
+def last_rule(unit, chain: str) -> list:
+    rules = [c["add"]["rule"] for c in unit.creates if "rule" in c.get("add", {})]
+    return [r["expr"] for r in rules if r["chain"] == chain][-1]
+
+
 def test_round_robin_and_weighted_schedulers():
-    rr = compiler.compile_farm(WEB).creates
-    farm_rule = next(
-        c["add"]["rule"] for c in rr if "rule" in c.get("add", {}) and c["add"]["rule"]["chain"] == "farm-web"
-    )
-    vmap = farm_rule["expr"][-1]["vmap"]
+    vmap = last_rule(compiler.compile_farm(WEB), "farm-web")[-1]["vmap"]
     assert vmap["key"] == {"numgen": {"mode": "inc", "mod": 2, "offset": 0}}  # the disabled backend is left out
-    weighted = compiler.compile_farm(DNS6).creates
-    rule = next(
-        c["add"]["rule"] for c in weighted if "rule" in c.get("add", {}) and c["add"]["rule"]["chain"] == "farm-dns6"
+    weighted = last_rule(compiler.compile_farm(DNS6), "farm-dns6")[-1]["vmap"]
+    assert weighted["key"]["numgen"] == {"mode": "random", "mod": 4, "offset": 0}
+    assert [e[0] for e in weighted["data"]["set"]] == [0, {"range": [1, 3]}]
+
+
+def test_hash_schedulers_and_priority_groups():
+    farm = FarmSpec(
+        id=9,
+        name="h",
+        vip="198.18.100.9",
+        ports=((80, 80),),
+        scheduler="hash",
+        sched_param=("srcip", "srcport"),
+        backends=(BackendSpec(1, "198.18.1.11"), BackendSpec(2, "198.18.1.12", priority=2)),
     )
-    assert rule["expr"][-1]["vmap"]["key"]["numgen"] == {"mode": "random", "mod": 4, "offset": 0}
-    assert [e[0] for e in rule["expr"][-1]["vmap"]["data"]["set"]] == [0, {"range": [1, 3]}]
+    key = last_rule(compiler.compile_farm(farm), "farm-h")[-1]["vmap"]["key"]["jhash"]
+    assert key["mod"] == 1 and key["expr"]["concat"][1] == {"payload": {"protocol": "th", "field": "sport"}}
+    primary_down = dataclasses.replace(farm, backends=(BackendSpec(1, "198.18.1.11", healthy=False), farm.backends[1]))
+    vmap = last_rule(compiler.compile_farm(primary_down), "farm-h")[-1]["vmap"]
+    assert vmap["data"]["set"] == [[0, {"jump": {"target": "be-h-2"}}]]  # priority 2 takes over
+    sym = dataclasses.replace(farm, scheduler="symhash", sched_param=())
+    assert "symhash" in last_rule(compiler.compile_farm(sym), "farm-h")[-1]["vmap"]["key"]
 
 
 def farm_rule_of(ruleset: compiler.FarmRuleset) -> dict:
     chain = f"farm-{ruleset.name}"
-    return next(c["add"]["rule"] for c in ruleset.creates if c.get("add", {}).get("rule", {}).get("chain") == chain)
+    rules = [c["add"]["rule"] for c in ruleset.creates if c.get("add", {}).get("rule", {}).get("chain") == chain]
+    return rules[-1]  # the scheduler's rule, which carries the digest
 
 
 def test_farm_without_enabled_backend_rejects_and_an_off_farm_owns_nothing():
@@ -189,7 +294,7 @@ def test_a_backend_healthd_saw_down_leaves_the_scheduler_like_a_disabled_one():
     down = FarmSpec(**{**WEB.__dict__, "backends": (WEB.backends[0], replace(WEB.backends[1], healthy=False))})
     assert [b.id for b in down.active_backends] == [1]
     ruleset = compiler.compile_farm(down)
-    assert ruleset.objects.chains == ("farm-web", "be-web-1")
+    assert {"farm-web", "be-web-1"} <= set(ruleset.objects.chains) and "be-web-2" not in ruleset.objects.chains
     assert farm_rule_of(ruleset)["expr"][-1]["vmap"]["key"]["numgen"]["mod"] == 1
     assert ruleset.digest != compiler.compile_farm(WEB).digest
     assert down.traffic == "balanced"
@@ -198,7 +303,7 @@ def test_a_backend_healthd_saw_down_leaves_the_scheduler_like_a_disabled_one():
 def test_with_every_backend_down_the_fallback_takes_new_connections():
     ruleset = compiler.compile_farm(ALL_DOWN)
     assert ALL_DOWN.traffic == "fallback"
-    assert ruleset.objects.chains == ("farm-alldown", "be-alldown-fallback")
+    assert {"farm-alldown", "be-alldown-fallback"} <= set(ruleset.objects.chains)
     assert farm_rule_of(ruleset)["expr"][-1] == {"jump": {"target": "be-alldown-fallback"}}
     fallback_rule = next(
         c["add"]["rule"] for c in ruleset.creates if c["add"].get("rule", {}).get("chain") == "be-alldown-fallback"
@@ -207,3 +312,31 @@ def test_with_every_backend_down_the_fallback_takes_new_connections():
     recovered = FarmSpec(**{**ALL_DOWN.__dict__, "backends": (replace(ALL_DOWN.backends[0], healthy=True),)})
     assert recovered.traffic == "balanced"
     assert "be-alldown-fallback" not in compiler.compile_farm(recovered).objects.chains
+
+
+def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
+    ruleset = compiler.compile_farm(WEB)
+    rules = [
+        c["add"]["rule"]["expr"] for c in ruleset.creates if c["add"].get("rule", {}).get("chain") == "traffic-web"
+    ]
+    by_direction = rules[0][0]["counter"]["map"]
+    assert by_direction["key"] == {"ct": {"key": "direction"}}
+    assert dict(map(tuple, by_direction["data"]["set"])) == {"original": "traffic-in-web", "reply": "traffic-out-web"}
+    # The backend with a port is matched first (narrower); the disabled one still counts its draining connections.
+    assert [r[-2] for r in rules[1:]] == [{"counter": f"traffic-be-web-{i}"} for i in (2, 1, 3)]
+    assert {"match": {"op": "==", "left": {"ct": {"key": "proto-src", "dir": "reply"}}, "right": 8080}} in rules[1]
+    counters = {name for kind, name in ruleset.objects.objects if kind == "counter"}
+    assert {"traffic-in-web", "traffic-out-web", "traffic-be-web-3"} <= counters
+    assert ("traffic_marks", WEB.mark) in ruleset.objects.elements and "traffic-web" in ruleset.objects.chains
+    element = next(
+        c["add"]["element"] for c in ruleset.creates if c["add"].get("element", {}).get("name") == "traffic_marks"
+    )
+    assert element["elem"] == [[WEB.mark, {"jump": {"target": "traffic-web"}}]]
+
+
+def test_removing_a_farm_unhooks_its_traffic_chain_first():
+    objects = compiler.compile_farm(DNS6).objects
+    cmds = compiler.removal_commands(objects, set())
+    verbs = [(verb, kind, body.get("name")) for c in cmds for verb, x in c.items() for kind, body in x.items()]
+    assert verbs.index(("delete", "element", "traffic_marks")) < verbs.index(("delete", "chain", "traffic-dns6"))
+    assert verbs.index(("delete", "chain", "traffic-dns6")) < verbs.index(("delete", "counter", "traffic-in-dns6"))

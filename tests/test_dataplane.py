@@ -69,7 +69,8 @@ def test_port_lists_and_a_backend_port_that_differs_from_the_virtual_port(api, w
     farm = api.farm(name="remap", vip=vip4(6), protocol="tcp", ports="80", mode="dnat", scheduler="rr")
     api.post("backends/", {"farm": farm["id"], "address": backend4("b3"), "port": 8080})
     api.wait_applied(farm["id"])
-    assert lab.http_get(vip4(6), 80)[0] == {"backend": "b3", "client": CLIENT4, "port": 8080, "host": "lab"}
+    answer = lab.http_get(vip4(6), 80)[0]
+    assert (answer["backend"], answer["client"], answer["port"]) == ("b3", CLIENT4, 8080)
 
 
 def test_ipv6_farm_balances_over_ipv6_backends(api, worker, lab):

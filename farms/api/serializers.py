@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from .. import health_services, services
 from ..choices import FarmTrafficChoices
-from ..models import ApplyRun, Backend, Farm, HealthCheck, HealthEvent
+from ..models import ApplyRun, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
 
 HEALTH_FIELDS = ["health", "health_changed", "health_reason"]
 
@@ -33,6 +33,15 @@ class ModelCleanMixin:
         return {name: getattr(candidate, name) for name in attrs}
 
 
+def _cleaned(instance, attrs: dict) -> dict:
+    """Run the model's clean() on a copy carrying the new values; return them as clean() left them."""
+    candidate = copy.copy(instance)
+    for name, value in attrs.items():
+        setattr(candidate, name, value)
+    _full_clean(candidate)
+    return {name: getattr(candidate, name) for name in attrs}
+
+
 class ApplyStatusSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=["applied", "pending", "failed"])
     config_generation = serializers.IntegerField()
@@ -40,10 +49,16 @@ class ApplyStatusSerializer(serializers.Serializer):
     error = serializers.CharField(allow_blank=True)
 
 
+class SnatCapacitySerializer(serializers.Serializer):
+    addresses = serializers.IntegerField()
+    ports = serializers.IntegerField()
+    per_backend = serializers.IntegerField(help_text="Concurrent connections towards one backend address:port.")
+
+
 class NestedBackendSerializer(serializers.ModelSerializer):
     class Meta:
         model = Backend
-        fields = ["id", "address", "port", "weight", "state", *HEALTH_FIELDS]
+        fields = ["id", *services.BACKEND_FIELDS, *HEALTH_FIELDS]
 
 
 HEALTH_CHECK_FIELDS = list(health_services.HEALTH_CHECK_FIELDS)
@@ -72,30 +87,27 @@ class FarmSerializer(ModelCleanMixin, serializers.ModelSerializer):
         help_text="Where new connections go now: balanced, fallback, rejected (no active backend), or off.",
     )
     health_check = serializers.SerializerMethodField()
+    snat_capacity = serializers.SerializerMethodField()
+    policies = serializers.SlugRelatedField(
+        many=True, slug_field="name", queryset=Policy.objects.all(), required=False, help_text="Policy names."
+    )
 
     class Meta:
         model = Farm
         fields = [
             "id",
             "url",
-            "name",
-            "description",
-            "vip",
-            "protocol",
-            "ports",
-            "mode",
-            "scheduler",
-            "state",
-            "when_all_down",
-            "fallback_address",
-            "fallback_port",
+            *services.FARM_FIELDS,
+            "policies",
             "traffic",
             "health_check",
             "backends",
             "apply_status",
+            "snat_capacity",
             "created",
             "updated",
         ]
+        read_only_fields = ["snat_capacity"]
         # The model's clean() reports duplicates with a clearer message than DRF's generic one.
         extra_kwargs = {"name": {"validators": []}}
 
@@ -112,6 +124,20 @@ class FarmSerializer(ModelCleanMixin, serializers.ModelSerializer):
     def get_health_check(self, farm: Farm) -> dict:
         return EffectiveHealthCheckSerializer(HealthCheck.effective_for(farm)).data
 
+    @extend_schema_field(SnatCapacitySerializer(allow_null=True))
+    def get_snat_capacity(self, farm: Farm) -> dict | None:
+        try:
+            return farm.snat_capacity
+        except ValueError:
+            return None
+
+    def validate(self, attrs: dict) -> dict:
+        policies = attrs.pop("policies", None)
+        data = _cleaned(self.instance or Farm(), attrs)
+        if policies is not None:
+            data["policies"] = policies
+        return data
+
     def create(self, validated_data: dict) -> Farm:
         return services.farm_create(**validated_data)
 
@@ -125,19 +151,11 @@ class BackendSerializer(ModelCleanMixin, serializers.ModelSerializer):
 
     class Meta:
         model = Backend
-        fields = [
-            "id",
-            "url",
-            "farm",
-            "address",
-            "port",
-            "weight",
-            "state",
-            *HEALTH_FIELDS,
-            "created",
-            "updated",
-        ]
+        fields = ["id", "url", "farm", *services.BACKEND_FIELDS, *HEALTH_FIELDS, "created", "updated"]
         validators = []  # the model's clean() words the duplicate check
+
+    def validate(self, attrs: dict) -> dict:
+        return _cleaned(self.instance or Backend(), attrs)
 
     def create(self, validated_data: dict) -> Backend:
         return services.backend_create(**validated_data)
@@ -212,3 +230,55 @@ class ApplyRunSerializer(serializers.ModelSerializer):
             "farms_changed",
             "commands",
         ]
+
+
+class PolicySerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="farms-api:policy-detail")
+    farms = serializers.SlugRelatedField(many=True, slug_field="name", read_only=True)
+
+    class Meta:
+        model = Policy
+        fields = ["id", "url", *services.POLICY_FIELDS, "farms"]
+        extra_kwargs = {"name": {"validators": []}}
+
+    def validate(self, attrs: dict) -> dict:
+        return _cleaned(self.instance or Policy(), attrs)
+
+    def create(self, validated_data: dict) -> Policy:
+        return services.policy_create(**validated_data)
+
+    def update(self, instance: Policy, validated_data: dict) -> Policy:
+        return services.policy_update(policy=instance, **validated_data)
+
+
+class StaticSessionSerializer(serializers.ModelSerializer):
+    farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
+    backend = serializers.PrimaryKeyRelatedField(queryset=Backend.objects.all())
+
+    class Meta:
+        model = StaticSession
+        fields = ["id", "farm", "client", "backend"]
+        validators = []
+
+    def validate(self, attrs: dict) -> dict:
+        _full_clean(StaticSession(**attrs))
+        return attrs
+
+    def create(self, validated_data: dict) -> StaticSession:
+        return services.session_create(**validated_data)
+
+
+class LiveSessionSerializer(serializers.Serializer):
+    client = serializers.CharField()
+    backend = serializers.IntegerField(allow_null=True)
+    static = serializers.BooleanField()
+    expires_in = serializers.IntegerField(allow_null=True, help_text="Seconds left; null for a static session.")
+
+
+class SessionFlushSerializer(serializers.Serializer):
+    backend = serializers.IntegerField(required=False, allow_null=True)
+    client = serializers.CharField(required=False, allow_blank=False)
+
+
+class MaintenanceSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["drain", "cut"])

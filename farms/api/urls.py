@@ -1,13 +1,17 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
+from .nftlb import NftlbExportView, NftlbImportView
 from .views import (
     ApplyRunViewSet,
     BackendViewSet,
+    CapabilitiesView,
     FarmViewSet,
     HealthCheckViewSet,
     HealthEventViewSet,
     HealthStatusView,
+    PolicyViewSet,
+    StaticSessionViewSet,
 )
 
 app_name = "farms-api"
@@ -15,11 +19,16 @@ app_name = "farms-api"
 router = DefaultRouter()
 router.register("farms", FarmViewSet)
 router.register("backends", BackendViewSet)
+router.register("policies", PolicyViewSet)
+router.register("static-sessions", StaticSessionViewSet)
 router.register("apply-runs", ApplyRunViewSet)
 router.register("health-checks", HealthCheckViewSet)
 router.register("health-events", HealthEventViewSet)
 
 urlpatterns = [
     path("health-status/", HealthStatusView.as_view(), name="health-status"),
+    path("capabilities/", CapabilitiesView.as_view(), name="capabilities"),
+    path("nftlb/import/", NftlbImportView.as_view(), name="nftlb-import"),
+    path("nftlb/export/", NftlbExportView.as_view(), name="nftlb-export"),
     *router.urls,
 ]

@@ -8,14 +8,28 @@ back so the control plane can compare the kernel with the database.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
+import re
+import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import nftables
 
-from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical
+from lbweb import netlink
+
+from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from .fragments import TABLE_FAMILY, TABLE_NAME
+
+# nf_tables netlink (include/uapi/linux/netfilter/nf_tables.h), used only to read counters.
+NFNL_SUBSYS_NFTABLES = 10
+NFT_MSG_GETOBJ = 19
+NFPROTO_INET = 1
+NFT_OBJECT_COUNTER = 1
+NFTA_OBJ_TABLE, NFTA_OBJ_NAME, NFTA_OBJ_TYPE, NFTA_OBJ_DATA = 1, 2, 3, 4
+NFTA_COUNTER_BYTES, NFTA_COUNTER_PACKETS = 1, 2
+BE64 = struct.Struct(">Q")
 
 
 class ApplyError(Exception):
@@ -33,12 +47,48 @@ class KernelState:
 
     table_present: bool = False
     base_digest: str | None = None
-    farm_digests: dict[str, str] = field(default_factory=dict)  # farm chain -> digest
+    farm_digests: dict[str, str] = field(default_factory=dict)  # farm chain or "netdev <table>" -> digest
     chains: set[str] = field(default_factory=set)
-    dispatch: dict[str, dict[str, str]] = field(default_factory=dict)  # map -> canonical key -> target
+    sets: set[str] = field(default_factory=set)
+    shared_elements: set[tuple[str, str]] = field(default_factory=set)  # (map, canonical key)
 
     def dispatch_size(self) -> int:
-        return sum(len(v) for v in self.dispatch.values())
+        return len(self.shared_elements)
+
+
+# One counter object as the kernel dumps it: NAME, TYPE (counter), a few 4-byte-aligned attributes
+# (handle, use), then DATA with BYTES and PACKETS. Checked against the message count; else parsed in full.
+COUNTER_MESSAGE = re.compile(
+    rb"\x02\x00([^\x00]+)\x00+\x08\x00\x03\x00\x00\x00\x00\x01(?:.{4}){0,12}?"
+    rb"\x1c\x00\x04[\x00\x80]\x0c\x00\x01\x00(.{8})\x0c\x00\x02\x00(.{8})",
+    re.DOTALL,
+)
+
+
+# Every counter message names its table first: counting this attribute counts the messages.
+TABLE_ATTRIBUTE = netlink.attr(NFTA_OBJ_TABLE, TABLE_NAME.encode() + b"\0")
+
+
+class CounterValue(NamedTuple):
+    """What one named nftables counter has counted since it was created."""
+
+    packets: int
+    bytes: int
+
+
+def _parse_counter(data: bytes, start: int, end: int) -> tuple[str | None, CounterValue]:
+    """One counter object's name and values, attribute by attribute."""
+    name, packets, octets = None, 0, 0
+    for kind, a, b in netlink.attrs(data, start, end):
+        if kind == NFTA_OBJ_NAME:
+            name = data[a : b - 1].decode()
+        elif kind == NFTA_OBJ_DATA:
+            for inner, c, _d in netlink.attrs(data, a, b):
+                if inner == NFTA_COUNTER_BYTES:
+                    (octets,) = BE64.unpack_from(data, c)
+                elif inner == NFTA_COUNTER_PACKETS:
+                    (packets,) = BE64.unpack_from(data, c)
+    return name, CounterValue(packets, octets)
 
 
 class Kernel:
@@ -73,11 +123,76 @@ class Kernel:
         if document.get("nftables"):
             self._run(document)
 
-    def list_table(self) -> list[dict[str, Any]] | None:
-        rc, out, _err = self._nft.cmd(f"list table {TABLE_FAMILY} {TABLE_NAME}")
+    def list_table(self, family: str = TABLE_FAMILY, name: str = TABLE_NAME) -> list[dict[str, Any]] | None:
+        rc, out, _err = self._nft.cmd(f"list table {family} {name}")
         if rc != 0:
             return None
         return json.loads(out)["nftables"] if out else []
+
+    def list_set(self, name: str) -> list[Any] | None:
+        """The elements of one of lbweb's sets (with their remaining timeout), or None if it is absent."""
+        rc, out, _err = self._nft.cmd(f"list set {TABLE_FAMILY} {TABLE_NAME} {name}")
+        if rc != 0:
+            return None
+        for item in json.loads(out)["nftables"]:
+            if "set" in item:
+                return item["set"].get("elem", [])
+        return []
+
+    def dsr_tables(self) -> list[tuple[str, str]]:
+        """lbweb's netdev tables (one per DSR farm) present in the kernel."""
+        rc, out, _err = self._nft.cmd("list tables")
+        if rc != 0 or not out:
+            return []
+        tables = [i["table"] for i in json.loads(out)["nftables"] if "table" in i]
+        return [(t["family"], t["name"]) for t in tables if t["family"] == "netdev" and t["name"].startswith("lbweb-")]
+
+    def capabilities(self) -> dict[str, bool]:
+        """What this kernel can do, probed with dry runs on a scratch table (nothing is committed)."""
+        probes = {
+            "flowtable": [{"add": {"flowtable": {"family": "inet", "table": "lbweb-probe", "name": "ft",
+                                                  "hook": "ingress", "prio": 0, "dev": []}}}],
+        }  # fmt: skip
+        for helper, proto in (("ftp", "tcp"), ("tftp", "udp"), ("sip", "udp"), ("pptp", "tcp"), ("snmp", "udp")):
+            body = {"family": "inet", "table": "lbweb-probe", "name": "h", "type": helper, "protocol": proto}
+            probes[f"helper-{helper}"] = [{"add": {"ct helper": body}}]
+        result = {}
+        for name, commands in probes.items():
+            doc = {"nftables": [{"add": {"table": {"family": "inet", "name": "lbweb-probe"}}}, *commands]}
+            try:
+                self.check(doc)
+                result[name] = True
+            except ApplyError:
+                result[name] = False
+        return result
+
+    def read_counters(self) -> dict[str, CounterValue]:
+        """Every named counter of lbweb's table, in one read-only netlink dump ({} without the table).
+
+        The same data as ``list counters table inet lbweb``, but libnftables builds
+        its whole cache (chains, rules, maps) first: ~130 ms for 4,000 counters
+        against a few ms here, and the collector reads them every 2 s.
+        """
+        request = netlink.attr(NFTA_OBJ_TABLE, TABLE_NAME.encode() + b"\0")
+        request += netlink.attr(NFTA_OBJ_TYPE, struct.pack(">I", NFT_OBJECT_COUNTER))
+        message_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETOBJ
+        counters: dict[str, CounterValue] = {}
+        try:
+            for data in netlink.dump_raw(netlink.NETLINK_NETFILTER, message_type, NFPROTO_INET, request):
+                found = COUNTER_MESSAGE.findall(data)
+                if len(found) == data.count(TABLE_ATTRIBUTE):  # every message matched: the usual layout
+                    for name, octets, packets in found:
+                        counters[name.decode()] = CounterValue(int.from_bytes(packets), int.from_bytes(octets))
+                    continue
+                for start, end in netlink.message_spans(data):
+                    name, value = _parse_counter(data, start, end)
+                    if name is not None:
+                        counters[name] = value
+        except netlink.NetlinkError as exc:
+            if exc.errno == errno.ENOENT:  # no lbweb table in this namespace (yet)
+                return {}
+            raise
+        return counters
 
     def base_digest(self) -> str | None:
         """The digest lbweb's skeleton carries, read from the kernel (None: table or chain missing)."""
@@ -96,17 +211,27 @@ class Kernel:
         if items is None:
             return state
         state.table_present = True
+        shared = shared_maps()
         for item in items:
             if "chain" in item:
                 state.chains.add(item["chain"]["name"])
-            elif "map" in item and item["map"]["name"].startswith("dispatch"):
-                entries = state.dispatch.setdefault(item["map"]["name"], {})
-                for key, verdict in item["map"].get("elem", []):
-                    entries[canonical(key)] = verdict.get("jump", {}).get("target", "")
+            elif "set" in item:
+                state.sets.add(item["set"]["name"])
+            elif "map" in item and item["map"]["name"] in shared:
+                for key, _verdict in item["map"].get("elem", []):
+                    state.shared_elements.add((item["map"]["name"], canonical(key)))
             elif "rule" in item:
-                comment = item["rule"].get("comment", "")
-                if comment.startswith(BASE_DIGEST_PREFIX):
-                    state.base_digest = comment.removeprefix(BASE_DIGEST_PREFIX)
-                elif comment.startswith(DIGEST_PREFIX):
-                    state.farm_digests[item["rule"]["chain"]] = comment.removeprefix(DIGEST_PREFIX)
+                self._read_digest(item["rule"], item["rule"]["chain"], state)
+        for family, name in self.dsr_tables():
+            for item in self.list_table(family, name) or []:
+                if "rule" in item:
+                    self._read_digest(item["rule"], f"{family} {name}", state)
         return state
+
+    @staticmethod
+    def _read_digest(rule: dict, where: str, state: KernelState) -> None:
+        comment = rule.get("comment", "")
+        if comment.startswith(BASE_DIGEST_PREFIX):
+            state.base_digest = comment.removeprefix(BASE_DIGEST_PREFIX)
+        elif comment.startswith(DIGEST_PREFIX):
+            state.farm_digests[where] = comment.removeprefix(DIGEST_PREFIX)

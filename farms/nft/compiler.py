@@ -1,56 +1,77 @@
-"""Pure compiler: farm specs in, deterministic nftables JSON out.
+"""Pure compiler: farm and policy specs in, deterministic nftables JSON out.
 
-Layout of the one table lbweb owns (``table inet lbweb``):
+Layout of the table lbweb owns (``table inet lbweb``):
 
 * ``prerouting`` (nat, dstnat) looks every new connection up in a verdict map
   keyed by ``daddr . l4proto . dport`` (``dispatch4``/``dispatch6``) or by
   ``daddr`` alone for protocol ``all`` (``dispatch4_any``/``dispatch6_any``)
   and jumps to the farm's chain: one lookup whatever the number of farms.
-* ``farm-<name>`` counts the connection, sets the farm's conntrack mark and
-  picks a backend with ``numgen`` through an anonymous verdict map.
-* ``be-<name>-<id>`` counts and DNATs to one backend; ``be-<name>-fallback``
+  ``output`` does the same from ``local*`` maps for intra-connect farms.
+* ``farm-<name>`` counts the connection, sets the farm's conntrack mark,
+  applies access policies, limits, logging and helpers, sends a client bound
+  by persistence back to its backend, and otherwise picks one with
+  ``numgen``/``jhash``/``symhash`` through an anonymous verdict map.
+* ``be-<name>-<id>`` counts, enforces the backend's connection limit,
+  records persistence and DNATs to one backend; ``be-<name>-fallback``
   DNATs to the farm's fallback address while no backend is active, and a
   farm with neither rejects new connections (TCP reset, else ICMP port
-  unreachable; reject in a nat prerouting chain needs Linux >= 5.2).
-* ``postrouting`` (nat, srcnat) masquerades connections whose ct mark is in
-  ``snat_marks`` (farms in SNAT mode) and nothing else.
+  unreachable).
+* ``guard`` (filter, before NAT) runs per-packet options: ``tcp_strict``
+  and the reset rate limit, from ``guard4``/``guard6``.
+* ``stateless`` (filter, raw priority) rewrites addresses of stateless UDP
+  farms without conntrack (``notrack``), both ways.
+* ``postrouting`` (nat, srcnat) sends connections whose ct mark is a SNAT
+  farm's to ``snat-<name>`` (masquerade or a source pool) and nothing else.
+* ``forward`` (filter) sees every forwarded packet, not only a connection's
+  first: one lookup of the ct mark in ``traffic_marks`` jumps to the farm's
+  ``traffic-<name>`` chain, which counts bytes and packets into
+  ``traffic-in-<name>`` (client to backend) or ``traffic-out-<name>`` (backend
+  to client) by ct direction, and into ``traffic-be-<name>-<id>`` for the
+  backend the connection went to (its reply source). The ``farm-``/``be-``
+  counters in the nat chains count new connections. (NAT farms only:
+  stateless and DSR farms have no conntrack mark; offloaded flows skip the hook.)
 
-Every farm's objects are listed in a :class:`FarmRuleset` so that a change
-can replace one farm without touching the others, and each farm chain's
-rule carries ``lbweb:<digest>`` so the kernel itself tells which version of
-a farm it runs.
+DSR farms live in ``table netdev lbweb-<interface>`` (see :mod:`.dsr`).
+
+Every unit (farm or policy) lists the kernel objects it owns in
+:class:`UnitObjects`, so a change replaces one unit without touching the
+others; each farm's last rule carries ``lbweb:<digest>`` so the kernel
+itself tells which version of a farm it runs.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
+from . import dsr
 from . import fragments as f
-from .spec import BackendSpec, FarmSpec
+from .spec import BackendSpec, FarmSpec, PolicySpec
+from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, canonical, digest_of
+from .units import Builder as _Builder
 
-COMPILER_VERSION = "1"
-DIGEST_PREFIX = "lbweb:"
 BASE_DIGEST_PREFIX = "lbweb-base:"
+PRIO_RAW = -300
+PRIO_GUARD = -150
 PRIO_DSTNAT = -100
+PRIO_FILTER = 0
 PRIO_SRCNAT = 100
+TRAFFIC_MAP = "traffic_marks"
+HASH_SEED = 0x6C627765  # fixed, so every lbweb node hashes a flow to the same backend
+LIMIT_SET_TIMEOUT = 120  # seconds a source stays in a rate-limit meter
 
 Json = dict[str, Any]
-
-
-def canonical(document: Any) -> str:
-    """The one serialisation used for digests and for byte-identical output."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"))
-
-
-def digest_of(document: Any) -> str:
-    return hashlib.sha256(canonical(document).encode()).hexdigest()[:16]
+FarmObjects = UnitObjects  # a farm's objects are a unit's objects
+FarmRuleset = UnitRuleset
+__all__ = ["canonical", "digest_of", "DIGEST_PREFIX", "UnitObjects", "UnitRuleset"]
 
 
 def farm_chain_name(farm: FarmSpec) -> str:
-    return f"farm-{farm.name}"
+    return farm_chain_name_of(farm.name)
+
+
+def farm_chain_name_of(name: str) -> str:
+    return f"farm-{name}"
 
 
 def backend_chain_name(farm: FarmSpec, backend_id: int | str) -> str:
@@ -61,173 +82,449 @@ def fallback_chain_name(farm: FarmSpec) -> str:
     return backend_chain_name(farm, "fallback")
 
 
-def dispatch_map_name(family: int, protocol: str) -> str:
-    return f"dispatch{family}_any" if protocol == "all" else f"dispatch{family}"
+def traffic_chain_name(farm: FarmSpec) -> str:
+    return f"traffic-{farm.name}"
 
 
-@dataclass(frozen=True)
-class FarmObjects:
-    """The kernel objects one farm owns: what must be removed to remove it."""
+def traffic_counter_name(farm_name: str, direction: str) -> str:
+    """Bytes of one farm in one direction: ``in`` (client to backend) or ``out`` (backend to client)."""
+    return f"traffic-{direction}-{farm_name}"
 
-    chains: tuple[str, ...] = ()
-    counters: tuple[str, ...] = ()
-    dispatch: tuple[tuple[str, Any], ...] = ()
-    snat_mark: int | None = None
-    digest: str = ""
 
-    def to_json(self) -> Json:
-        return {
-            "chains": list(self.chains),
-            "counters": list(self.counters),
-            "dispatch": [[name, key] for name, key in self.dispatch],
-            "snat_mark": self.snat_mark,
-            "digest": self.digest,
-        }
+def backend_traffic_counter_name(farm_name: str, backend_id: int) -> str:
+    """Bytes of one backend, both directions."""
+    return f"traffic-be-{farm_name}-{backend_id}"
 
-    @classmethod
-    def from_json(cls, data: Json) -> FarmObjects:
-        return cls(
-            chains=tuple(data.get("chains", ())),
-            counters=tuple(data.get("counters", ())),
-            dispatch=tuple((name, key) for name, key in data.get("dispatch", ())),
-            snat_mark=data.get("snat_mark"),
-            digest=data.get("digest", ""),
+
+def dispatch_map_name(family: int, protocol: str, prefix: str = "dispatch") -> str:
+    return f"{prefix}{family}_any" if protocol == "all" else f"{prefix}{family}"
+
+
+def policy_set_name(policy: PolicySpec, family: int) -> str:
+    return f"policy-{policy.name}-v{family}"
+
+
+def persist_set_name(farm: FarmSpec, backend_id: int) -> str:
+    """Dynamic persistence entries of one backend; the name changes when the persistence settings do."""
+    definition = digest_of([farm.persistence, farm.persist_ttl, farm.family])[:6]
+    return f"persist-{farm.name}-{backend_id}-{definition}"
+
+
+def static_set_name(farm: FarmSpec, backend_id: int) -> str:
+    return f"static-{farm.name}-{backend_id}"
+
+
+def farm_key(farm_id: int) -> str:
+    return f"farm:{farm_id}"
+
+
+def policy_key(policy_id: int) -> str:
+    return f"policy:{policy_id}"
+
+
+# -- expressions ------------------------------------------------------------------------
+
+
+def _l3(farm: FarmSpec) -> str:
+    return "ip" if farm.family == 4 else "ip6"
+
+
+def _hash_expr(farm: FarmSpec, fields_: tuple[str, ...]) -> Json:
+    return f.field_expr(_l3(farm), fields_)
+
+
+def _persist_key_type(farm: FarmSpec) -> str | list[str]:
+    addr = "ipv4_addr" if farm.family == 4 else "ipv6_addr"
+    types = {"srcip": addr, "srcport": "inet_service", "srcmac": "ether_addr"}
+    parts = [types[name] for name in farm.persistence]
+    return parts[0] if len(parts) == 1 else parts
+
+
+def _verdict(farm: FarmSpec) -> Json:
+    if farm.limit_verdict == "reject":
+        return {"reject": {"type": "tcp reset"}} if farm.protocol == "tcp" else {"reject": None}
+    return {"drop": None}
+
+
+def _weighted_vmap(make_key: Callable[[int], Json], farm: FarmSpec, backends: tuple[BackendSpec, ...]) -> Json:
+    """Each backend owns an interval of [0, total weight) as wide as its weight."""
+    elems, low = [], 0
+    for b in backends:
+        high = low + b.weight - 1
+        elems.append([f.port_value(low, high), f.jump(backend_chain_name(farm, b.id))])
+        low = high + 1
+    return f.vmap(make_key(low), {"set": elems})
+
+
+def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...]) -> Json:
+    """The verdict map that picks one backend chain for a new connection."""
+    if farm.scheduler == "rr":
+        elems = [[i, f.jump(backend_chain_name(farm, b.id))] for i, b in enumerate(backends)]
+        return f.vmap(f.numgen("inc", len(backends)), {"set": elems})
+    if farm.scheduler == "hash":
+        expr = _hash_expr(farm, farm.sched_param or ("srcip",))
+        return _weighted_vmap(
+            lambda total: {"jhash": {"mod": total, "seed": HASH_SEED, "offset": 0, "expr": expr}}, farm, backends
         )
+    if farm.scheduler == "symhash":
+        return _weighted_vmap(lambda total: {"symhash": {"mod": total, "offset": 0}}, farm, backends)
+    # weight, and leastconn (whose weights the worker derives from live connection counts)
+    return _weighted_vmap(lambda total: f.numgen("random", total), farm, backends)
 
 
-@dataclass(frozen=True)
-class FarmRuleset:
-    """A compiled farm: its objects and the commands that create them."""
-
-    farm_id: int
-    name: str
-    objects: FarmObjects
-    creates: list[Json] = field(default_factory=list)
-
-    @property
-    def digest(self) -> str:
-        return self.objects.digest
+# -- farm compilation -------------------------------------------------------------------
 
 
-def _dispatch_keys(farm: FarmSpec) -> tuple[tuple[str, Any], ...]:
-    map_name = dispatch_map_name(farm.family, farm.protocol)
+def _dispatch_keys(farm: FarmSpec, prefix: str = "dispatch") -> list[tuple[str, Any]]:
+    map_name = dispatch_map_name(farm.family, farm.protocol, prefix)
     if farm.protocol == "all":
-        return ((map_name, farm.vip),)
-    return tuple((map_name, f.concat(farm.vip, farm.protocol, f.port_value(lo, hi))) for lo, hi in farm.ports)
+        return [(map_name, farm.vip)]
+    return [(map_name, f.concat(farm.vip, farm.protocol, f.port_value(lo, hi))) for lo, hi in farm.ports]
 
 
-def _backend_rule(farm: FarmSpec, backend: BackendSpec, chain_name: str) -> list[Json]:
-    nat: Json = {"family": "ip" if farm.family == 4 else "ip6", "addr": backend.address}
-    expr: list[Json] = [f.counter_ref(chain_name)]
+def _backend_chain(b: _Builder, farm: FarmSpec, backend: BackendSpec) -> None:
+    name = backend_chain_name(farm, backend.id)
+    b.obj("counter", f.counter(name))
+    b.chain(name)
+    expr: list[Json] = [f.counter_ref(name)]
+    if backend.est_connlimit:
+        b.rule(
+            name,
+            [
+                {"ct count": {"val": backend.est_connlimit, "inv": True}},
+                f.counter_ref(f"{farm_chain_name(farm)}-limit"),
+                _verdict(farm),
+            ],
+        )
+    if farm.persistence:
+        expr.append(
+            {
+                "set": {
+                    "op": "update",
+                    "elem": _hash_expr(farm, farm.persistence),
+                    "set": "@" + persist_set_name(farm, backend.id),
+                }
+            }
+        )
+    nat: Json = {"family": _l3(farm), "addr": backend.address}
     if backend.port is not None:
         expr.append(f.match(f.meta("l4proto"), farm.protocol))
         nat["port"] = backend.port
     expr.append({"dnat": nat})
-    return expr
+    b.rule(name, expr)
 
 
-def _scheduler_map(farm: FarmSpec) -> Json:
+def _farm_guards(b: _Builder, farm: FarmSpec, chain: str) -> None:
+    """Access policies, limits, logging and helpers: evaluated once, on a connection's first packet."""
+    l3 = _l3(farm)
+    for policy in farm.policies:
+        members = "@" + policy_set_name(policy, farm.family)
+        op = "==" if policy.type == "deny" else "!="
+        b.rule(chain, [f.match(f.payload(l3, "saddr"), members, op), f.counter_ref(f"{chain}-policy"), _verdict(farm)])
+    if farm.new_rtlimit:
+        meter = f"rtlimit-{farm.name}-{digest_of([farm.new_rtlimit, farm.new_rtlimit_burst])[:6]}"
+        addr = "ipv4_addr" if farm.family == 4 else "ipv6_addr"
+        b.obj("set", {**f.named_set(meter, addr), "flags": ["timeout"], "timeout": LIMIT_SET_TIMEOUT})
+        limit = {"rate": farm.new_rtlimit, "per": "second", "inv": True}
+        if farm.new_rtlimit_burst:
+            limit["burst"] = farm.new_rtlimit_burst
+        over = {"set": {"op": "add", "elem": f.payload(l3, "saddr"), "set": "@" + meter, "stmt": [{"limit": limit}]}}
+        b.rule(chain, [over, f.counter_ref(f"{chain}-limit"), _verdict(farm)])
+    if farm.est_connlimit:
+        b.rule(
+            chain,
+            [{"ct count": {"val": farm.est_connlimit, "inv": True}}, f.counter_ref(f"{chain}-limit"), _verdict(farm)],
+        )
+    if farm.log:
+        prefix = (farm.log_prefix or f"lbweb {farm.name} ")[:127]
+        b.rule(chain, [{"limit": {"rate": farm.log_rtlimit or 10, "per": "second"}}, {"log": {"prefix": prefix}}])
+    if farm.helper:
+        helper = f"helper-{farm.name}-{farm.helper}"
+        protocol = "tcp" if farm.helper in ("ftp", "pptp", "irc", "h323") else "udp"
+        b.obj("ct helper", {**f.counter(helper), "type": farm.helper, "protocol": protocol, "l3proto": "inet"})
+        b.rule(chain, [{"ct helper": helper}])
+
+
+def _persistence_sets(b: _Builder, farm: FarmSpec) -> dict[int, list[str]]:
+    """Per sticky backend: a set of learnt clients (with the TTL) and, if any, a set of static sessions."""
+    key_type = _persist_key_type(farm)
+    statics: dict[int, list] = {}
+    for session in farm.sessions:
+        statics.setdefault(session.backend_id, []).append(_session_key(session.client, farm))
+    lookups: dict[int, list[str]] = {}
+    for backend in farm.sticky_backends:
+        names = []
+        if backend.id in statics:
+            name = static_set_name(farm, backend.id)
+            b.obj("set", f.named_set(name, key_type), volatile=True)
+            elems = sorted(statics[backend.id], key=canonical)
+            b.creates.append(f.add("element", f.element(name, elems)))
+            names.append(name)
+        name = persist_set_name(farm, backend.id)
+        b.obj("set", {**f.named_set(name, key_type), "flags": ["timeout"], "timeout": farm.persist_ttl})
+        names.append(name)
+        lookups[backend.id] = names
+    return lookups
+
+
+def _persistence_rules(b: _Builder, farm: FarmSpec, chain: str, lookups: dict[int, list[str]]) -> None:
+    """Clients already bound to a backend go back to it: static sessions first (they win), then learnt ones."""
+    key = _hash_expr(farm, farm.persistence)
+    static = [(bid, n) for bid, names in lookups.items() for n in names if n.startswith("static-")]
+    learnt = [(bid, n) for bid, names in lookups.items() for n in names if not n.startswith("static-")]
+    for backend_id, name in static + learnt:
+        b.rule(chain, [f.match(key, "@" + name), f.jump(backend_chain_name(farm, backend_id))])
+
+
+def _session_key(client: tuple, farm: FarmSpec) -> Any:
+    return client[0] if len(client) == 1 else f.concat(*client)
+
+
+def _snat(b: _Builder, farm: FarmSpec) -> None:
+    chain = f"snat-{farm.name}"
+    b.chain(chain)
+    ports = farm.source_ports
+    expr: list[Json] = []
+    if ports:
+        expr.append(f.match(f.meta("l4proto"), {"set": ["tcp", "udp", "sctp"]}))
+    if farm.source_addr:
+        low, _, high = farm.source_addr.partition("-")
+        nat: Json = {"family": _l3(farm), "addr": {"range": [low, high]} if high else low}
+        if ports:
+            nat["port"] = {"range": list(ports)}
+        expr.append({"snat": nat})
+    else:
+        expr.append({"masquerade": {"port": {"range": list(ports)}} if ports else None})
+    b.rule(chain, expr)
+    b.element("snat_farms", farm.mark, f.jump(chain))
+
+
+def _traffic(b: _Builder, farm: FarmSpec) -> None:
+    """Count every packet of the farm by direction, then by backend (ports first: they are the narrower match).
+
+    Disabled backends are counted too: their established connections still carry traffic.
+    """
+    chain = traffic_chain_name(farm)
+    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
+    backends = sorted(farm.backends, key=lambda x: x.id)
+    for name in [*directions.values(), *(backend_traffic_counter_name(farm.name, x.id) for x in backends)]:
+        b.obj("counter", f.counter(name))
+    b.chain(chain)
+    b.rule(chain, [f.counter_map(f.ct("direction"), {"original": directions["in"], "reply": directions["out"]})])
+    address_key = f"{_l3(farm)} saddr"
+    for backend in sorted(backends, key=lambda x: (x.port is None, x.id)):
+        expr: list[Json] = []
+        if backend.port is not None:
+            expr.append(f.match(f.meta("l4proto"), farm.protocol))
+        expr.append(f.match(f.ct(address_key, "reply"), backend.address))
+        if backend.port is not None:
+            expr.append(f.match(f.ct("proto-src", "reply"), backend.port))
+        expr += [f.counter_ref(backend_traffic_counter_name(farm.name, backend.id)), {"return": None}]
+        b.rule(chain, expr)
+    b.element(TRAFFIC_MAP, farm.mark, f.jump(chain))
+
+
+def _fallback_chain(b: _Builder, farm: FarmSpec) -> str:
+    """Where new connections go while no backend is active (the farm's fallback address)."""
+    name = fallback_chain_name(farm)
+    fallback = farm.fallback
+    b.obj("counter", f.counter(name))
+    b.chain(name)
+    nat: Json = {"family": _l3(farm), "addr": fallback.address}
+    expr: list[Json] = [f.counter_ref(name)]
+    if fallback.port is not None:
+        expr.append(f.match(f.meta("l4proto"), farm.protocol))
+        nat["port"] = fallback.port
+    b.rule(name, [*expr, {"dnat": nat}])
+    return name
+
+
+def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
+    chain = farm_chain_name(farm)
     backends = farm.active_backends
-    if farm.scheduler == "weight":
-        total = sum(b.weight for b in backends)
-        elems, low = [], 0
-        for b in backends:
-            high = low + b.weight - 1
-            elems.append([f.port_value(low, high), f.jump(backend_chain_name(farm, b.id))])
-            low = high + 1
-        return f.vmap(f.numgen("random", total), {"set": elems})
-    elems = [[i, f.jump(backend_chain_name(farm, b.id))] for i, b in enumerate(backends)]
-    return f.vmap(f.numgen("inc", len(backends)), {"set": elems})
+    counters = [chain]
+    if farm.policies:
+        counters.append(f"{chain}-policy")
+    if farm.new_rtlimit or farm.est_connlimit or any(x.est_connlimit for x in farm.backends):
+        counters.append(f"{chain}-limit")
+    for name in counters:
+        b.obj("counter", f.counter(name))
+    lookups = _persistence_sets(b, farm) if farm.persistence else {}
+    for backend in farm.sticky_backends if farm.persistence else backends:
+        _backend_chain(b, farm, backend)
+    b.chain(chain)
+    b.rule(chain, [f.counter_ref(chain), f.set_ct_mark(farm.mark)])
+    _farm_guards(b, farm, chain)
+    _persistence_rules(b, farm, chain, lookups)
+    if backends:
+        tail = scheduler_map(farm, backends)
+    elif farm.fallback is not None:
+        tail = f.jump(_fallback_chain(b, farm))
+    else:  # no active backend and no fallback: refuse at once rather than let the VIP fall through to the host
+        tail = {"reject": {"type": "tcp reset"}} if farm.protocol == "tcp" else {"reject": None}
+    last = b.rule(chain, [tail])
+    for map_name, key in _dispatch_keys(farm):
+        b.element(map_name, key, f.jump(chain))
+    if farm.intra_connect:
+        for map_name, key in _dispatch_keys(farm, "local"):
+            b.element(map_name, key, f.jump(chain))
+    if farm.mode == "snat":
+        _snat(b, farm)
+    _traffic(b, farm)
+    if farm.tcp_strict or farm.rst_rtlimit:
+        guard = f"guard-{farm.name}"
+        b.obj("counter", f.counter(guard))
+        b.chain(guard)
+        if farm.tcp_strict:
+            b.rule(guard, [f.match(f.ct("state"), "invalid"), f.counter_ref(guard), {"drop": None}])
+        if farm.rst_rtlimit:
+            rst = f.match({"&": [f.payload("tcp", "flags"), "rst"]}, 0, "!=")
+            limit = {"limit": {"rate": farm.rst_rtlimit, "per": "second", "inv": True}}
+            b.rule(guard, [f.match(f.meta("l4proto"), "tcp"), rst, limit, f.counter_ref(guard), {"drop": None}])
+        for map_name, key in _dispatch_keys(farm, "guard"):
+            b.element(map_name, key, f.jump(guard))
+    if farm.flow_offload:
+        table_ft = f"ft-{farm.name}"
+        b.obj(
+            "flowtable",
+            {**f.counter(table_ft), "hook": "ingress", "prio": PRIO_FILTER, "dev": list(farm.offload_devices)},
+        )
+        offload = f"offload-{farm.name}"
+        b.chain(offload)
+        b.rule(
+            offload,
+            [f.match(f.meta("l4proto"), {"set": ["tcp", "udp"]}), {"flow": {"op": "add", "flowtable": "@" + table_ft}}],
+        )
+        b.element("offload_marks", farm.mark, f.jump(offload))
+    return last
 
 
-def compile_farm(farm: FarmSpec) -> FarmRuleset:
+def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
+    """UDP rewritten both ways in the raw hook: no conntrack entry, no NAT table."""
+    chain = farm_chain_name(farm)
+    l3 = _l3(farm)
+    backends = farm.active_backends
+    b.obj("counter", f.counter(chain))
+    for backend in backends:
+        name = backend_chain_name(farm, backend.id)
+        b.obj("counter", f.counter(name))
+        b.chain(name)
+        expr = [f.counter_ref(name), {"mangle": {"key": f.payload(l3, "daddr"), "value": backend.address}}]
+        if backend.port is not None:
+            expr.append({"mangle": {"key": f.payload("udp", "dport"), "value": backend.port}})
+        b.rule(name, expr)
+        reply = f"reply-{farm.name}-{backend.id}"
+        b.chain(reply)
+        # The appliance's own conversations with the backend (a health check, say) keep their addresses.
+        b.rule(reply, [f.match({"fib": {"result": "type", "flags": ["daddr"]}}, "local"), {"return": None}])
+        back = [{"notrack": None}, {"mangle": {"key": f.payload(l3, "saddr"), "value": farm.vip}}]
+        if backend.port is not None:
+            back.append({"mangle": {"key": f.payload("udp", "sport"), "value": farm.ports[0][0]}})
+        b.rule(reply, back)
+        replies = f"stateless_replies{farm.family}"
+        sources = [(backend.port, backend.port)] if backend.port is not None else list(farm.ports)
+        for lo, hi in sources:
+            b.element(replies, f.concat(backend.address, f.port_value(lo, hi)), f.jump(reply))
+    b.chain(chain)
+    b.rule(chain, [{"notrack": None}, f.counter_ref(chain)])
+    last = b.rule(chain, [scheduler_map(farm, backends) if backends else {"drop": None}])
+    for _map, key in _dispatch_keys(farm):
+        b.element(f"stateless{farm.family}", key, f.jump(chain))
+    return last
+
+
+def compile_farm(farm: FarmSpec) -> UnitRuleset:
     """Compile one farm; a disabled farm owns nothing in the kernel."""
+    key = farm_key(farm.id)
     if not farm.enabled:
-        return FarmRuleset(farm.id, farm.name, FarmObjects(digest=digest_of(["off", COMPILER_VERSION])))
-    farm_chain = farm_chain_name(farm)
-    backends = farm.active_backends
-    be_chains = [backend_chain_name(farm, b.id) for b in backends]
-    if farm.traffic == "fallback":
-        backends, be_chains = (farm.fallback,), [fallback_chain_name(farm)]
-    counters = [farm_chain, *be_chains]
-    dispatch = _dispatch_keys(farm)
-    snat_mark = farm.mark if farm.mode == "snat" else None
-
-    creates: list[Json] = [f.add("counter", f.counter(name)) for name in counters]
-    creates += [f.add("chain", f.chain(name)) for name in [farm_chain, *be_chains]]
-    creates += [
-        f.add("rule", f.rule(name, _backend_rule(farm, b, name))) for name, b in zip(be_chains, backends, strict=True)
-    ]
-    head = [f.counter_ref(farm_chain), f.set_ct_mark(farm.mark)]
-    if farm.traffic == "balanced":
-        tail = _scheduler_map(farm)
-    elif farm.traffic == "fallback":
-        tail = f.jump(be_chains[0])
-    else:  # no active backend and no fallback: refuse at once rather than let the VIP fall through
-        tail = f.reject(tcp_reset=farm.protocol == "tcp")
-    farm_rule = f.rule(farm_chain, [*head, tail])
-    creates.append(f.add("rule", farm_rule))
-    for map_name, key in dispatch:
-        creates.append(f.add("element", f.element(map_name, [[key, f.jump(farm_chain)]])))
-    if snat_mark is not None:
-        creates.append(f.add("element", f.element("snat_marks", [snat_mark])))
-
-    digest = digest_of([COMPILER_VERSION, creates])
-    farm_rule["comment"] = DIGEST_PREFIX + digest
-    objects = FarmObjects(
-        chains=(farm_chain, *be_chains),
-        counters=tuple(counters),
-        dispatch=dispatch,
-        snat_mark=snat_mark,
-        digest=digest,
-    )
-    return FarmRuleset(farm.id, farm.name, objects, creates)
+        return UnitRuleset(key, farm.name, UnitObjects(digest=digest_of(["off", COMPILER_VERSION])))
+    if farm.mode == "dsr":
+        return dsr.compile_farm(farm, key)
+    b = _Builder()
+    last = _stateless_farm(b, farm) if farm.mode == "stlsdnat" else _nat_farm(b, farm)
+    return b.finish(key, farm.name, last)
 
 
-def _dispatch_rules() -> list[list[Json]]:
+def compile_policy(policy: PolicySpec) -> UnitRuleset:
+    """A policy is two interval sets (IPv4, IPv6) that farms match against; its elements change alone."""
+    b = _Builder()
+    for family, key_type in ((4, "ipv4_addr"), (6, "ipv6_addr")):
+        name = policy_set_name(policy, family)
+        b.obj("set", {**f.named_set(name, key_type), "flags": ["interval"]}, volatile=True)
+        elements = [_prefix(e) for e in sorted(policy.elements_of(family))]
+        if elements:
+            b.creates.append(f.add("element", f.element(name, elements)))
+    return b.finish(policy_key(policy.id), policy.name, None)
+
+
+def _prefix(network: str) -> Any:
+    import ipaddress
+
+    net = ipaddress.ip_network(network, strict=False)
+    if net.prefixlen == net.max_prefixlen:
+        return str(net.network_address)
+    return {"prefix": {"addr": str(net.network_address), "len": net.prefixlen}}
+
+
+def compile_units(farms: list[FarmSpec], policies: list[PolicySpec]) -> dict[str, UnitRuleset]:
+    units = {policy_key(p.id): compile_policy(p) for p in policies}
+    units.update({farm_key(x.id): compile_farm(x) for x in farms})
+    return units
+
+
+# -- the skeleton -----------------------------------------------------------------------
+
+
+def _dispatch_rules(prefix: str) -> list[list[Json]]:
     rules = []
     for family, proto in ((4, "ip"), (6, "ip6")):
         key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
-        rules.append([f.vmap(key, "@" + dispatch_map_name(family, "tcp"))])
+        rules.append([f.vmap(key, "@" + dispatch_map_name(family, "tcp", prefix))])
     for family, proto in ((4, "ip"), (6, "ip6")):
-        rules.append([f.vmap(f.payload(proto, "daddr"), "@" + dispatch_map_name(family, "all"))])
+        rules.append([f.vmap(f.payload(proto, "daddr"), "@" + dispatch_map_name(family, "all", prefix))])
     return rules
 
 
-def _base_parts() -> tuple[list[Json], list[Json], str]:
-    cmds: list[Json] = [
-        f.add(
-            "map",
-            f.named_map(
-                "dispatch4",
-                ["ipv4_addr", "inet_proto", "inet_service"],
-                "verdict",
-                ["interval"],
-            ),
-        ),
-        f.add(
-            "map",
-            f.named_map(
-                "dispatch6",
-                ["ipv6_addr", "inet_proto", "inet_service"],
-                "verdict",
-                ["interval"],
-            ),
-        ),
-        f.add("map", f.named_map("dispatch4_any", "ipv4_addr", "verdict")),
-        f.add("map", f.named_map("dispatch6_any", "ipv6_addr", "verdict")),
-        f.add("set", f.named_set("snat_marks", "mark")),
-        f.add(
-            "chain",
-            f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT),
-        ),
-        f.add(
-            "chain",
-            f.base_chain("postrouting", type_="nat", hook="postrouting", prio=PRIO_SRCNAT),
-        ),
+def _service_maps(prefix: str, *, with_any: bool = True) -> list[Json]:
+    cmds = [
+        f.add("map", f.named_map(f"{prefix}4", ["ipv4_addr", "inet_proto", "inet_service"], "verdict", ["interval"])),
+        f.add("map", f.named_map(f"{prefix}6", ["ipv6_addr", "inet_proto", "inet_service"], "verdict", ["interval"])),
     ]
-    rules = [f.rule("prerouting", expr) for expr in _dispatch_rules()]
-    rules.append(f.rule("postrouting", [f.match(f.ct("mark"), "@snat_marks"), {"masquerade": None}]))
+    if with_any:
+        cmds.append(f.add("map", f.named_map(f"{prefix}4_any", "ipv4_addr", "verdict")))
+        cmds.append(f.add("map", f.named_map(f"{prefix}6_any", "ipv6_addr", "verdict")))
+    return cmds
+
+
+def _base_parts() -> tuple[list[Json], list[Json], str]:
+    cmds: list[Json] = [*_service_maps("dispatch"), *_service_maps("local"), *_service_maps("guard")]
+    cmds += _service_maps("stateless", with_any=False)
+    cmds += [
+        f.add("map", f.named_map("stateless_replies4", ["ipv4_addr", "inet_service"], "verdict", ["interval"])),
+        f.add("map", f.named_map("stateless_replies6", ["ipv6_addr", "inet_service"], "verdict", ["interval"])),
+        f.add("map", f.named_map("snat_farms", "mark", "verdict")),
+        f.add("map", f.named_map("offload_marks", "mark", "verdict")),
+        f.add("map", f.named_map(TRAFFIC_MAP, "mark", "verdict")),
+        f.add("chain", f.base_chain("stateless", type_="filter", hook="prerouting", prio=PRIO_RAW)),
+        f.add("chain", f.base_chain("guard", type_="filter", hook="prerouting", prio=PRIO_GUARD)),
+        f.add("chain", f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT)),
+        f.add("chain", f.base_chain("output", type_="nat", hook="output", prio=PRIO_DSTNAT)),
+        f.add("chain", f.base_chain("forward", type_="filter", hook="forward", prio=PRIO_FILTER)),
+        f.add("chain", f.base_chain("postrouting", type_="nat", hook="postrouting", prio=PRIO_SRCNAT)),
+    ]
+    rules = [f.rule("prerouting", expr) for expr in _dispatch_rules("dispatch")]
+    rules += [f.rule("output", expr) for expr in _dispatch_rules("local")]
+    rules += [f.rule("guard", expr) for expr in _dispatch_rules("guard")]
+    for family, proto in ((4, "ip"), (6, "ip6")):
+        key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
+        rules.append(f.rule("stateless", [f.vmap(key, f"@stateless{family}")]))
+        reply_key = f.concat(f.payload(proto, "saddr"), f.payload("udp", "sport"))
+        rules.append(
+            f.rule("stateless", [f.match(f.meta("l4proto"), "udp"), f.vmap(reply_key, f"@stateless_replies{family}")])
+        )
+    rules.append(f.rule("forward", [f.vmap(f.ct("mark"), "@" + TRAFFIC_MAP)]))  # count, then maybe offload
+    rules.append(f.rule("forward", [f.vmap(f.ct("mark"), "@offload_marks")]))
+    rules.append(f.rule("postrouting", [f.vmap(f.ct("mark"), "@snat_farms")]))
     return cmds, rules, digest_of([COMPILER_VERSION, cmds, rules])
 
 
@@ -246,56 +543,93 @@ def document(commands: list[Json]) -> Json:
     return {"nftables": commands}
 
 
-def full_document(farms: list[FarmSpec]) -> Json:
-    """Everything from nothing, in one transaction: boot and drift repair."""
-    cmds = [
-        f.add("table", f.table()),
-        f.delete("table", f.table()),
-        f.add("table", f.table()),
-    ]
+def _ordered(units: dict[str, UnitRuleset]) -> list[UnitRuleset]:
+    """Policies before the farms that reference their sets; then by id."""
+    return sorted(units.values(), key=lambda u: (u.key.split(":")[0] != "policy", int(u.key.split(":")[1])))
+
+
+def shared_maps() -> set[str]:
+    """The skeleton's maps, where farms own elements."""
+    return {c["add"]["map"]["name"] for c in _base_parts()[0] if "map" in c.get("add", {})}
+
+
+def full_document(
+    farms: list[FarmSpec], policies: list[PolicySpec] | None = None, stale_tables: list[tuple[str, str]] = ()
+) -> Json:
+    """Everything from nothing, in one transaction: boot and drift repair.
+
+    ``stale_tables`` are lbweb's DSR tables the kernel has and no farm wants any more.
+    """
+    units = compile_units(farms, policies or [])
+    cmds = [f.add("table", f.table()), f.delete("table", f.table()), f.add("table", f.table())]
+    wanted = {t for u in units.values() for t in dsr.tables_of(u)}
+    for family, name in sorted(set(stale_tables) - wanted):
+        cmds += [f.add("table", {"family": family, "name": name}), f.delete("table", {"family": family, "name": name})]
     cmds += base_commands()
-    for farm in sorted(farms, key=lambda x: x.id):
-        cmds += compile_farm(farm).creates
+    for unit in _ordered(units):
+        cmds += unit.creates
     return document(cmds)
 
 
-def removal_commands(old: FarmObjects, keep_chains: set[str], keep_counters: set[str]) -> list[Json]:
-    """Unhook one farm's applied objects; chains and counters still wanted are emptied, not deleted.
+def removal_commands(old: UnitObjects, keep: set[tuple[str, str]]) -> list[Json]:
+    """Unhook one unit's applied objects; those the new version still names are emptied, not deleted.
 
-    Keeping a counter that the new ruleset names again keeps its figures.
+    Keeping a counter keeps its figures; keeping a persistence set keeps its clients.
     """
-    cmds = [f.delete("element", f.element(map_name, [key])) for map_name, key in old.dispatch]
-    if old.snat_mark is not None:
-        cmds.append(f.delete("element", f.element("snat_marks", [old.snat_mark])))
+    cmds = [f.delete("element", f.element(name, [key])) for name, key in old.elements]
     cmds += [f.flush("chain", f.chain(name)) for name in old.chains]
-    cmds += [f.delete("chain", f.chain(name)) for name in old.chains if name not in keep_chains]
-    cmds += [f.delete("counter", f.counter(name)) for name in old.counters if name not in keep_counters]
+    cmds += [f.flush(kind, f.counter(name)) for kind, name in old.volatile]
+    cmds += [f.delete("chain", f.chain(name)) for name in old.chains if ("chain", name) not in keep]
+    cmds += [f.delete(kind, f.counter(name)) for kind, name in old.volatile if (kind, name) not in keep]
+    cmds += [f.delete(kind, f.counter(name)) for kind, name in old.objects if (kind, name) not in keep]
+    for family, name in old.tables:
+        if ("table", f"{family} {name}") not in keep:
+            cmds.append(f.delete("table", {"family": family, "name": name}))
     return cmds
 
 
-def changed_farms(old: dict[int, FarmObjects], new: dict[int, FarmRuleset]) -> list[int]:
-    def digest(side: dict, fid: int) -> str | None:
-        return side[fid].digest if fid in side else None
+def _keep_set(unit: UnitRuleset) -> set[tuple[str, str]]:
+    o = unit.objects
+    keep = {("chain", c) for c in o.chains} | set(o.objects) | set(o.volatile)
+    return keep | {("table", f"{family} {name}") for family, name in o.tables}
 
-    return sorted(fid for fid in set(old) | set(new) if digest(old, fid) != digest(new, fid))
+
+def changed_units(old: dict[str, UnitObjects], new: dict[str, UnitRuleset]) -> list[str]:
+    def digest(side: dict, key: str) -> str | None:
+        return side[key].digest if key in side else None
+
+    return sorted(k for k in set(old) | set(new) if digest(old, k) != digest(new, k))
 
 
-def incremental_document(old: dict[int, FarmObjects], new: dict[int, FarmRuleset]) -> tuple[Json, list[int]]:
-    """Commands for the farms whose digest changed, and those farm ids.
+def incremental_document(old: dict[str, UnitObjects], new: dict[str, UnitRuleset]) -> tuple[Json, list[str]]:
+    """Commands for the units whose digest changed, and those unit keys.
 
-    Only the changed farms' chains, counters and map elements are named, so
-    every other farm (and every established connection) is left alone.
-    All removals come first, so a renamed farm or a port moved between farms
-    is re-added within the same transaction.
+    Only the changed units' chains, sets, counters and map elements are
+    named, so every other farm (and every established connection) is left
+    alone. Farms are unhooked before the policies they use, and all removals
+    come before all creations, so a renamed farm or a port moved between
+    farms is re-added within the same transaction.
     """
-    changed = changed_farms(old, new)
-    keep_chains = {c for fid in changed if fid in new for c in new[fid].objects.chains}
-    keep_counters = {c for fid in changed if fid in new for c in new[fid].objects.counters}
+    changed = changed_units(old, new)
+    keep: set[tuple[str, str]] = set()
+    for key in changed:
+        if key in new:
+            keep |= _keep_set(new[key])
     cmds: list[Json] = []
-    for fid in changed:
-        if fid in old:
-            cmds += removal_commands(old[fid], keep_chains, keep_counters)
-    for fid in changed:
-        if fid in new:
-            cmds += new[fid].creates
+    for key in sorted(changed, key=lambda k: k.startswith("policy")):
+        if key in old:
+            cmds += removal_commands(old[key], keep)
+    for unit in _ordered({k: new[k] for k in changed if k in new}):
+        existing = set(old[unit.key].objects) if unit.key in old else set()
+        cmds += [c for c in unit.creates if not _creates_existing(c, existing)]
     return document(cmds), changed
+
+
+def _creates_existing(command: Json, existing: set[tuple[str, str]]) -> bool:
+    """Durable objects that stay are not re-added: the kernel keeps them, with flags it set itself
+    (a set fed from the packet path becomes 'dynamic') that a second 'add' would contradict."""
+    ((verb, body),) = command.items()
+    if verb != "add":
+        return False
+    ((kind, obj),) = body.items()
+    return (kind, obj.get("name")) in existing

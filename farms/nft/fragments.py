@@ -80,8 +80,11 @@ def meta(key: str) -> Json:
     return {"meta": {"key": key}}
 
 
-def ct(key: str) -> Json:
-    return {"ct": {"key": key}}
+def ct(key: str, direction: str | None = None) -> Json:
+    body: Json = {"key": key}
+    if direction:
+        body["dir"] = direction
+    return {"ct": body}
 
 
 def set_ct_mark(value: int) -> Json:
@@ -95,6 +98,11 @@ def reject(tcp_reset: bool) -> Json:
 
 def counter_ref(name: str) -> Json:
     return {"counter": name}
+
+
+def counter_map(key: Json, names: dict[str, str]) -> Json:
+    """Count into the named counter the key selects (one lookup, whatever the key)."""
+    return {"counter": {"map": {"key": key, "data": {"set": [[k, v] for k, v in names.items()]}}}}
 
 
 def numgen(mode: str, modulus: int) -> Json:
@@ -111,3 +119,17 @@ def concat(*parts: Any) -> Json:
 
 def port_value(low: int, high: int) -> Any:
     return low if low == high else {"range": [low, high]}
+
+
+def field_expr(l3: str, names: tuple[str, ...] | list[str]) -> Json:
+    """The packet fields named as nftlb names them (srcip, dstport, srcmac, ...), concatenated if several."""
+    source = {
+        "srcip": payload(l3, "saddr"),
+        "dstip": payload(l3, "daddr"),
+        "srcport": payload("th", "sport"),
+        "dstport": payload("th", "dport"),
+        "srcmac": payload("ether", "saddr"),
+        "dstmac": payload("ether", "daddr"),
+    }
+    parts = [source[name] for name in names]
+    return parts[0] if len(parts) == 1 else concat(*parts)

@@ -16,7 +16,7 @@ class Command(BaseCommand):
         parser.add_argument("--check", action="store_true", help="exit with status 1 when they differ")
 
     def handle(self, *args, check: bool, **options):
-        snap = dataplane.snapshot()
+        snap = dataplane.localise(dataplane.snapshot())  # DSR farms compile with the MACs seen from here
         compiled = snap.compiled()
         state = Kernel().observe()
         matches = dataplane.kernel_matches(state, compiled)
@@ -27,8 +27,8 @@ class Command(BaseCommand):
             "base_ok": state.base_digest == compiler.base_digest(),
             "farms": {
                 r.name: {
-                    "expected": r.digest if r.objects.chains else None,
-                    "kernel": state.farm_digests.get(r.objects.chains[0]) if r.objects.chains else None,
+                    "expected": r.digest if dataplane.anchor(r) else None,
+                    "kernel": state.farm_digests.get(dataplane.anchor(r)) if dataplane.anchor(r) else None,
                 }
                 for r in compiled.values()
             },

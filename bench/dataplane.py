@@ -1,0 +1,433 @@
+"""Data-plane benchmark: lbweb's farms against the kernel's limit and HAProxy, side by side.
+
+    .venv/bin/python bench/dataplane.py            # as root; the full run (~15 minutes)
+    .venv/bin/python bench/dataplane.py --quick    # smoke run: 5 s per case, 3 rounds
+
+Builds the namespace lab of tests/lab.py with nginx on the three backends, starts lbweb in the LB
+namespace (gunicorn, the real Celery worker, its own Redis and SQLite) and creates the farms
+through the REST API, then runs wrk from the client namespace against every case, alternating
+cases within each round and rotating their order from round to round so that drift on a shared
+machine hits every case alike. Prints a table of medians and ratios to the baseline, writes a
+JSON file and a PNG chart, and removes every namespace and process it made, also on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import http.client
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import measure, report  # noqa: E402
+from bench.appliance import Appliance  # noqa: E402
+from bench.servers import nginx_starter, start_haproxy, stop  # noqa: E402
+from tests.lab import Lab, backend4, run_in_netns, vip4  # noqa: E402
+
+APT_TOOLS = {"wrk": "wrk", "nginx": "nginx-light", "haproxy": "haproxy"}
+REQUIREMENTS = ROOT / "bench" / "requirements.txt"
+HTTP_CONNS = ("keep-alive", "close")
+BACKEND_NAMES = ("b1", "b2", "b3")
+HAPROXY_VIP = vip4(3)
+HAPROXY_SOURCE = "198.18.1.2"  # HAProxy's connections to the backends; lbweb's SNAT uses 198.18.1.1
+LB_CLIENT_SIDE = "198.18.0.1"
+SETTLE = 2.0  # seconds of quiet after lbweb's worker starts or stops
+CLIENT_UID = 61000  # + 10 x case + client: each client's uid, which policy routing maps to its address
+
+
+@dataclass
+class Case:
+    """One way of putting the LB between the client and the backends.
+
+    ``lbweb``: lbweb's worker runs and its tables are in the LB's kernel during this case (for the
+    other cases the worker is stopped and its tables removed: a plain router, no conntrack).
+    ``prepare`` runs once before the rounds; ``available`` returns why the case cannot run, or None.
+    """
+
+    name: str
+    baseline: str
+    lbweb: bool
+    host: str = ""  # where the clients connect: a VIP, or "" for the baseline (each client its backend)
+    conns: tuple[str, ...] = HTTP_CONNS
+    prepare: Callable[[Bench], None] = lambda bench: None
+    available: Callable[[Bench], str | None] = lambda bench: None
+    unavailable: str | None = field(default=None, init=False)
+
+    def addresses(self, clients: int) -> list[str]:
+        """The address each client connects to."""
+        if self.host:
+            return [self.host] * clients
+        return [backend4(BACKEND_NAMES[i % len(BACKEND_NAMES)]) for i in range(clients)]
+
+
+class Bench:
+    """The lab, lbweb and HAProxy for one invocation."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.lab = Lab(tag=f"lbb{os.getpid() % 100000}", backend_server=nginx_starter(workdir))
+        self.appliance: Appliance | None = None
+        self.haproxy: subprocess.Popen | None = None
+        self.farm_ids: list[int] = []
+        self.clients: dict[str, list[measure.Client]] = {}
+
+    def add_clients(self, cases: list[Case], count: int) -> None:
+        """``count`` clients per case, each with its own source address: TIME-WAIT sockets one case
+        leaves on the backends never meet another case's connections."""
+        for c, case in enumerate(cases):
+            self.clients[case.name] = [
+                measure.Client(uid=CLIENT_UID + 10 * c + i, address=f"198.18.0.{10 + 10 * c + i}", url=f"http://{a}/")
+                for i, a in enumerate(case.addresses(count))
+            ]
+        measure.add_clients(self.lab, [x for group in self.clients.values() for x in group], LB_CLIENT_SIDE)
+        # wrk closes first when a proxy's FIN comes after the response (HAProxy): without reuse, one
+        # client machine runs out of ports that real clients, many machines, never share.
+        self.lab.ns(self.lab.client, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1")
+
+    def load(self, case: Case, conn: str, args: argparse.Namespace) -> measure.Load:
+        return measure.Load(
+            clients=self.clients[case.name],
+            script=self.workdir / "wrk_report.lua",
+            close=conn == "close",
+            duration=args.duration,
+            connections=args.connections,
+        )
+
+    def ensure_lbweb(self, wanted: bool) -> None:
+        """Bring the LB to the state a case needs: lbweb running with its tables, or a plain router."""
+        appliance = self.appliance
+        if appliance is None or appliance.running == wanted:
+            return
+        if wanted:
+            appliance.start_worker()  # its start-up reconcile rebuilds the tables from the database
+            appliance.wait_reconciled()
+            for farm_id in self.farm_ids:
+                appliance.api.wait_applied(farm_id)
+            time.sleep(SETTLE)  # let the worker's start-up burst of CPU pass before the next run
+        else:
+            appliance.stop_worker()
+            appliance.drop_tables()
+            time.sleep(SETTLE)
+
+    def destroy(self) -> None:
+        stop(self.haproxy)
+        if self.appliance:
+            self.appliance.stop()
+        self.lab.destroy()
+
+
+def lbweb_case(name: str, mode: str, vip: str, not_written: str | None = None) -> Case:
+    """A farm of lbweb in ``mode`` on ``vip``:80 over the three backends, created through the REST API."""
+
+    def available(bench: Bench) -> str | None:
+        if mode not in bench.appliance.api.modes():
+            return f"not available: mode {mode} not implemented"
+        if not_written:
+            return f"not available: {not_written}"
+        return None
+
+    def prepare(bench: Bench) -> None:
+        farm = bench.appliance.api.create_farm(
+            name=name,
+            vip=vip,
+            protocol="tcp",
+            ports="80",
+            mode=mode,
+            scheduler="rr",
+            backends=[{"address": backend4(b)} for b in BACKEND_NAMES],
+        )
+        bench.farm_ids.append(farm["id"])
+
+    return Case(name, "baseline", lbweb=True, host=vip, prepare=prepare, available=available)
+
+
+def prepare_haproxy(bench: Bench) -> None:
+    lab = bench.lab
+    lab.ns(lab.lb, "ip", "addr", "add", f"{HAPROXY_VIP}/32", "dev", "lo")
+    lab.ns(lab.lb, "ip", "addr", "add", f"{HAPROXY_SOURCE}/24", "dev", "br0")  # secondary: SNAT keeps .1.1
+    backends = [backend4(b) for b in BACKEND_NAMES]
+    bench.haproxy = start_haproxy(lab.lb, bench.workdir, HAPROXY_VIP, 80, backends, source=HAPROXY_SOURCE)
+
+
+def all_cases() -> list[Case]:
+    """Every case, in table order. A case that cannot run yet stays listed with the reason."""
+    return [
+        Case("baseline", "baseline", lbweb=False),
+        lbweb_case("lbweb-dnat", "dnat", vip4(1)),
+        lbweb_case("lbweb-snat", "snat", vip4(2)),
+        lbweb_case(
+            "lbweb-dsr",
+            "dsr",
+            vip4(4),
+            not_written="DSR needs the one-segment lab (tests/lab_l2.py); its case is not written yet",
+        ),
+        Case(
+            "lbweb-stateless",
+            "baseline-udp",
+            lbweb=True,
+            conns=("datagrams",),
+            available=lambda bench: _stateless_reason(bench),
+        ),
+        Case("haproxy-tcp", "baseline", lbweb=False, host=HAPROXY_VIP, prepare=prepare_haproxy),
+    ]
+
+
+def _stateless_reason(bench: Bench) -> str:
+    if "stlsdnat" not in bench.appliance.api.modes():
+        return "not available: mode stlsdnat not implemented"
+    return "not available: stateless UDP needs a UDP load generator and a UDP baseline; case not written yet"
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def ensure_tools(install: bool) -> None:
+    """wrk, nginx and HAProxy from Debian, matplotlib from PyPI (bench/requirements.txt)."""
+    missing = sorted({pkg for binary, pkg in APT_TOOLS.items() if not shutil.which(binary)})
+    if missing:
+        command = ["apt-get", "install", "-y", "--no-install-recommends", *missing]
+        if not install:
+            sys.exit(f"missing Debian packages; run: apt-get update && {' '.join(command)}")
+        print(f"installing {' '.join(missing)} from Debian", flush=True)
+        _apt_install(command)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pip = [str(ROOT / ".venv" / "bin" / "pip"), "install", "-q", "-r", str(REQUIREMENTS)]
+        if not install:
+            sys.exit(f"matplotlib is missing; run: {' '.join(pip)}")
+        subprocess.run(pip, check=True)
+
+
+def _apt_install(command: list[str]) -> None:
+    """apt-get install without letting the packages start their services in the host's namespace."""
+    policy = Path("/usr/sbin/policy-rc.d")
+    ours = not policy.exists()
+    if ours:
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        subprocess.run(["apt-get", "update", "-q"], check=True)
+        subprocess.run(command, check=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    finally:
+        if ours:
+            policy.unlink()
+
+
+def probe(bench: Bench, case: Case) -> None:
+    """One request to each address of the case must be answered by nginx before the load starts."""
+
+    def get(address: str) -> bytes:
+        conn = http.client.HTTPConnection(address, 80, timeout=3)
+        try:
+            conn.request("GET", "/")
+            return conn.getresponse().read()
+        finally:
+            conn.close()
+
+    deadline = time.monotonic() + 20
+    for address in sorted(set(case.addresses(len(BACKEND_NAMES)))):
+        while True:
+            try:
+                body = run_in_netns(bench.lab.client, lambda a=address: get(a))
+                if body.startswith(b"lbweb bench"):
+                    break
+            except (OSError, http.client.HTTPException):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{case.name}: {address} does not answer before the run")
+            time.sleep(0.2)
+
+
+def machine() -> dict:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor(),
+    )
+    mem = next(
+        line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+    )
+
+    def version(*command: str) -> str:
+        result = subprocess.run(command, capture_output=True, text=True)
+        return (result.stdout + result.stderr).strip().splitlines()[0]
+
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "memory_gib": round(int(mem) / 1024 / 1024, 1),
+        "loadavg_start": Path("/proc/loadavg").read_text().split()[:3],
+        "wrk": version("wrk", "-v"),
+        "nginx": version("nginx", "-v"),
+        "haproxy": version("haproxy", "-v"),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 5 s per case, 3 rounds, short idle sample")
+    parser.add_argument("--duration", type=float, help="seconds per run (default 30, --quick 5)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; each runs every case once (default 3)")
+    parser.add_argument("--cases", help="comma-separated subset of: " + ", ".join(c.name for c in all_cases()))
+    parser.add_argument("--conns", default=",".join(HTTP_CONNS), help="keep-alive, close or both (default both)")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=3,
+        help="wrk processes, each with its own address (default 3; the baseline spreads over the backends "
+        "only with a multiple of 3)",
+    )
+    parser.add_argument("--connections", type=int, default=48, help="connections, shared by the clients (default 48)")
+    parser.add_argument("--idle", type=float, help="seconds of idle CPU sampling per round (default 3, --quick 1)")
+    parser.add_argument("--gap", type=float, default=1.0, help="pause between runs in seconds (default 1)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the JSON and PNG go")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (configurations, logs)")
+    parser.add_argument("--install-only", action="store_true", help="install what the bench needs, then exit")
+    parser.add_argument("--no-install", action="store_true", help="print what is missing instead of installing it")
+    args = parser.parse_args(argv)
+    args.duration = args.duration or (5 if args.quick else 30)
+    args.idle = args.idle if args.idle is not None else (1 if args.quick else 3)
+    args.conns = [c for c in args.conns.split(",") if c]
+    if set(args.conns) - set(HTTP_CONNS) or not args.conns:
+        parser.error(f"--conns takes {', '.join(HTTP_CONNS)}")
+    return args
+
+
+def select(args: argparse.Namespace) -> list[Case]:
+    cases = all_cases()
+    if not args.cases:
+        return cases
+    wanted = args.cases.split(",")
+    unknown = set(wanted) - {c.name for c in cases}
+    if unknown:
+        sys.exit(f"unknown case(s): {', '.join(sorted(unknown))}")
+    return [c for c in cases if c.name in wanted]
+
+
+def run(args: argparse.Namespace) -> dict:
+    cases = select(args)
+    if os.geteuid() != 0:
+        sys.exit("the benchmark builds network namespaces: run it as root")
+    # Under var/ (ignored by git), not /tmp: nothing else on the machine cleans it up under our feet.
+    (ROOT / "var").mkdir(exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-dataplane-", dir=ROOT / "var"))
+    workdir.chmod(0o755)  # the clients run wrk under their own uids and read its script from here
+    shutil.copy(ROOT / "bench" / "wrk_report.lua", workdir / "wrk_report.lua")
+    bench = Bench(workdir)
+    info = machine()
+    started = time.monotonic()
+    runs: list[dict] = []
+    try:
+        bench.lab.build()
+        if any(c.lbweb for c in cases):
+            bench.appliance = Appliance(bench.lab, workdir).start()
+        for case in cases:
+            case.unavailable = case.available(bench)
+            if case.unavailable is None:
+                case.prepare(bench)
+        runnable = [c for c in cases if c.unavailable is None]
+        bench.add_clients(runnable, args.clients)
+        for r in range(args.rounds):
+            idle = measure.idle_rates(args.idle)
+            order = runnable[r % len(runnable) :] + runnable[: r % len(runnable)]
+            for case in order:
+                bench.ensure_lbweb(case.lbweb)
+                conns = [c for c in case.conns if c in args.conns]
+                for conn in conns if r % 2 == 0 else conns[::-1]:
+                    bench.lab.ns(bench.lab.lb, "conntrack", "-F", check=False)
+                    time.sleep(args.gap)
+                    probe(bench, case)
+                    raw = measure.run_wrk(bench.lab, bench.load(case, conn, args))
+                    figures = measure.figures(raw, idle)
+                    runs.append({"round": r + 1, "case": case.name, "conn": conn, "figures": figures, "raw": raw})
+                    print(
+                        f"[round {r + 1}/{args.rounds}] {case.name:<12} {conn:<10} {figures['req_s']:>8.0f} req/s"
+                        f"  p99 {figures['p99_ms']:7.2f} ms  LB {figures['lb_us']:6.1f} us/req"
+                        f"  errors {figures['errors']}  SYN rtx {figures['syn_retrans']}"
+                        f"  TIME-WAIT backends {raw['backend_tw_at_start']} client {raw['client_tw_at_end']}",
+                        flush=True,
+                    )
+    finally:
+        bench.destroy()
+        if args.keep:
+            print(f"work directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    info["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    case_rows = [
+        {
+            "name": c.name,
+            "baseline": c.baseline,
+            "conns": [x for x in c.conns if x in args.conns or x not in HTTP_CONNS],
+        }
+        | ({"unavailable": c.unavailable} if c.unavailable else {})
+        for c in cases
+    ]
+    rows = report.summarise(runs, case_rows)
+    return {
+        "benchmark": "lbweb data plane",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": info,
+        "settings": {
+            "duration_s": args.duration,
+            "rounds": args.rounds,
+            "clients": args.clients,
+            "connections": args.connections,
+            "idle_sample_s": args.idle,
+        },
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "lab_namespaces": bench.lab.namespaces,
+        "cpu_method": measure.__doc__,
+        "cases": case_rows,
+        "summary": rows,
+        "runs": runs,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    ensure_tools(install=not args.no_install)
+    if args.install_only:
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still tear the lab down
+    document = run(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = args.out / "dataplane.json", args.out / "dataplane.png"
+    report.write_json(json_path, document)
+    title = (
+        f"lbweb data plane, {document['machine']['nproc']} CPU {document['machine']['cpu_model']}, "
+        f"{args.duration:g} s x {args.rounds} rounds, {args.clients} clients, {args.connections} connections"
+    )
+    with contextlib.suppress(ImportError):
+        report.chart(png_path, document["summary"], args.conns, title)
+    print()
+    print(report.table(document["summary"]))
+    print()
+    print("x base: median of the case / median of the baseline with the same connection kind (same invocation).")
+    print("LB us/req = softirq + CPU of the LB's processes per request;  all us/req = all busy CPU of the machine.")
+    print(measure.__doc__.split("\n\n", 1)[1].strip())
+    print(f"\nJSON: {json_path}\nPNG:  {png_path}\nelapsed: {document['elapsed_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

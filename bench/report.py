@@ -1,0 +1,115 @@
+"""Medians, ratios against the baseline, the printed table, the JSON file and the PNG chart."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+METRICS = ("req_s", "p50_ms", "p99_ms", "max_ms", "softirq_us", "lb_user_us", "lb_system_us", "lb_us", "machine_us")
+TOTALS = ("errors", "syn_retrans", "requests")
+
+
+def summarise(runs: list[dict], cases: list[dict]) -> list[dict]:
+    """One row per case and connection kind: medians over the rounds, ratios to the baseline's medians.
+
+    ``cases``: dicts with ``name``, ``baseline`` (the case it is compared with), ``conns`` and, for a
+    case that could not run, ``unavailable`` (the reason, printed in its row).
+    """
+    rows = []
+    for case in cases:
+        for conn in case["conns"]:
+            row = {"case": case["name"], "conn": conn, "baseline": case["baseline"]}
+            if case.get("unavailable"):
+                row["unavailable"] = case["unavailable"]
+                rows.append(row)
+                continue
+            mine = [r["figures"] for r in runs if r["case"] == case["name"] and r["conn"] == conn]
+            if not mine:
+                row["unavailable"] = "not run"
+                rows.append(row)
+                continue
+            row["rounds"] = len(mine)
+            for metric in METRICS:
+                row[metric] = statistics.median(f[metric] for f in mine)
+            for total in TOTALS:
+                row[total] = sum(f[total] for f in mine)
+            row["req_s_min"] = min(f["req_s"] for f in mine)
+            row["req_s_max"] = max(f["req_s"] for f in mine)
+            rows.append(row)
+    by_key = {(r["case"], r["conn"]): r for r in rows}
+    for row in rows:
+        base = by_key.get((row["baseline"], row["conn"]))
+        if "req_s" not in row or not base or "req_s" not in base:
+            continue
+        for metric in ("req_s", "p99_ms", "lb_us", "machine_us"):
+            row[f"{metric}_ratio"] = row[metric] / base[metric] if base[metric] else None
+    return rows
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def table(rows: list[dict]) -> str:
+    head = (
+        f"{'case':<16} {'connection':<11} {'req/s':>9} {'x base':>6} {'p50 ms':>7} {'p99 ms':>8} "
+        f"{'LB us/req':>9} {'x base':>6} {'all us/req':>10} {'x base':>6} {'errors':>7} {'SYN rtx':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        start = f"{row['case']:<16} {row['conn']:<11} "
+        if "unavailable" in row:
+            lines.append(start + row["unavailable"])
+            continue
+        lines.append(
+            start + f"{row['req_s']:>9.0f} {_ratio(row.get('req_s_ratio')):>6} {row['p50_ms']:>7.2f} "
+            f"{row['p99_ms']:>8.2f} {row['lb_us']:>9.1f} {_ratio(row.get('lb_us_ratio')):>6} "
+            f"{row['machine_us']:>10.1f} {_ratio(row.get('machine_us_ratio')):>6} {row['errors']:>7} "
+            f"{row['syn_retrans']:>7}"
+        )
+    return "\n".join(lines)
+
+
+def write_json(path: Path, document: dict) -> None:
+    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+def chart(path: Path, rows: list[dict], conns: list[str], title: str) -> None:
+    """Three panels (req/s, p99 latency, LB CPU per request): one bar per case and connection kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    panels = [
+        ("req_s", "requests per second (median; bar = min-max)"),
+        ("p99_ms", "latency p99 (ms, median)"),
+        ("lb_us", "LB CPU per request (us, softirq + LB processes, median)"),
+    ]
+    colours = ["#2b6cb0", "#dd6b20", "#38a169", "#805ad5"]
+    width = 0.8 / max(len(conns), 1)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 10), sharex=True)
+    for ax, (metric, label) in zip(axes, panels, strict=True):
+        for i, conn in enumerate(conns):
+            xs, ys, lows, highs = [], [], [], []
+            for x, case in enumerate(cases):
+                row = next((r for r in rows if r["case"] == case and r["conn"] == conn), None)
+                if row is None or metric not in row:
+                    if i == 0:
+                        ax.text(x + 0.4 - width / 2, 0, "n/a", ha="center", va="bottom", fontsize=9, color="grey")
+                    continue
+                xs.append(x + i * width)
+                ys.append(row[metric])
+                lows.append(row[metric] - row.get(f"{metric}_min", row[metric]))
+                highs.append(row.get(f"{metric}_max", row[metric]) - row[metric])
+            ax.bar(xs, ys, width, label=conn, color=colours[i % len(colours)], yerr=[lows, highs], capsize=3)
+        ax.set_ylabel(label, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend()
+    axes[0].set_title(title, fontsize=10)
+    axes[-1].set_xticks([x + width * (len(conns) - 1) / 2 for x in range(len(cases))], cases, rotation=15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

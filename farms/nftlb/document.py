@@ -1,0 +1,503 @@
+"""nftlb JSON documents (``{"farms": [...], "policies": [...]}``) to and from lbweb field values.
+
+:func:`import_document` only reads the document: it returns an :class:`ImportPlan` with the field values of
+every farm, backend, static session and policy, and three lists of findings, each entry naming its place
+in the document (``farms[2].backends[0].ip-addr``):
+
+- ``errors``: a value lbweb cannot take or an nftlb setting it cannot honour; the import must not happen;
+- ``unknown``: an attribute neither nftlb nor lbweb knows; reported, not applied (errors when ``strict``);
+- ``ignored``: an nftlb attribute, or part of a value, lbweb does not keep, with the reason.
+
+A farm in the document describes the whole farm: an attribute it leaves out takes its default, as in a
+fresh nftlb farm. :func:`export_document` writes farms back in the same format, so export, import into an
+empty database and export again gives the same document.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..choices import FarmModeChoices, FarmSchedulerChoices
+from ..models import Backend, Farm
+from ..services import FARM_FIELDS
+from ..validation import parse_networks, session_key_parts
+from . import codecs as c
+from .schema import (
+    ADDRESS_IGNORED,
+    BACKEND_ATTRIBUTES,
+    BACKEND_IGNORED,
+    ELEMENT_IGNORED,
+    FAMILIES,
+    FARM_ATTRIBUTES,
+    FARM_IGNORED,
+    POLICY_IGNORED,
+    POLICY_TYPE_WORDS,
+    POLICY_TYPES,
+    STATE_ATTRIBUTES,
+    Attribute,
+    Ignored,
+)
+
+MISSING = object()
+FARM_BY_NAME = {a.name: a for a in FARM_ATTRIBUTES}
+BACKEND_BY_NAME = {a.name: a for a in BACKEND_ATTRIBUTES}
+TOP_LEVEL = ("farms", "policies", "addresses")
+ADDRESS_ATTRIBUTES = {
+    "ip-addr": FARM_BY_NAME["virtual-addr"],
+    "ports": FARM_BY_NAME["virtual-ports"],
+    "protocol": FARM_BY_NAME["protocol"],
+}
+
+
+@dataclass
+class BackendPlan:
+    """A backend of the document: its nftlb name (for sessions) and lbweb field values."""
+
+    path: str
+    name: str
+    values: dict[str, Any]
+
+    @property
+    def valid(self) -> bool:
+        return MISSING not in self.values.values()
+
+
+@dataclass
+class SessionPlan:
+    """A static session: a client pinned to the backend the document names."""
+
+    path: str
+    client: str
+    backend: str
+
+
+@dataclass
+class FarmPlan:
+    """A farm of the document; ``valid`` is False when one of its own values was refused."""
+
+    path: str
+    name: str
+    values: dict[str, Any]
+    backends: list[BackendPlan] = field(default_factory=list)
+    sessions: list[SessionPlan] = field(default_factory=list)
+    policies: list[tuple[str, str]] = field(default_factory=list)  # (path, policy name)
+    valid: bool = True
+
+
+@dataclass
+class PolicyPlan:
+    """A deny or allow list of the document."""
+
+    path: str
+    name: str
+    values: dict[str, Any]
+
+
+@dataclass
+class ImportPlan:
+    """What a document asks for, and what was wrong, unknown or left out in it."""
+
+    farms: list[FarmPlan] = field(default_factory=list)
+    policies: list[PolicyPlan] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    unknown: list[dict[str, str]] = field(default_factory=list)
+    ignored: list[dict[str, str]] = field(default_factory=list)
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append({"path": path, "message": message})
+
+    def left_out(self, path: str, attribute: str, value: Any, reason: str) -> None:
+        self.ignored.append({"path": path, "attribute": attribute, "value": _shown(value), "reason": reason})
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def _at(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+class _Reader:
+    """Walks one document, filling an :class:`ImportPlan`."""
+
+    def __init__(self, strict: bool):
+        self.plan = ImportPlan()
+        self.strict = strict
+        self.addresses: dict[str, dict[str, Any]] = {}
+
+    # -- generic helpers ----------------------------------------------------------------------------
+
+    def value(self, path: str, key: str, parse, raw: Any) -> Any:
+        """Parse one attribute; a refusal becomes an error at its path and returns MISSING."""
+        try:
+            parsed = parse(raw)
+        except c.BadValue as exc:
+            self.plan.error(_at(path, key), str(exc))
+            return MISSING
+        if isinstance(parsed, c.Lossy):
+            self.plan.left_out(_at(path, key), key, raw, parsed.reason)
+            return parsed.value
+        return parsed
+
+    def other(self, path: str, key: str, raw: Any, ignored: dict[str, Ignored]) -> None:
+        """An attribute without an lbweb field: left out with its reason, refused, or unknown."""
+        if key in STATE_ATTRIBUTES:
+            if key == "action" and str(raw).strip().lower() not in ("", "none", "start", "reload"):
+                self.plan.error(_at(path, key), f"action '{raw}' is an nftlb API command; it cannot be imported")
+            return
+        rule = ignored.get(key)
+        if rule is None:
+            self.plan.unknown.append({"path": _at(path, key), "attribute": key})
+            if self.strict:
+                self.plan.error(_at(path, key), f"unknown attribute '{key}' (strict import)")
+            return
+        shown = raw if isinstance(raw, str) else str(raw)
+        if shown.strip() in rule.harmless:
+            return
+        if rule.blocking:
+            self.plan.error(_at(path, key), f"'{shown}' is not supported: {rule.reason}")
+        else:
+            self.plan.left_out(_at(path, key), key, raw, rule.reason)
+
+    def objects(self, path: str, raw: Any, what: str) -> list[tuple[str, dict]]:
+        """The JSON objects of a list attribute, each with its path."""
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            self.plan.error(path, f"{what} must be a JSON list")
+            return []
+        out = []
+        for index, item in enumerate(raw):
+            if isinstance(item, dict):
+                out.append((f"{path}[{index}]", item))
+            else:
+                self.plan.error(f"{path}[{index}]", f"each of {what} must be a JSON object")
+        return out
+
+    def name(self, path: str, obj: dict, what: str) -> str | None:
+        raw = obj.get("name")
+        name = MISSING if raw is None else self.value(path, "name", c.text, raw)
+        if name == "" or raw is None:
+            self.plan.error(_at(path, "name"), f"a {what} needs a name")
+        return name if isinstance(name, str) and name else None
+
+    # -- document -----------------------------------------------------------------------------------
+
+    def document(self, doc: Any) -> ImportPlan:
+        if not isinstance(doc, dict):
+            self.plan.error("", 'an nftlb document is a JSON object like {"farms": [...]}')
+            return self.plan
+        for key in doc:
+            if key not in TOP_LEVEL:
+                self.other("", key, doc[key], {})
+        for path, obj in self.objects("addresses", doc.get("addresses"), "addresses"):
+            name = self.name(path, obj, "address")
+            found = self.address(path, obj)
+            if name:
+                self.addresses[name] = found
+        for path, obj in self.objects("policies", doc.get("policies"), "policies"):
+            self.policy(path, obj)
+        seen: set[str] = set()
+        for path, obj in self.objects("farms", doc.get("farms"), "farms"):
+            farm = self.farm(path, obj)
+            if farm is None:
+                continue
+            if farm.name in seen:
+                self.plan.error(_at(path, "name"), f"farm '{farm.name}' appears twice in the document")
+                continue
+            seen.add(farm.name)
+            self.plan.farms.append(farm)
+        return self.plan
+
+    def address(self, path: str, obj: dict) -> dict[str, Any]:
+        """nftlb's address object: a VIP, ports and protocol a farm refers to by name."""
+        found: dict[str, Any] = {}
+        for key, raw in obj.items():
+            attr = ADDRESS_ATTRIBUTES.get(key)
+            if attr:
+                found[attr.field] = self.value(path, key, attr.parse, raw)
+            elif key == "family":
+                self.value(path, key, c.choice(FAMILIES), raw)
+            elif key != "name":
+                self.other(path, key, raw, ADDRESS_IGNORED)
+        return found
+
+    def policy(self, path: str, obj: dict) -> None:
+        name = self.name(path, obj, "policy")
+        values: dict[str, Any] = {"type": "deny", "description": "", "elements": ""}
+        ok = name is not None
+        for key, raw in obj.items():
+            if key == "name":
+                continue
+            if key == "type":
+                values["type"] = self.value(path, key, c.choice(POLICY_TYPES), raw)
+            elif key == "description":
+                values["description"] = self.value(path, key, c.text, raw)
+            elif key == "elements":
+                values["elements"] = self.elements(_at(path, key), raw)
+            else:
+                self.other(path, key, raw, POLICY_IGNORED)
+        if ok and MISSING not in values.values():
+            self.plan.policies.append(PolicyPlan(path, name, values))
+
+    def elements(self, path: str, raw: Any) -> Any:
+        networks = []
+        for element_path, obj in self.objects(path, raw, "elements"):
+            for key, value in obj.items():
+                if key != "data":
+                    self.other(element_path, key, value, ELEMENT_IGNORED)
+            if "data" not in obj:
+                self.plan.error(_at(element_path, "data"), "an element needs its data (an address or network)")
+                continue
+            try:
+                networks += parse_networks(c.text(obj["data"]))
+            except ValueError as exc:
+                self.plan.error(_at(element_path, "data"), str(exc))
+                return MISSING
+        return "\n".join(networks)
+
+    # -- farms --------------------------------------------------------------------------------------
+
+    def farm(self, path: str, obj: dict) -> FarmPlan | None:
+        errors_before = len(self.plan.errors)
+        name = self.name(path, obj, "farm")
+        values: dict[str, Any] = {}
+        plan = FarmPlan(path, name or "", values)
+        family = None
+        for key, raw in obj.items():
+            attr = FARM_BY_NAME.get(key)
+            if attr:
+                values[attr.field] = self.value(path, key, attr.parse, raw)
+            elif key == "family":
+                family = self.value(path, key, c.choice(FAMILIES, {"inet": _ONE_FAMILY, "dual": _ONE_FAMILY}), raw)
+            elif key == "addresses":
+                self.farm_addresses(path, raw, values)
+            elif key == "backends":
+                plan.backends = self.backends(_at(path, key), raw)
+            elif key == "policies":
+                for item_path, item in self.objects(_at(path, key), raw, "policies"):
+                    policy = self.name(item_path, item, "policy reference")
+                    for extra in set(item) - {"name"}:
+                        self.other(item_path, extra, item[extra], {})
+                    if policy:
+                        plan.policies.append((_at(item_path, "name"), policy))
+            elif key not in ("name", "sessions", "oface"):
+                self.other(path, key, raw, FARM_IGNORED)
+        for required in ("virtual-addr", "mode"):
+            if FARM_BY_NAME[required].field not in values:
+                self.plan.error(_at(path, required), f"a farm needs its {required}")
+                values[FARM_BY_NAME[required].field] = MISSING
+        if name is None:
+            return None
+        self.farm_rules(plan, family, obj)
+        plan.sessions = self.sessions(plan, obj.get("sessions"))
+        # Refused backends and sessions are skipped one by one; a refused farm value skips the whole farm.
+        own = (_at(path, "backends["), _at(path, "sessions["))
+        plan.valid = not any(not e["path"].startswith(own) for e in self.plan.errors[errors_before:])
+        return plan
+
+    def farm_addresses(self, path: str, raw: Any, values: dict) -> None:
+        refs = self.objects(_at(path, "addresses"), raw, "addresses")
+        if len(refs) != 1:
+            self.plan.error(_at(path, "addresses"), "an lbweb farm has exactly one virtual address; split the farm")
+            return
+        ref_path, ref = refs[0]
+        if set(ref) - {"name"}:
+            found = self.address(ref_path, ref)
+        else:
+            name = self.name(ref_path, ref, "address reference")
+            found = self.addresses.get(name or "")
+            if found is None:
+                self.plan.error(_at(ref_path, "name"), f"no address '{name}' in the document's addresses")
+                return
+        for field_name, value in found.items():
+            values.setdefault(field_name, value)
+
+    def farm_rules(self, plan: FarmPlan, family: Any, obj: dict) -> None:
+        """nftlb's defaults and cross-attribute rules, as lbweb needs them."""
+        values, path = plan.values, plan.path
+        values["name"] = plan.name
+        vip = values.get("vip")
+        known = family not in (None, MISSING) and vip not in (None, MISSING)
+        if known and ipaddress.ip_address(vip).version != family:
+            self.plan.error(_at(path, "family"), f"family ipv{family} does not match virtual-addr {vip}")
+        for name in FARM_FIELDS:
+            values.setdefault(name, _default_farm(name))
+        scheduler, mode = values["scheduler"], values["mode"]
+        if scheduler == FarmSchedulerChoices.HASH and values["sched_param"] == "":
+            values["sched_param"] = "srcip"  # nftlb hashes the source address by default
+        elif scheduler != FarmSchedulerChoices.HASH and values["sched_param"] not in ("", MISSING):
+            self.plan.left_out(
+                _at(path, "sched-param"), "sched-param", obj["sched-param"], f"not used by the {scheduler} scheduler"
+            )
+            values["sched_param"] = ""
+        oface = self.value(path, "oface", c.text, obj["oface"]) if "oface" in obj else ""
+        if mode == FarmModeChoices.DSR:
+            if oface and oface is not MISSING and oface != values["interface"]:
+                self.plan.error(
+                    _at(path, "oface"),
+                    "lbweb DSR sends frames back out of the interface they came in on (iface); "
+                    "oface must be empty or the same",
+                )
+        elif mode is not MISSING:
+            if values["interface"]:
+                self.plan.left_out(
+                    _at(path, "iface"), "iface", obj["iface"], "lbweb hooks non-DSR farms on every interface"
+                )
+                values["interface"] = ""
+            if oface and oface is not MISSING:
+                self.plan.left_out(_at(path, "oface"), "oface", oface, "lbweb routes replies by the routing table")
+        prefix = values["log_prefix"]
+        if prefix is not MISSING:
+            values["log_prefix"] = _log_prefix(prefix, plan.name)
+
+    def backends(self, path: str, raw: Any) -> list[BackendPlan]:
+        out: list[BackendPlan] = []
+        names: set[str] = set()
+        for item_path, obj in self.objects(path, raw, "backends"):
+            values: dict[str, Any] = {}
+            name = c.text(obj["name"]) if isinstance(obj.get("name"), str | int) else ""
+            for key, value in obj.items():
+                attr = BACKEND_BY_NAME.get(key)
+                if attr:
+                    values[attr.field] = self.value(item_path, key, attr.parse, value)
+                elif key == "name":
+                    self.plan.left_out(
+                        _at(item_path, key), key, value, "lbweb backends have no name; sessions may refer to it"
+                    )
+                else:
+                    self.other(item_path, key, value, BACKEND_IGNORED)
+            if "address" not in values:
+                self.plan.error(_at(item_path, "ip-addr"), "a backend needs its ip-addr")
+            if name and name in names:
+                self.plan.error(_at(item_path, "name"), f"backend name '{name}' appears twice in this farm")
+            names.add(name)
+            for attr in BACKEND_ATTRIBUTES:
+                values.setdefault(attr.field, MISSING if attr.field == "address" else _default_backend(attr.field))
+            out.append(BackendPlan(item_path, name, values))
+        return out
+
+    def sessions(self, plan: FarmPlan, raw: Any) -> list[SessionPlan]:
+        out = []
+        names = {b.name for b in plan.backends if b.name}
+        for item_path, obj in self.objects(_at(plan.path, "sessions"), raw, "sessions"):
+            if "expiration" in obj:
+                self.plan.left_out(
+                    item_path, "sessions", obj.get("client", ""), "a learnt session (with expiration) is not imported"
+                )
+                continue
+            for key, value in obj.items():
+                if key not in ("client", "backend"):
+                    self.other(item_path, key, value, {})
+            client = self.value(item_path, "client", _session_client, obj.get("client", ""))
+            backend = self.value(item_path, "backend", c.text, obj.get("backend", ""))
+            if backend is not MISSING and backend not in names:
+                self.plan.error(_at(item_path, "backend"), f"this farm has no backend named '{backend}'")
+                continue
+            if client is not MISSING:
+                out.append(SessionPlan(item_path, client, backend))
+        return out
+
+
+_ONE_FAMILY = "an lbweb farm has one VIP of one family; make one farm for IPv4 and one for IPv6"
+
+
+def _default_farm(name: str) -> Any:
+    return Farm._meta.get_field(name).get_default()
+
+
+def _default_backend(name: str) -> Any:
+    return Backend._meta.get_field(name).get_default()
+
+
+def _log_prefix(prefix: str, farm_name: str) -> str:
+    """nftlb's default prefix becomes lbweb's; its name placeholders are filled in."""
+    if prefix in ("TYPE-FNAME", "KNAME-TYPE-FNAME"):
+        return ""
+    for word, value in (("KNAME", "lbweb"), ("FNAME", farm_name), ("ANAME", farm_name), ("TYPE", "farm")):
+        prefix = prefix.replace(word, value)
+    return prefix
+
+
+def _session_client(raw: Any) -> str:
+    """nftlb writes a client as the persistence key: ``addr``, ``addr . port`` or a MAC; lbweb as addr:port."""
+    value = c.text(raw)
+    if not value:
+        raise c.BadValue("a session needs its client")
+    match = re.fullmatch(r"(\S+)\s+\.\s+(\d+)", value)
+    if match:
+        address, port = match.groups()
+        return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    return value
+
+
+def import_document(document: Any, *, strict: bool = False) -> ImportPlan:
+    """Read an nftlb document into lbweb field values, without touching the database or the kernel."""
+    return _Reader(strict).document(document)
+
+
+# -- export -----------------------------------------------------------------------------------------
+
+
+def _dump(obj: Any, attributes: Iterable[Attribute]) -> dict[str, str]:
+    out = {}
+    for attr in attributes:
+        value = attr.dump(getattr(obj, attr.field))
+        if value is not None:
+            out[attr.name] = value
+    return out
+
+
+def _export_client(client: str, farm) -> str:
+    """lbweb's addr:port client back into nftlb's ``addr . port`` persistence key."""
+    if farm.persistence != "srcip srcport":
+        return client
+    address, port = session_key_parts(client, farm)
+    return f"{address} . {port}"
+
+
+def export_farm(farm) -> dict[str, Any]:
+    """One farm (with its backends, static sessions and policy names) as an nftlb farm object."""
+    family = "ipv6" if ipaddress.ip_address(farm.vip).version == 6 else "ipv4"
+    doc: dict[str, Any] = {"name": farm.name, "family": family, **_dump(farm, FARM_ATTRIBUTES)}
+    names = {}
+    backends = []
+    for index, backend in enumerate(farm.backends.all()):
+        names[backend.id] = f"bck{index}"
+        backends.append({"name": names[backend.id], **_dump(backend, BACKEND_ATTRIBUTES)})
+    doc["backends"] = backends
+    sessions = [
+        {"client": _export_client(s.client, farm), "backend": names[s.backend_id]} for s in farm.static_sessions.all()
+    ]
+    if sessions:
+        doc["sessions"] = sessions
+    policies = [{"name": p.name} for p in farm.policies.all()]
+    if policies:
+        doc["policies"] = policies
+    return doc
+
+
+def export_policy(policy) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": policy.name, "type": POLICY_TYPE_WORDS[policy.type]}
+    if policy.description:
+        doc["description"] = policy.description
+    doc["elements"] = [{"data": network} for network in policy.element_list]
+    return doc
+
+
+def export_document(farms: Iterable, policies: Iterable | None = None) -> dict[str, Any]:
+    """Farms (and the policies they use, or ``policies`` when given) as an nftlb document."""
+    farms = list(farms)
+    if policies is None:
+        used = {p.name: p for farm in farms for p in farm.policies.all()}
+        policies = [used[name] for name in sorted(used)]
+    doc: dict[str, Any] = {"farms": [export_farm(farm) for farm in farms]}
+    policy_docs = [export_policy(p) for p in policies]
+    if policy_docs:
+        doc["policies"] = policy_docs
+    return doc

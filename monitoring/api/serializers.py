@@ -1,0 +1,62 @@
+"""Shapes of the metrics API, declared for the OpenAPI schema (the data itself comes from Redis)."""
+
+from rest_framework import serializers
+
+from ..selectors import WINDOWS
+
+
+class SeriesQuerySerializer(serializers.Serializer):
+    window = serializers.ChoiceField(choices=list(WINDOWS), default="15m", help_text="How far back.")
+    since = serializers.FloatField(
+        required=False, help_text="Only points after this time (epoch seconds): what a live chart asks every 2 s."
+    )
+
+
+class StalenessSerializer(serializers.Serializer):
+    now = serializers.FloatField(help_text="Server time, epoch seconds.")
+    last_sample = serializers.FloatField(allow_null=True, help_text="Time of the newest sample, epoch seconds.")
+    age = serializers.FloatField(allow_null=True, help_text="Seconds since the newest sample.")
+    stale = serializers.BooleanField(help_text="True when the collector has not written for over 2.5 intervals.")
+
+
+class SeriesSerializer(StalenessSerializer):
+    series = serializers.CharField(help_text="'system' or 'farm:<id>'.")
+    window = serializers.ChoiceField(choices=list(WINDOWS))
+    resolution = serializers.ChoiceField(choices=["raw", "1m"], help_text="raw: every sample; 1m: minute averages.")
+    step = serializers.FloatField(help_text="Seconds between points.")
+    points = serializers.ListField(
+        child=serializers.DictField(),
+        help_text=(
+            "Oldest first. Each point has 't' (epoch seconds) and the figures: rates per second "
+            "(bytes_in, bytes_out, packets_in, packets_out, new_conns), census counts when a conntrack census ran "
+            "(active_conns: not closing; tracked_conns: all entries; snat_ports; snat_port_use: % of the port range "
+            "towards the busiest backend), and for the system cpu (% per core), "
+            "conntrack_count/max, conntrack_insert_failed/drop/early_drop (per second) and links (per-interface "
+            "rates). A point {'t', 'gap': true} marks a hole where the collector did not sample: "
+            "null, never zero."
+        ),
+    )
+
+
+class FarmSeriesSerializer(SeriesSerializer):
+    farm = serializers.DictField(help_text="id, name, vip, mode, state.")
+    backends = serializers.ListField(child=serializers.DictField(), help_text="id, address, state, weight.")
+    measured = serializers.BooleanField(help_text="False for DSR and stateless farms: they bypass conntrack.")
+    census_interval = serializers.FloatField(
+        allow_null=True,
+        help_text="Seconds between conntrack censuses (active connections); grows with the table.",
+    )
+
+
+class SummarySerializer(StalenessSerializer):
+    interval = serializers.FloatField(help_text="Seconds between samples.")
+    census_at = serializers.FloatField(
+        allow_null=True, help_text="Time of the census behind active_conns, tracked_conns and snat_*."
+    )
+    conntrack_warn_ratio = serializers.FloatField(help_text="Share of conntrack_max above which a warning shows.")
+    conntrack_warning = serializers.BooleanField()
+    system = serializers.DictField(help_text="The newest system point (see the system series).")
+    farms = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Per farm: id, name, vip, mode, state, newest rates, totals (total_bytes_in/out, total_conns).",
+    )

@@ -1,0 +1,114 @@
+"""What the collector needs to know about farms: ids, counter names, marks and backend addresses.
+
+Built from the database (the truth) with the compiler's own naming functions,
+so a counter the compiler creates is the counter the collector reads.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from farms.choices import BackendStateChoices, FarmStateChoices
+from farms.models import ConfigGeneration, Farm
+from farms.nft import compiler
+from farms.nft.spec import FarmSpec
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One backend as the collector sees it."""
+
+    id: int
+    address: bytes  # packed, as conntrack reports it
+    port: int | None
+    enabled: bool
+    new_connections_counter: str
+    traffic_counter: str
+
+
+@dataclass(frozen=True)
+class FarmInfo:
+    """One farm as the collector sees it."""
+
+    id: int
+    name: str
+    mark: int
+    snat: bool
+    enabled: bool
+    new_connections_counter: str
+    traffic_in_counter: str
+    traffic_out_counter: str
+    backends: tuple[BackendInfo, ...] = ()
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """Every counter name this farm's figures come from."""
+        names = [self.new_connections_counter, self.traffic_in_counter, self.traffic_out_counter]
+        for backend in self.backends:
+            names += [backend.new_connections_counter, backend.traffic_counter]
+        return tuple(names)
+
+
+@dataclass
+class FarmIndex:
+    """All farms, and the lookups a conntrack census needs."""
+
+    generation: int = -1
+    farms: tuple[FarmInfo, ...] = ()
+    by_mark: dict[int, FarmInfo] = field(default_factory=dict)
+    # (mark, address, port) -> backend id; port None matches a backend that keeps the client's port
+    backend_of: dict[tuple[int, bytes, int | None], int] = field(default_factory=dict)
+
+    def backend_for(self, mark: int, address: bytes, port: int | None) -> int | None:
+        return self.backend_of.get((mark, address, port)) or self.backend_of.get((mark, address, None))
+
+
+def build_index(farms: list[FarmInfo], generation: int = 0) -> FarmIndex:
+    index = FarmIndex(generation=generation, farms=tuple(farms))
+    for farm in farms:
+        index.by_mark[farm.mark] = farm
+        for backend in farm.backends:
+            index.backend_of[(farm.mark, backend.address, backend.port)] = backend.id
+    return index
+
+
+def farm_info(farm: Farm) -> FarmInfo:
+    """The collector's view of one farm row (backends prefetched)."""
+    spec = FarmSpec(id=farm.id, name=farm.name, vip=farm.vip)
+    chain = compiler.farm_chain_name(spec)
+    backends = tuple(
+        BackendInfo(
+            id=b.id,
+            address=ipaddress.ip_address(b.address).packed,
+            port=b.port,
+            enabled=b.state == BackendStateChoices.ENABLED,
+            new_connections_counter=compiler.backend_chain_name(spec, b.id),
+            traffic_counter=compiler.backend_traffic_counter_name(farm.name, b.id),
+        )
+        for b in farm.backends.all()
+    )
+    return FarmInfo(
+        id=farm.id,
+        name=farm.name,
+        mark=spec.mark,
+        snat=farm.mode == "snat",
+        enabled=farm.state == FarmStateChoices.UP,
+        new_connections_counter=chain,
+        traffic_in_counter=compiler.traffic_counter_name(farm.name, "in"),
+        traffic_out_counter=compiler.traffic_counter_name(farm.name, "out"),
+        backends=backends,
+    )
+
+
+# Only NAT farms go through conntrack (their mark) and the traffic counters; DSR and stateless farms do not.
+MEASURED_MODES = ("snat", "dnat")
+
+
+def load_index(current: FarmIndex | None = None) -> FarmIndex:
+    """Read the measured farms from the database, unless the configuration generation has not moved."""
+    generation = ConfigGeneration.current()
+    if current is not None and current.generation == generation:
+        return current
+    farms = Farm.objects.filter(mode__in=MEASURED_MODES).prefetch_related("backends").order_by("id")
+    return build_index([farm_info(f) for f in farms], generation)

@@ -1,0 +1,115 @@
+"""The dashboard in a real browser (Debian's chromium driven by Playwright) against a live server and live data."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import pytest
+
+from tests.conftest import OUTPUT, wait_for
+from tests.lab import backend4, vip4
+
+pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+def browser_page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        yield page
+        browser.close()
+
+
+@pytest.fixture
+def steady_traffic(lab):
+    """Small downloads through farm 'shown' until the test ends, so the charts have something to draw."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                lab.download(vip4(90), 40_000, count=2)
+            stop.wait(0.1)
+
+    thread = threading.Thread(target=run, daemon=True)
+    yield thread
+    stop.set()
+    thread.join(timeout=10)
+
+
+def points_drawn(page, chart: str, dataset: int = 0) -> int:
+    return page.evaluate(
+        "([c, i]) => { const ch = Chart.getChart(c); const d = ch && ch.data.datasets[i];"
+        " return d ? d.data.filter(p => p.y !== null && p.y > 0).length : 0; }",
+        [chart, dataset],
+    )
+
+
+def test_dashboard_draws_live_charts_and_says_when_data_is_stale(
+    api,
+    lab,
+    collector,
+    live_server,
+    browser_page,
+    steady_traffic,
+):
+    farm = api.farm(
+        name="shown",
+        vip=vip4(90),
+        protocol="tcp",
+        ports="80",
+        mode="snat",
+        scheduler="rr",
+        backends=[{"address": backend4(b)} for b in ("b1", "b2")],
+    )
+    api.wait_applied(farm["id"])
+    steady_traffic.start()
+    held = [lab.connect(vip4(90), 80) for _ in range(3)]
+    page = browser_page
+    try:
+        page.goto(f"{live_server.url}/admin/login/?next=/monitoring/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "admin-password")
+        page.click("input[type=submit]")
+        page.wait_for_url("**/monitoring/")
+
+        wait_for(lambda: points_drawn(page, "chart-throughput", 1) >= 3, what="throughput drawn")
+        wait_for(lambda: points_drawn(page, "chart-conns") >= 3, what="connections drawn")
+        assert page.evaluate("Chart.getChart('chart-cpu').data.datasets.length") >= 1
+        assert page.evaluate("Chart.getChart('chart-conntrack').data.datasets[1].data.some(p => p.y > 0)")
+        page.wait_for_selector("#farm-rows a:text('shown')")
+        page.wait_for_selector("#link-rows td:text('cli0')")  # the LB's interfaces, from pyroute2
+        assert "Live" in page.text_content("#freshness")
+        page.screenshot(path=str(OUTPUT / "dashboard-overview.png"), full_page=True)
+
+        page.click("#farm-rows a:text('shown')")
+        page.wait_for_url(f"**/monitoring/farms/{farm['id']}/")
+        wait_for(lambda: points_drawn(page, "chart-throughput", 1) >= 3, what="farm throughput drawn")
+        wait_for(lambda: points_drawn(page, "chart-backend-traffic") >= 2, what="backend traffic drawn")
+        wait_for(lambda: points_drawn(page, "chart-active") >= 1, what="active connections drawn")
+        wait_for(lambda: points_drawn(page, "chart-states") >= 3, what="backend states drawn")
+        page.screenshot(path=str(OUTPUT / "dashboard-farm.png"), full_page=True)
+
+        collector.stop()
+        page.wait_for_function(
+            "document.getElementById('freshness').textContent.includes('no data for')", timeout=20_000
+        )
+        assert points_drawn(page, "chart-throughput", 1) >= 3  # what was drawn stays; nothing turned into zeros
+        page.screenshot(path=str(OUTPUT / "dashboard-stale.png"), full_page=True)
+    finally:
+        for sock in held:
+            sock.close()

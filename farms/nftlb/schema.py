@@ -12,7 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..choices import FarmModeChoices, FarmProtocolChoices, FarmSchedulerChoices, HashFieldChoices, HelperChoices
+from ..choices import (
+    FarmAllDownChoices,
+    FarmModeChoices,
+    FarmProtocolChoices,
+    FarmSchedulerChoices,
+    HashFieldChoices,
+    HelperChoices,
+)
 from . import codecs as c
 
 # Values of nftlb attributes that carry run-time state, not configuration: never imported, never reported.
@@ -148,6 +155,12 @@ FARM_ATTRIBUTES = (
     Attribute("iface", "interface", c.text, c.omit_if_empty),
     Attribute("state", "state", _farm_state, str),
     Attribute("description", "description", c.verbatim, c.omit_if_empty),  # lbweb extension
+    # lbweb extensions for health checking: what new connections get when no backend is active
+    Attribute(
+        "when-all-down", "when_all_down", c.choice(_words(FarmAllDownChoices)), lambda v: None if v == "reject" else v
+    ),
+    Attribute("fallback-addr", "fallback_address", c.ip_address, c.omit_if_empty),
+    Attribute("fallback-port", "fallback_port", c.optional_port, lambda v: None if v is None else str(v)),
 )
 
 LOG_PREFIX_DEFAULTS = frozenset({"", "KNAME-TYPE-FNAME", "TYPE-FNAME"})

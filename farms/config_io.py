@@ -99,9 +99,13 @@ class _Importer:
         self.result.errors.append(ImportError_(location, field_name, message))
 
     def validation_errors(self, location: str, exc: ValidationError) -> list[ImportError_]:
-        if hasattr(exc, "error_dict"):
-            return [ImportError_(location, name, msg) for name, msgs in exc.message_dict.items() for msg in msgs]
-        return [ImportError_(location, "__all__", msg) for msg in exc.messages]
+        if hasattr(exc, "error_dict"):  # a field check and clean() may word the same problem alike: once
+            return [
+                ImportError_(location, name, msg)
+                for name, msgs in exc.message_dict.items()
+                for msg in dict.fromkeys(msgs)
+            ]
+        return [ImportError_(location, "__all__", msg) for msg in dict.fromkeys(exc.messages)]
 
     def attempt(self, location: str, write) -> bool:
         """Run one service call in a savepoint; on a validation error record it and go on."""

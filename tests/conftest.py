@@ -16,6 +16,17 @@ OUTPUT = ROOT / "test-output"
 METRICS_INTERVAL = 0.5  # the collector's sampling interval in tests (2 s in production)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing():
+    """Accounts are made by the dozen in tests: a cheap hasher instead of 10^6 PBKDF2 rounds each."""
+    from django.conf import settings
+    from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    get_hashers.cache_clear()
+    get_hashers_by_algorithm.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
@@ -145,6 +156,22 @@ class Api:
 @pytest.fixture
 def admin_user(django_user_model):
     return django_user_model.objects.create_superuser("admin", "", "admin-password")
+
+
+ROLE_PASSWORD = "role-password-1"
+
+
+@pytest.fixture
+def role_users(django_user_model) -> dict:
+    """One account per role (farms/roles.py), made a member of the role's group; password ROLE_PASSWORD."""
+    from django.contrib.auth.models import Group
+
+    users = {}
+    for role in ("admin", "operator", "viewer"):
+        user = django_user_model.objects.create_user(f"{role}-user", "", ROLE_PASSWORD)
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        users[role] = user
+    return users
 
 
 @pytest.fixture

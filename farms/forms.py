@@ -83,7 +83,9 @@ class FarmForm(FieldsetsMixin, forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["policies"].queryset = Policy.objects.order_by("name")
-        self.fields["policies"].help_text = "Deny or allow lists matched against the client's address."
+        self.fields["policies"].help_text = "Deny or allow lists matched against the client's address." + (
+            "" if self.fields["policies"].queryset.exists() else " None exists yet: create them on the Policies page."
+        )
 
     @property
     def chosen_policies(self) -> list[Policy]:

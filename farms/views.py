@@ -325,7 +325,7 @@ class BackendStateView(RoleRequiredMixin, View):
         except ValidationError as exc:
             messages.error(request, " ".join(exc.messages))
         else:
-            messages.success(request, f"Backend {backend} is now {backend.get_state_display().lower()}.")
+            messages.success(request, f"Backend {backend}: {backend.get_state_display()}.")
         return redirect(reverse("farms:farm_detail", args=[backend.farm_id]) + f"#backend-{backend.pk}")
 
 

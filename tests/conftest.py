@@ -181,5 +181,28 @@ def api(live_server, admin_user) -> Api:
     return Api(live_server.url, Token.objects.create(user=admin_user).key)
 
 
+CHROMIUM = "/usr/bin/chromium"  # Debian's build (deploy/test.sh installs it); never `playwright install`
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+def browser_page():
+    """A page of Debian's chromium, driven by Playwright, sized like a laptop screen."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        yield page
+        browser.close()
+
+
 def pytest_sessionstart(session):
     Path(OUTPUT).mkdir(exist_ok=True)

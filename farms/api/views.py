@@ -54,13 +54,15 @@ class FarmViewSet(viewsets.ModelViewSet):
         policies = values.pop("policies", None)
         return Response(preview.farm_change(farm, values, policies).to_json())
 
-    @extend_schema(request=FarmSerializer, responses=PreviewSerializer)
+    @extend_schema(request=FarmSerializer, responses=PreviewSerializer, operation_id="farms_preview_create")
     @action(detail=False, methods=["post"], url_path="preview", url_name="preview-create")
     def preview_create(self, request):
         """The nftables change creating this farm would cause (nothing is saved). Same body as a create."""
         return self._preview(None)
 
-    @extend_schema(request=FarmSerializer(partial=True), responses=PreviewSerializer)
+    @extend_schema(
+        request=FarmSerializer(partial=True), responses=PreviewSerializer, operation_id="farms_preview_update"
+    )
     @action(detail=True, methods=["post"], url_path="preview", url_name="preview-update")
     def preview_update(self, request, pk=None):
         """The nftables change this edit would cause (nothing is saved). Same body as a PATCH."""
@@ -135,13 +137,15 @@ class BackendViewSet(viewsets.ModelViewSet):
             return Response({"farm": ["A backend cannot move to another farm; create a new one."]}, status=400)
         return Response(preview.backend_change(farm, backend, values).to_json())
 
-    @extend_schema(request=BackendSerializer, responses=PreviewSerializer)
+    @extend_schema(request=BackendSerializer, responses=PreviewSerializer, operation_id="backends_preview_create")
     @action(detail=False, methods=["post"], url_path="preview", url_name="preview-create")
     def preview_create(self, request):
         """The nftables change adding this backend would cause (nothing is saved). Same body as a create."""
         return self._preview(None)
 
-    @extend_schema(request=BackendSerializer(partial=True), responses=PreviewSerializer)
+    @extend_schema(
+        request=BackendSerializer(partial=True), responses=PreviewSerializer, operation_id="backends_preview_update"
+    )
     @action(detail=True, methods=["post"], url_path="preview", url_name="preview-update")
     def preview_update(self, request, pk=None):
         """The nftables change this edit would cause (nothing is saved). Same body as a PATCH."""

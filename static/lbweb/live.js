@@ -1,6 +1,7 @@
-// Live cells of the farm pages: apply status (from the farms API) and the live rate (from the metrics
-// summary), refreshed every few seconds. Without JavaScript the page still shows the status it was
-// rendered with and "—" for the rate.
+// Live cells of the farm pages: apply status (from the farms API), the live rate (from the metrics
+// summary) and, on a farm's page, each backend's open connections (from the farm's metrics series, the
+// newest conntrack census), refreshed every few seconds. Without JavaScript the page still shows the
+// status it was rendered with and "—" for the figures.
 (function () {
   "use strict";
   const root = document.querySelector("[data-live]");
@@ -52,18 +53,42 @@
     }
   }
 
+  function showConnections(series) {
+    const cells = document.querySelectorAll("[data-conns-for]");
+    let census = null;
+    for (const point of (series && series.measured && !series.stale ? series.points : []).slice().reverse()) {
+      const backends = Object.values(point.backends || {});
+      if (backends.some((b) => b.active_conns !== undefined && b.active_conns !== null)) { census = point; break; }
+    }
+    cells.forEach((cell) => {
+      const backend = census && census.backends[cell.dataset.connsFor];
+      const value = backend ? backend.active_conns : null;
+      cell.textContent = value === null || value === undefined ? "—" : String(Math.round(value));
+    });
+  }
+
   async function refresh() {
     try {
       const farms = await getJson(`${root.dataset.farmsApi}?id=${ids.join(",")}&limit=${ids.length}`);
       (farms.results || farms).forEach(showStatus);
     } catch (error) { /* keep what the page shows */ }
+    let summary = null;
     try {
-      showRates(await getJson(root.dataset.metricsApi));
+      summary = await getJson(root.dataset.metricsApi);
+      showRates(summary);
     } catch (error) {
       ids.forEach((id) => {
         const cell = document.querySelector(`[data-rate-for="${id}"]`);
         if (cell) cell.textContent = "—";
       });
+    }
+    if (root.dataset.seriesApi) {
+      let series = null;
+      try {
+        const since = summary ? `&since=${summary.now - 30}` : "";
+        series = await getJson(`${root.dataset.seriesApi}?window=5m${since}`);
+      } catch (error) { /* no metrics: dashes */ }
+      showConnections(series);
     }
     window.setTimeout(refresh, PERIOD_MS);
   }

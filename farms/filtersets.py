@@ -2,10 +2,16 @@
 
 import django_filters
 
-from .models import ApplyRun, Backend, Farm, HealthEvent
+from .models import ApplyRun, AuditEvent, Backend, Farm, HealthEvent
+
+
+class NumberInFilter(django_filters.BaseInFilter, django_filters.NumberFilter):
+    pass
 
 
 class FarmFilterSet(django_filters.FilterSet):
+    id = NumberInFilter(field_name="id", help_text="Comma-separated farm ids.")
+
     class Meta:
         model = Farm
         fields = ["name", "vip", "protocol", "mode", "scheduler", "state"]
@@ -31,3 +37,12 @@ class HealthEventFilterSet(django_filters.FilterSet):
     class Meta:
         model = HealthEvent
         fields = ["backend", "farm", "current"]
+
+
+class AuditEventFilterSet(django_filters.FilterSet):
+    since = django_filters.IsoDateTimeFilter(field_name="time", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="time", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["actor_name", "action", "object_type", "object_id", "farm_ref", "since", "until"]

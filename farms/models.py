@@ -10,7 +10,9 @@ from __future__ import annotations
 import ipaddress
 import shlex
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F
@@ -582,3 +584,36 @@ class ApplyRun(models.Model):
 
     def __str__(self) -> str:
         return f"apply #{self.pk} gen {self.generation} {self.kind} {'ok' if self.ok else 'failed'}"
+
+
+class AuditEvent(models.Model):
+    """Who changed what and when: one row per service call, written in the same transaction as the change."""
+
+    time = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, help_text="The account's name then ('system' for none).")
+    action = models.CharField(max_length=30)
+    object_type = models.CharField(max_length=30, db_index=True)
+    object_id = models.BigIntegerField(null=True, blank=True)
+    object_name = models.CharField(max_length=200, blank=True)
+    farm_ref = models.BigIntegerField(
+        null=True, blank=True, db_index=True, help_text="The farm this concerns (kept after the farm is deleted)."
+    )
+    before = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    after = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+
+    class Meta:
+        ordering = ("-time", "-id")
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_type} {self.object_name}"
+
+    def changes(self) -> list[tuple[str, object, object]]:
+        """(field, before, after) for every field whose value differs."""
+        before, after = self.before or {}, self.after or {}
+        if not isinstance(before, dict) or not isinstance(after, dict):
+            return []
+        names = list(before) + [k for k in after if k not in before]
+        return [(k, before.get(k), after.get(k)) for k in names if before.get(k) != after.get(k)]

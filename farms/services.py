@@ -3,6 +3,10 @@
 Each write validates with the model's ``clean()`` (the same words for the UI
 and the API), saves inside one transaction, bumps the configuration
 generation, and asks the worker for an apply once the transaction commits.
+
+Every service also takes an optional ``actor`` keyword (the user, or None for
+the system): :func:`farms.audit.audited` records who did what, with the
+object's state before and after, inside the same transaction.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Iterable
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from .audit import audited
 from .choices import BackendStateChoices, FarmModeChoices
 from .models import Backend, ConfigGeneration, Farm, Policy, StaticSession
 
@@ -124,6 +129,7 @@ def _set_policies(farm: Farm, policies: Iterable[Policy] | None) -> None:
     farm.policies.set(policies)
 
 
+@audited("create")
 @transaction.atomic
 def farm_create(*, policies: Iterable[Policy] | None = None, **values) -> Farm:
     """Create a farm from its field values (see FARM_FIELDS) and its access policies."""
@@ -134,6 +140,7 @@ def farm_create(*, policies: Iterable[Policy] | None = None, **values) -> Farm:
     return farm
 
 
+@audited("update", "farm")
 @transaction.atomic
 def farm_update(*, farm: Farm, policies: Iterable[Policy] | None = None, **values) -> Farm:
     """Change some fields of a farm (and, if given, its access policies)."""
@@ -143,6 +150,7 @@ def farm_update(*, farm: Farm, policies: Iterable[Policy] | None = None, **value
     return farm
 
 
+@audited("delete", "farm")
 @transaction.atomic
 def farm_delete(*, farm: Farm) -> None:
     """Delete a farm and its backends; the worker removes its rules."""
@@ -150,6 +158,7 @@ def farm_delete(*, farm: Farm) -> None:
     request_apply(ConfigGeneration.bump())
 
 
+@audited("create")
 @transaction.atomic
 def backend_create(*, farm: Farm, **values) -> Backend:
     """Add a backend to a farm."""
@@ -159,6 +168,7 @@ def backend_create(*, farm: Farm, **values) -> Backend:
     return backend
 
 
+@audited("update", "backend")
 @transaction.atomic
 def backend_update(*, backend: Backend, **values) -> Backend:
     """Change some fields of a backend (weight, state, priority, ...)."""
@@ -167,6 +177,7 @@ def backend_update(*, backend: Backend, **values) -> Backend:
     return backend
 
 
+@audited("delete", "backend")
 @transaction.atomic
 def backend_delete(*, backend: Backend) -> None:
     """Remove a backend from its farm."""
@@ -175,6 +186,7 @@ def backend_delete(*, backend: Backend) -> None:
     _mark_changed(farm)
 
 
+@audited("maintenance", "backend")
 @transaction.atomic
 def backend_maintenance(*, backend: Backend, mode: str) -> Backend:
     """Take a backend out of service: ``drain`` keeps its connections and sessions to end by themselves;
@@ -189,6 +201,7 @@ def backend_maintenance(*, backend: Backend, mode: str) -> Backend:
     return backend
 
 
+@audited("create")
 @transaction.atomic
 def policy_create(**values) -> Policy:
     """Create a shared access policy (deny or allow list)."""
@@ -198,6 +211,7 @@ def policy_create(**values) -> Policy:
     return policy
 
 
+@audited("update", "policy")
 @transaction.atomic
 def policy_update(*, policy: Policy, **values) -> Policy:
     """Change a policy; its farms are not rebuilt, only the policy's sets change in the kernel."""
@@ -206,6 +220,7 @@ def policy_update(*, policy: Policy, **values) -> Policy:
     return policy
 
 
+@audited("delete", "policy")
 @transaction.atomic
 def policy_delete(*, policy: Policy) -> None:
     """Delete a policy that no farm uses."""
@@ -223,6 +238,7 @@ def _policy_changed(policy: Policy) -> None:
     request_apply(generation)
 
 
+@audited("create")
 @transaction.atomic
 def session_create(*, farm: Farm, client: str, backend: Backend) -> StaticSession:
     """Pin a client to a backend (a static persistence entry, no expiry)."""
@@ -237,6 +253,7 @@ def session_create(*, farm: Farm, client: str, backend: Backend) -> StaticSessio
     return session
 
 
+@audited("delete", "session")
 @transaction.atomic
 def session_delete(*, session: StaticSession) -> None:
     """Remove a static session."""
@@ -245,6 +262,7 @@ def session_delete(*, session: StaticSession) -> None:
     _mark_changed(farm)
 
 
+@audited("flush sessions", "farm")
 def flush_learnt_sessions(*, farm: Farm, backend: Backend | None = None, client: str | None = None) -> None:
     """Forget learnt persistence entries in the kernel: all of a backend's, or one client's."""
     _enqueue_now("flush_sessions", farm_id=farm.id, backend_id=backend.id if backend else None, client=client or None)

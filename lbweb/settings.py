@@ -74,6 +74,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "farms.roles.role_context",
             ],
         },
     },
@@ -112,7 +113,9 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 CHARTJS_DIST = BASE_DIR / "node_modules" / "chart.js" / "dist"
 if CHARTJS_DIST.is_dir():
     STATICFILES_DIRS.append(("vendor/chart.js", CHARTJS_DIST))
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "farms:farm_list"
+LOGOUT_REDIRECT_URL = "login"
 
 REDIS_SOCKET = VAR_DIR / "redis.sock"
 REDIS_URL = os.environ.get("REDIS_URL") or f"unix://{REDIS_SOCKET}"
@@ -152,7 +155,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Roles (admin, operator, viewer) by Django group: farms/roles.py.
+    "DEFAULT_PERMISSION_CLASSES": ["farms.api.permissions.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,

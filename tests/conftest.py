@@ -16,6 +16,17 @@ OUTPUT = ROOT / "test-output"
 METRICS_INTERVAL = 0.5  # the collector's sampling interval in tests (2 s in production)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing():
+    """Accounts are made by the dozen in tests: a cheap hasher instead of 10^6 PBKDF2 rounds each."""
+    from django.conf import settings
+    from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    get_hashers.cache_clear()
+    get_hashers_by_algorithm.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
@@ -147,6 +158,22 @@ def admin_user(django_user_model):
     return django_user_model.objects.create_superuser("admin", "", "admin-password")
 
 
+ROLE_PASSWORD = "role-password-1"
+
+
+@pytest.fixture
+def role_users(django_user_model) -> dict:
+    """One account per role (farms/roles.py), made a member of the role's group; password ROLE_PASSWORD."""
+    from django.contrib.auth.models import Group
+
+    users = {}
+    for role in ("admin", "operator", "viewer"):
+        user = django_user_model.objects.create_user(f"{role}-user", "", ROLE_PASSWORD)
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        users[role] = user
+    return users
+
+
 @pytest.fixture
 def client(admin_user):
     """DRF's test client, authenticated with a token of the admin account."""
@@ -163,6 +190,29 @@ def api(live_server, admin_user) -> Api:
     from rest_framework.authtoken.models import Token
 
     return Api(live_server.url, Token.objects.create(user=admin_user).key)
+
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's build (deploy/test.sh installs it); never `playwright install`
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+def browser_page():
+    """A page of Debian's chromium, driven by Playwright, sized like a laptop screen."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        yield page
+        browser.close()
 
 
 def pytest_sessionstart(session):

@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from .. import health_services, services
 from ..choices import FarmTrafficChoices
-from ..models import ApplyRun, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
+from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
 
 HEALTH_FIELDS = ["health", "health_changed", "health_reason"]
 
@@ -31,6 +31,12 @@ class ModelCleanMixin:
             setattr(candidate, name, value)
         _full_clean(candidate)
         return {name: getattr(candidate, name) for name in attrs}
+
+
+def _actor(serializer):
+    """The user the write is recorded against in the audit trail."""
+    request = serializer.context.get("request")
+    return getattr(request, "user", None)
 
 
 def _cleaned(instance, attrs: dict) -> dict:
@@ -139,10 +145,10 @@ class FarmSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return data
 
     def create(self, validated_data: dict) -> Farm:
-        return services.farm_create(**validated_data)
+        return services.farm_create(actor=_actor(self), **validated_data)
 
     def update(self, instance: Farm, validated_data: dict) -> Farm:
-        return services.farm_update(farm=instance, **validated_data)
+        return services.farm_update(farm=instance, actor=_actor(self), **validated_data)
 
 
 class BackendSerializer(ModelCleanMixin, serializers.ModelSerializer):
@@ -158,13 +164,13 @@ class BackendSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return _cleaned(self.instance or Backend(), attrs)
 
     def create(self, validated_data: dict) -> Backend:
-        return services.backend_create(**validated_data)
+        return services.backend_create(actor=_actor(self), **validated_data)
 
     def update(self, instance: Backend, validated_data: dict) -> Backend:
         if "farm" in validated_data and validated_data["farm"] != instance.farm:
             raise serializers.ValidationError({"farm": "A backend cannot move to another farm; create a new one."})
         validated_data.pop("farm", None)
-        return services.backend_update(backend=instance, **validated_data)
+        return services.backend_update(backend=instance, actor=_actor(self), **validated_data)
 
 
 class HealthCheckSerializer(ModelCleanMixin, serializers.ModelSerializer):
@@ -245,10 +251,10 @@ class PolicySerializer(serializers.ModelSerializer):
         return _cleaned(self.instance or Policy(), attrs)
 
     def create(self, validated_data: dict) -> Policy:
-        return services.policy_create(**validated_data)
+        return services.policy_create(actor=_actor(self), **validated_data)
 
     def update(self, instance: Policy, validated_data: dict) -> Policy:
-        return services.policy_update(policy=instance, **validated_data)
+        return services.policy_update(policy=instance, actor=_actor(self), **validated_data)
 
 
 class StaticSessionSerializer(serializers.ModelSerializer):
@@ -265,7 +271,7 @@ class StaticSessionSerializer(serializers.ModelSerializer):
         return attrs
 
     def create(self, validated_data: dict) -> StaticSession:
-        return services.session_create(**validated_data)
+        return services.session_create(actor=_actor(self), **validated_data)
 
 
 class LiveSessionSerializer(serializers.Serializer):
@@ -282,3 +288,46 @@ class SessionFlushSerializer(serializers.Serializer):
 
 class MaintenanceSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=["drain", "cut"])
+
+
+class PreviewSerializer(serializers.Serializer):
+    changed = serializers.BooleanField(help_text="False when the edit changes nothing in the kernel.")
+    commands = serializers.JSONField(
+        help_text='The nftables JSON transaction the worker would send: {"nftables": [...]}.'
+    )
+    diff = serializers.CharField(help_text="Unified diff of the farm's compiled objects (pretty JSON), now -> after.")
+    notes = serializers.ListField(child=serializers.CharField(), help_text="What the preview cannot know exactly.")
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id",
+            "time",
+            "actor",
+            "actor_name",
+            "action",
+            "object_type",
+            "object_id",
+            "object_name",
+            "farm_ref",
+            "before",
+            "after",
+        ]
+
+
+class ImportErrorSerializer(serializers.Serializer):
+    location = serializers.CharField(help_text="Where in the document, e.g. farms[2].backends[0] (empty: the top).")
+    field = serializers.CharField(help_text="The field at fault; __all__ for the object as a whole.")
+    message = serializers.CharField()
+
+
+class ImportResultSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    dry_run = serializers.BooleanField()
+    errors = ImportErrorSerializer(many=True)
+    counts = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField()),
+        help_text="Per kind (farms, backends, policies): created, updated, deleted, unchanged.",
+    )

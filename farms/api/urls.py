@@ -4,8 +4,11 @@ from rest_framework.routers import DefaultRouter
 from .nftlb import NftlbExportView, NftlbImportView
 from .views import (
     ApplyRunViewSet,
+    AuditEventViewSet,
     BackendViewSet,
     CapabilitiesView,
+    ConfigExportView,
+    ConfigImportView,
     FarmViewSet,
     HealthCheckViewSet,
     HealthEventViewSet,
@@ -24,11 +27,14 @@ router.register("static-sessions", StaticSessionViewSet)
 router.register("apply-runs", ApplyRunViewSet)
 router.register("health-checks", HealthCheckViewSet)
 router.register("health-events", HealthEventViewSet)
+router.register("audit-events", AuditEventViewSet)
 
 urlpatterns = [
     path("health-status/", HealthStatusView.as_view(), name="health-status"),
     path("capabilities/", CapabilitiesView.as_view(), name="capabilities"),
     path("nftlb/import/", NftlbImportView.as_view(), name="nftlb-import"),
     path("nftlb/export/", NftlbExportView.as_view(), name="nftlb-export"),
+    path("config/export/", ConfigExportView.as_view(), name="config-export"),
+    path("config/import/", ConfigImportView.as_view(), name="config-import"),
     *router.urls,
 ]

@@ -7,7 +7,8 @@ import time
 import uuid
 
 from django.db.models import Count
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -17,19 +18,23 @@ from rest_framework.views import APIView
 from lbweb.redis_client import get_redis
 from monitoring.health import heartbeat
 
-from .. import health_services, services
-from ..filtersets import ApplyRunFilterSet, BackendFilterSet, FarmFilterSet, HealthEventFilterSet
-from ..models import ApplyRun, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
+from .. import config_io, health_services, preview, services
+from ..filtersets import ApplyRunFilterSet, AuditEventFilterSet, BackendFilterSet, FarmFilterSet, HealthEventFilterSet
+from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
+from ..roles import OPERATOR, OPERATOR_BACKEND_FIELDS
 from .serializers import (
     ApplyRunSerializer,
+    AuditEventSerializer,
     BackendSerializer,
     FarmSerializer,
     HealthCheckSerializer,
     HealthEventSerializer,
     HealthStatusSerializer,
+    ImportResultSerializer,
     LiveSessionSerializer,
     MaintenanceSerializer,
     PolicySerializer,
+    PreviewSerializer,
     SessionFlushSerializer,
     StaticSessionSerializer,
 )
@@ -42,8 +47,32 @@ class FarmViewSet(viewsets.ModelViewSet):
     serializer_class = FarmSerializer
     filterset_class = FarmFilterSet
 
+    def role_needed(self, request) -> str | None:
+        return OPERATOR if self.action == "flush_sessions" else None
+
     def perform_destroy(self, instance: Farm) -> None:
-        services.farm_delete(farm=instance)
+        services.farm_delete(farm=instance, actor=self.request.user)
+
+    def _preview(self, farm: Farm | None) -> Response:
+        serializer = self.get_serializer(farm, data=self.request.data, partial=farm is not None)
+        serializer.is_valid(raise_exception=True)
+        values = dict(serializer.validated_data)
+        policies = values.pop("policies", None)
+        return Response(preview.farm_change(farm, values, policies).to_json())
+
+    @extend_schema(request=FarmSerializer, responses=PreviewSerializer, operation_id="farms_preview_create")
+    @action(detail=False, methods=["post"], url_path="preview", url_name="preview-create")
+    def preview_create(self, request):
+        """The nftables change creating this farm would cause (nothing is saved). Same body as a create."""
+        return self._preview(None)
+
+    @extend_schema(
+        request=FarmSerializer(partial=True), responses=PreviewSerializer, operation_id="farms_preview_update"
+    )
+    @action(detail=True, methods=["post"], url_path="preview", url_name="preview-update")
+    def preview_update(self, request, pk=None):
+        """The nftables change this edit would cause (nothing is saved). Same body as a PATCH."""
+        return self._preview(self.get_object())
 
     @extend_schema(responses=LiveSessionSerializer(many=True))
     @action(detail=True, methods=["get"])
@@ -81,7 +110,9 @@ class FarmViewSet(viewsets.ModelViewSet):
             backend = farm.backends.filter(id=body.validated_data["backend"]).first()
             if backend is None:
                 return Response({"backend": [f"Farm '{farm.name}' has no backend with that id."]}, status=400)
-        services.flush_learnt_sessions(farm=farm, backend=backend, client=body.validated_data.get("client"))
+        services.flush_learnt_sessions(
+            farm=farm, backend=backend, client=body.validated_data.get("client"), actor=request.user
+        )
         return Response(status=status.HTTP_202_ACCEPTED)
 
 
@@ -90,8 +121,41 @@ class BackendViewSet(viewsets.ModelViewSet):
     serializer_class = BackendSerializer
     filterset_class = BackendFilterSet
 
+    def role_needed(self, request) -> str | None:
+        """Operators may change a backend's state (PATCH with only those fields) and put it in maintenance."""
+        if self.action == "maintenance":
+            return OPERATOR
+        if self.action in ("partial_update", "preview_update"):
+            fields = set(request.data) if hasattr(request.data, "keys") else set()
+            if fields and fields <= OPERATOR_BACKEND_FIELDS:
+                return OPERATOR
+        return None
+
     def perform_destroy(self, instance: Backend) -> None:
-        services.backend_delete(backend=instance)
+        services.backend_delete(backend=instance, actor=self.request.user)
+
+    def _preview(self, backend: Backend | None) -> Response:
+        serializer = self.get_serializer(backend, data=self.request.data, partial=backend is not None)
+        serializer.is_valid(raise_exception=True)
+        values = dict(serializer.validated_data)
+        farm = values.pop("farm", None) or backend.farm
+        if backend is not None and farm != backend.farm:
+            return Response({"farm": ["A backend cannot move to another farm; create a new one."]}, status=400)
+        return Response(preview.backend_change(farm, backend, values).to_json())
+
+    @extend_schema(request=BackendSerializer, responses=PreviewSerializer, operation_id="backends_preview_create")
+    @action(detail=False, methods=["post"], url_path="preview", url_name="preview-create")
+    def preview_create(self, request):
+        """The nftables change adding this backend would cause (nothing is saved). Same body as a create."""
+        return self._preview(None)
+
+    @extend_schema(
+        request=BackendSerializer(partial=True), responses=PreviewSerializer, operation_id="backends_preview_update"
+    )
+    @action(detail=True, methods=["post"], url_path="preview", url_name="preview-update")
+    def preview_update(self, request, pk=None):
+        """The nftables change this edit would cause (nothing is saved). Same body as a PATCH."""
+        return self._preview(self.get_object())
 
     @extend_schema(request=MaintenanceSerializer, responses=BackendSerializer)
     @action(detail=True, methods=["post"])
@@ -99,7 +163,9 @@ class BackendViewSet(viewsets.ModelViewSet):
         """Take the backend out of service: ``drain`` (connections end by themselves) or ``cut`` (now)."""
         body = MaintenanceSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        backend = services.backend_maintenance(backend=self.get_object(), mode=body.validated_data["mode"])
+        backend = services.backend_maintenance(
+            backend=self.get_object(), mode=body.validated_data["mode"], actor=request.user
+        )
         return Response(BackendSerializer(backend, context={"request": request}).data)
 
 
@@ -109,7 +175,7 @@ class PolicyViewSet(viewsets.ModelViewSet):
     filterset_fields = ["name", "type"]
 
     def perform_destroy(self, instance: Policy) -> None:
-        services.policy_delete(policy=instance)
+        services.policy_delete(policy=instance, actor=self.request.user)
 
 
 class StaticSessionViewSet(viewsets.ModelViewSet):
@@ -119,7 +185,7 @@ class StaticSessionViewSet(viewsets.ModelViewSet):
     http_method_names = ["get", "post", "delete", "head", "options"]
 
     def perform_destroy(self, instance: StaticSession) -> None:
-        services.session_delete(session=instance)
+        services.session_delete(session=instance, actor=self.request.user)
 
 
 class ApplyRunViewSet(viewsets.ReadOnlyModelViewSet):
@@ -151,6 +217,44 @@ class HealthStatusView(APIView):
         counts = dict(Backend.objects.values_list("health").annotate(n=Count("id")))
         status = {**heartbeat.read_status(), "health_counts": counts}
         return Response(HealthStatusSerializer(status).data)
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+    """Who changed what and when, newest first, with each object's state before and after."""
+
+    queryset = AuditEvent.objects.all()
+    serializer_class = AuditEventSerializer
+    filterset_class = AuditEventFilterSet
+
+
+class ConfigExportView(APIView):
+    """The whole configuration (policies, farms, backends, static sessions) as one JSON document."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, tags=["config"])
+    def get(self, request):
+        response = Response(config_io.export_config())
+        if request.query_params.get("download"):
+            response["Content-Disposition"] = 'attachment; filename="lbweb-config.json"'
+        return response
+
+
+class ConfigImportView(APIView):
+    """Make the configuration equal to the document (as exported), all or nothing.
+
+    Everything is validated first; on any error nothing changes and the answer (400) lists every
+    error with its location. ``?dry_run=1`` only validates.
+    """
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        parameters=[OpenApiParameter("dry_run", bool, description="Validate only; change nothing.")],
+        responses={200: ImportResultSerializer, 400: ImportResultSerializer},
+        tags=["config"],
+    )
+    def post(self, request):
+        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+        result = config_io.import_config(request.data, actor=request.user, dry_run=dry_run)
+        return Response(result.to_json(), status=200 if result.ok else 400)
 
 
 class CapabilitiesView(APIView):

@@ -1,0 +1,138 @@
+"""The audit trail: every service call records who did what, with the object's state before and after.
+
+Services are wrapped with :func:`audited`, which adds an optional ``actor`` keyword (a user, or None for
+the system) and writes one :class:`~farms.models.AuditEvent` inside the service's own transaction: if
+the change rolls back, so does its record. A service called by another audited service (maintenance
+calls backend_update, an import calls many) is recorded once, by the outermost call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.db import models, transaction
+
+from .models import AuditEvent, Backend, Farm, Policy, StaticSession
+
+_INSIDE = contextvars.ContextVar("lbweb_audited_service", default=False)
+
+
+def state_of(obj: models.Model | None) -> dict[str, Any] | None:
+    """The fields of ``obj`` an operator configures, as plain JSON (what before/after show)."""
+    from .services import BACKEND_FIELDS, FARM_FIELDS, POLICY_FIELDS
+
+    if obj is None:
+        return None
+    if isinstance(obj, Farm):
+        state = {name: getattr(obj, name) for name in FARM_FIELDS}
+        state["policies"] = sorted(p.name for p in obj.policies.all()) if obj.pk else []
+        return state
+    if isinstance(obj, Backend):
+        return {"farm": obj.farm.name, **{name: getattr(obj, name) for name in BACKEND_FIELDS}}
+    if isinstance(obj, Policy):
+        return {name: getattr(obj, name) for name in POLICY_FIELDS}
+    if isinstance(obj, StaticSession):
+        return {"farm": obj.farm.name, "client": obj.client, "backend": str(obj.backend)}
+    return None
+
+
+def farm_ref_of(obj: models.Model | None) -> int | None:
+    if isinstance(obj, Farm):
+        return obj.pk
+    return getattr(obj, "farm_id", None)
+
+
+def record(
+    *,
+    actor,
+    action: str,
+    object_type: str,
+    object_id: int | None = None,
+    object_name: str = "",
+    farm_ref: int | None = None,
+    before: Any = None,
+    after: Any = None,
+) -> AuditEvent:
+    """Write one audit event (inside the caller's transaction)."""
+    user = actor if getattr(actor, "is_authenticated", False) else None
+    return AuditEvent.objects.create(
+        actor=user,
+        actor_name=user.get_username() if user else "system",
+        action=action,
+        object_type=object_type,
+        object_id=object_id,
+        object_name=str(object_name)[:200],
+        farm_ref=farm_ref,
+        before=before,
+        after=after,
+    )
+
+
+def _current(obj: models.Model | None) -> models.Model | None:
+    """The row as the database has it now (the caller's instance may carry unsaved values)."""
+    if obj is None or obj.pk is None:  # nothing, or deleted (Django clears a deleted instance's pk)
+        return None
+    return type(obj).objects.filter(pk=obj.pk).first()
+
+
+def audited(action: str, target: str | None = None) -> Callable:
+    """Record a service call: ``target`` names the keyword that carries the object being changed.
+
+    The object recorded is the service's return value when it is a model instance (a create),
+    otherwise the target (an update, a delete, an action on an object).
+    """
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args, actor=None, **kwargs):
+            if _INSIDE.get():
+                return func(*args, **kwargs)
+            token = _INSIDE.set(True)
+            try:
+                with transaction.atomic():
+                    subject = kwargs.get(target) if target else None
+                    before_obj = _current(subject)
+                    before = state_of(before_obj)
+                    identity = (before_obj.pk, str(before_obj), farm_ref_of(before_obj)) if before_obj else None
+                    result = func(*args, **kwargs)
+                    obj = result if isinstance(result, models.Model) else subject
+                    after_obj = _current(obj)
+                    if after_obj is not None:
+                        identity = (after_obj.pk, str(after_obj), farm_ref_of(after_obj))
+                    object_type = type(obj)._meta.model_name if obj is not None else ""
+                    object_id, object_name, farm_ref = identity or (None, "", None)
+                    record(
+                        actor=actor,
+                        action=action,
+                        object_type=object_type,
+                        object_id=object_id,
+                        object_name=object_name,
+                        farm_ref=farm_ref,
+                        before=before,
+                        after=state_of(after_obj),
+                    )
+                    return result
+            finally:
+                _INSIDE.reset(token)
+
+        wrapper.audited_action = action
+        return wrapper
+
+    return decorate
+
+
+def quiet():
+    """A block whose service calls are not recorded one by one (the caller records the whole)."""
+
+    class _Quiet:
+        def __enter__(self):
+            self.token = _INSIDE.set(True)
+
+        def __exit__(self, *exc):
+            _INSIDE.reset(self.token)
+            return False
+
+    return _Quiet()

@@ -1,0 +1,342 @@
+"""The whole configuration as one JSON document: export (backup, move) and import (restore), all or nothing.
+
+An import makes the configuration equal to the document: farms, backends and policies are matched by
+name (backends by address and port within their farm); matched ones are updated in place (keeping their
+ids, so their conntrack marks and history), new ones created, the others deleted. A field the document
+leaves out takes the model's default. Everything goes through the services (the models' ``clean()``
+validates every object) inside one transaction; every error is collected with its location, and if
+there is any, the transaction is rolled back: nothing changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from . import audit, services
+from .models import Backend, Farm, Policy
+
+FORMAT_KEY = "lbweb_config"
+FORMAT_VERSION = 1
+SESSION_FIELDS = ("client", "backend")
+
+Json = dict[str, Any]
+
+
+def _values(obj, fields: tuple[str, ...]) -> Json:
+    return {name: getattr(obj, name) for name in fields}
+
+
+def export_config() -> Json:
+    """Every policy and farm (with its backends and static sessions), in a stable order."""
+    farms = Farm.objects.prefetch_related("backends", "policies", "static_sessions__backend").order_by("name")
+    return {
+        FORMAT_KEY: FORMAT_VERSION,
+        "exported_at": timezone.now().isoformat(timespec="seconds"),
+        "policies": [_values(p, services.POLICY_FIELDS) for p in Policy.objects.order_by("name")],
+        "farms": [
+            {
+                **_values(farm, services.FARM_FIELDS),
+                "policies": sorted(p.name for p in farm.policies.all()),
+                "backends": [
+                    _values(b, services.BACKEND_FIELDS)
+                    for b in sorted(farm.backends.all(), key=lambda b: (b.address, b.port or 0))
+                ],
+                "static_sessions": [
+                    {"client": s.client, "backend": {"address": s.backend.address, "port": s.backend.port}}
+                    for s in sorted(farm.static_sessions.all(), key=lambda s: s.client)
+                ],
+            }
+            for farm in farms
+        ],
+    }
+
+
+@dataclass
+class ImportError_:
+    """One problem, where it is: ``farms[2].backends[0]`` and the field (``__all__`` for the object)."""
+
+    location: str
+    field: str
+    message: str
+
+    def to_json(self) -> Json:
+        return {"location": self.location, "field": self.field, "message": self.message}
+
+
+@dataclass
+class ImportResult:
+    ok: bool = True
+    dry_run: bool = False
+    errors: list[ImportError_] = field(default_factory=list)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def count(self, kind: str, what: str) -> None:
+        bucket = self.counts.setdefault(kind, {"created": 0, "updated": 0, "deleted": 0, "unchanged": 0})
+        bucket[what] += 1
+
+    def to_json(self) -> Json:
+        return {
+            "ok": self.ok,
+            "dry_run": self.dry_run,
+            "errors": [e.to_json() for e in self.errors],
+            "counts": self.counts,
+        }
+
+
+class _Importer:
+    def __init__(self, actor) -> None:
+        self.actor = actor
+        self.result = ImportResult()
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def error(self, location: str, field_name: str, message: str) -> None:
+        self.result.errors.append(ImportError_(location, field_name, message))
+
+    def validation_errors(self, location: str, exc: ValidationError) -> list[ImportError_]:
+        if hasattr(exc, "error_dict"):  # a field check and clean() may word the same problem alike: once
+            return [
+                ImportError_(location, name, msg)
+                for name, msgs in exc.message_dict.items()
+                for msg in dict.fromkeys(msgs)
+            ]
+        return [ImportError_(location, "__all__", msg) for msg in dict.fromkeys(exc.messages)]
+
+    def attempt(self, location: str, write) -> bool:
+        """Run one service call in a savepoint; on a validation error record it and go on."""
+        try:
+            with transaction.atomic():
+                write()
+            return True
+        except ValidationError as exc:
+            self.result.errors.extend(self.validation_errors(location, exc))
+            return False
+
+    # -- structure ------------------------------------------------------------------------
+
+    def items(self, document: Json, key: str, allowed: set[str], required: tuple[str, ...]) -> list[tuple[str, Json]]:
+        raw = document.get(key, [])
+        if not isinstance(raw, list):
+            self.error(key, "__all__", f"'{key}' must be a list.")
+            return []
+        good = []
+        for index, item in enumerate(raw):
+            location = f"{key}[{index}]"
+            if self.check_object(location, item, allowed, required):
+                good.append((location, item))
+        return good
+
+    def check_object(self, location: str, item: Any, allowed: set[str], required: tuple[str, ...]) -> bool:
+        if not isinstance(item, dict):
+            self.error(location, "__all__", "Must be an object.")
+            return False
+        ok = True
+        for name in sorted(set(item) - allowed):  # reported; the rest of the object is still checked
+            self.error(location, name, f"Unknown field '{name}'.")
+        for name in required:
+            if item.get(name) in (None, ""):
+                self.error(location, name, "This field is required.")
+                ok = False
+        return ok
+
+    def duplicates(self, entries: list[tuple[str, Json]], key, what: str) -> list[tuple[str, Json]]:
+        seen: dict[Any, str] = {}
+        unique = []
+        for location, item in entries:
+            k = key(item)
+            if k in seen:
+                self.error(location, "name", f"{what} {k} appears twice (also at {seen[k]}).")
+            else:
+                seen[k] = location
+                unique.append((location, item))
+        return unique
+
+    # -- objects --------------------------------------------------------------------------
+
+    @staticmethod
+    def with_defaults(model, fields: tuple[str, ...], item: Json) -> Json:
+        return {n: item[n] if n in item else model._meta.get_field(n).get_default() for n in fields}
+
+    def policies(self, entries: list[tuple[str, Json]]) -> dict[str, Policy]:
+        existing = {p.name: p for p in Policy.objects.all()}
+        for location, item in entries:
+            values = self.with_defaults(Policy, services.POLICY_FIELDS, item)
+            policy = existing.get(item["name"])
+            if policy is None:
+                if self.attempt(location, lambda v=values: services.policy_create(**v)):
+                    self.result.count("policies", "created")
+            elif _values(policy, services.POLICY_FIELDS) == values:
+                self.result.count("policies", "unchanged")
+            elif self.attempt(location, lambda p=policy, v=values: services.policy_update(policy=p, **v)):
+                self.result.count("policies", "updated")
+        return {p.name: p for p in Policy.objects.all()}
+
+    def farm_policies(self, location: str, item: Json, by_name: dict[str, Policy]) -> list[Policy] | None:
+        names = item.get("policies", [])
+        if not isinstance(names, list):
+            self.error(location, "policies", "Must be a list of policy names.")
+            return None
+        missing = [n for n in names if n not in by_name]
+        for name in missing:
+            self.error(location, "policies", f"No policy named '{name}' (neither here nor in the document).")
+        return None if missing else [by_name[n] for n in names]
+
+    def farms(self, entries: list[tuple[str, Json]], by_name: dict[str, Policy]) -> list[tuple[str, Json, Farm]]:
+        """Farms first without their backends; a farm refused only because another one has not moved
+        yet (a port handed over) is tried again after the others, until nothing more succeeds.
+        The backends of a farm that cannot be saved are still checked on their own."""
+        existing = {f.name: f for f in Farm.objects.prefetch_related("policies", "backends")}
+        for farm in existing.values():
+            if farm.name not in {item["name"] for _, item in entries}:
+                services.farm_delete(farm=farm)
+                self.result.count("farms", "deleted")
+        pending = []
+        for location, item in entries:
+            policies = self.farm_policies(location, item, by_name)
+            if policies is None:
+                self.backends_alone(location, item)
+                continue
+            farm = existing.get(item["name"])
+            if farm is not None:
+                self.drop_missing_backends(farm, item)
+            pending.append((location, item, farm, policies))
+        done: list[tuple[str, Json, Farm]] = []
+        while pending:
+            failed, errors = [], []
+            for location, item, farm, policies in pending:
+                saved, problems = self.save_farm(location, item, farm, policies)
+                if saved is None:
+                    failed.append((location, item, farm, policies))
+                    errors.extend(problems)
+                else:
+                    done.append((location, item, saved))
+            if len(failed) == len(pending):
+                self.result.errors.extend(errors)
+                for location, item, _farm, _policies in failed:
+                    self.backends_alone(location, item)
+                break
+            pending = failed
+        return done
+
+    def save_farm(self, location: str, item: Json, farm: Farm | None, policies: list[Policy]):
+        values = self.with_defaults(Farm, services.FARM_FIELDS, item)
+        try:
+            with transaction.atomic():
+                if farm is None:
+                    saved = services.farm_create(policies=policies, **values)
+                    self.result.count("farms", "created")
+                elif _values(farm, services.FARM_FIELDS) == values and set(farm.policies.all()) == set(policies):
+                    saved = farm
+                    self.result.count("farms", "unchanged")
+                else:
+                    saved = services.farm_update(farm=farm, policies=policies, **values)
+                    self.result.count("farms", "updated")
+            return saved, []
+        except ValidationError as exc:
+            if farm is not None:
+                farm.refresh_from_db()  # the failed attempt left its values on the instance
+            return None, self.validation_errors(location, exc)
+
+    @staticmethod
+    def backend_key(item: Json) -> tuple[str, Any]:
+        return (str(item.get("address")), item.get("port"))
+
+    def drop_missing_backends(self, farm: Farm, item: Json) -> None:
+        wanted = {self.backend_key(b) for b in item.get("backends", []) if isinstance(b, dict)}
+        for backend in list(farm.backends.all()):
+            if (backend.address, backend.port) not in wanted:
+                services.backend_delete(backend=backend)
+                self.result.count("backends", "deleted")
+
+    def backends(self, location: str, item: Json, farm: Farm) -> None:
+        entries = self.items(item, "backends", set(services.BACKEND_FIELDS), ("address",))
+        entries = [(f"{location}.{loc}", b) for loc, b in entries]
+        entries = self.duplicates(entries, self.backend_key, "Backend")
+        existing = {(b.address, b.port): b for b in Backend.objects.filter(farm=farm)}
+        for loc, b in entries:
+            values = self.with_defaults(Backend, services.BACKEND_FIELDS, b)
+            backend = existing.get(self.backend_key(b))
+            if backend is None:
+                if self.attempt(loc, lambda v=values: services.backend_create(farm=farm, **v)):
+                    self.result.count("backends", "created")
+            elif _values(backend, services.BACKEND_FIELDS) == values:
+                self.result.count("backends", "unchanged")
+            elif self.attempt(loc, lambda bk=backend, v=values: services.backend_update(backend=bk, **v)):
+                self.result.count("backends", "updated")
+
+    def backends_alone(self, location: str, item: Json) -> None:
+        """Field checks of the backends of a farm that could not be saved (their farm checks need it)."""
+        for loc, b in self.items(item, "backends", set(services.BACKEND_FIELDS), ("address",)):
+            candidate = Backend(**self.with_defaults(Backend, services.BACKEND_FIELDS, b))
+            try:
+                candidate.full_clean(exclude=["farm"])
+            except ValidationError as exc:
+                self.result.errors.extend(self.validation_errors(f"{location}.{loc}", exc))
+
+    def sessions(self, location: str, item: Json, farm: Farm) -> None:
+        entries = self.items(item, "static_sessions", set(SESSION_FIELDS), SESSION_FIELDS)
+        backends = {(b.address, b.port): b for b in Backend.objects.filter(farm=farm)}
+        wanted = {}
+        for loc, s in entries:
+            loc = f"{location}.{loc}"
+            ref = s["backend"] if isinstance(s["backend"], dict) else {}
+            backend = backends.get((str(ref.get("address")), ref.get("port")))
+            if backend is None:
+                self.error(loc, "backend", 'Must name a backend of this farm: {"address": ..., "port": ...}.')
+            else:
+                wanted[(str(s["client"]), backend.pk)] = (loc, backend)
+        for session in list(farm.static_sessions.all()):
+            if wanted.pop((session.client, session.backend_id), None) is None:
+                services.session_delete(session=session)
+        for (client, _), (loc, backend) in wanted.items():
+            self.attempt(loc, lambda c=client, bk=backend: services.session_create(farm=farm, client=c, backend=bk))
+
+    def run(self, document: Any) -> None:
+        if not isinstance(document, dict) or document.get(FORMAT_KEY) != FORMAT_VERSION:
+            self.error("", FORMAT_KEY, f'Not an lbweb configuration: expected "{FORMAT_KEY}": {FORMAT_VERSION}.')
+            return
+        for name in sorted(set(document) - {FORMAT_KEY, "exported_at", "policies", "farms"}):
+            self.error("", name, f"Unknown field '{name}'.")
+        policy_entries = self.items(document, "policies", set(services.POLICY_FIELDS), ("name",))
+        policy_entries = self.duplicates(policy_entries, lambda p: p["name"], "Policy")
+        farm_fields = set(services.FARM_FIELDS) | {"policies", "backends", "static_sessions"}
+        farm_entries = self.items(document, "farms", farm_fields, ("name", "vip"))
+        farm_entries = self.duplicates(farm_entries, lambda f: f["name"], "Farm")
+        by_name = self.policies(policy_entries)
+        for location, item, farm in self.farms(farm_entries, by_name):
+            self.backends(location, item, farm)
+            self.sessions(location, item, farm)
+        wanted = {item["name"] for _, item in policy_entries}
+        for policy in Policy.objects.exclude(name__in=wanted):
+            if self.attempt("policies", lambda p=policy: services.policy_delete(policy=p)):
+                self.result.count("policies", "deleted")
+
+
+def import_config(document: Any, *, actor=None, dry_run: bool = False) -> ImportResult:
+    """Make the configuration equal to ``document``, or change nothing and say why (every error, located).
+
+    ``dry_run``: validate everything the same way, then roll back.
+    """
+    importer = _Importer(actor)
+    with transaction.atomic():
+        before = export_config()
+        with audit.quiet():
+            importer.run(document)
+        result = importer.result
+        result.ok, result.dry_run = not result.errors, dry_run
+        if result.ok and not dry_run:
+            after = export_config()
+            for snapshot in (before, after):
+                snapshot.pop("exported_at")
+            audit.record(
+                actor=actor, action="import", object_type="configuration", object_name="whole configuration",
+                before=before, after=after,
+            )  # fmt: skip
+        else:
+            transaction.set_rollback(True)
+    return result

@@ -1,0 +1,151 @@
+"""Preview: the exact nftables change an edit would cause, before it is saved.
+
+Both sides are compiled by the pure compiler, with no kernel access: the farm as the database has it
+now, and the farm as it would be after the edit. The commands are what the worker's incremental
+apply sends for that difference (``compiler.incremental_document``), and the diff compares the two
+compiled farms as pretty JSON. What only the worker's namespace knows (DSR MAC addresses, the
+interfaces a flowtable hooks) is shown as a ``<placeholder>``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Max
+
+from .choices import FarmModeChoices
+from .dataplane import farm_spec
+from .models import Backend, Farm, Policy
+from .nft import compiler
+from .nft.spec import FarmSpec
+
+Json = dict[str, Any]
+
+
+@dataclass
+class Preview:
+    """What saving an edit would send to the kernel."""
+
+    commands: Json  # {"nftables": [...]}: the incremental transaction
+    diff: str  # unified diff of the compiled farm, pretty JSON, now -> after
+    changed: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def command_lines(self) -> str:
+        """One command per line: what the kernel receives, in order."""
+        return "\n".join(json.dumps(c, separators=(", ", ": ")) for c in self.commands["nftables"])
+
+    def to_json(self) -> Json:
+        return {"changed": self.changed, "commands": self.commands, "diff": self.diff, "notes": self.notes}
+
+
+def _next_id(model) -> int:
+    return (model.objects.aggregate(m=Max("id"))["m"] or 0) + 1
+
+
+def _localised(spec: FarmSpec, notes: list[str]) -> FarmSpec:
+    """Stand-ins for what the worker resolves in its namespace at apply time."""
+    if spec.mode == FarmModeChoices.DSR and spec.enabled:
+        backends = tuple(b if b.mac else dataclasses.replace(b, mac=f"<MAC of {b.address}>") for b in spec.backends)
+        spec = dataclasses.replace(spec, interface_mac=f"<MAC of {spec.interface}>", backends=backends)
+        notes.append("MAC addresses in <angle brackets> are resolved by the worker (ARP/ND) when it applies.")
+    if spec.flow_offload:
+        spec = dataclasses.replace(spec, offload_devices=("<every interface that is up>",))
+        notes.append("The flowtable's devices are the appliance's interfaces that are up when the worker applies.")
+    return spec
+
+
+def _spec(farm: Farm, backends: Iterable[Backend], policies: Iterable[Policy], notes: list[str]) -> FarmSpec:
+    """The compiler's view of ``farm`` with these backends and policies (saved or not)."""
+    candidate = copy.copy(farm)
+    candidate._prefetched_objects_cache = {
+        "backends": list(backends),
+        "policies": list(policies),
+        "static_sessions": list(farm.static_sessions.all()) if farm.pk and not farm._state.adding else [],
+    }
+    return _localised(farm_spec(candidate), notes)
+
+
+def _compiled(spec: FarmSpec | None) -> compiler.UnitRuleset | None:
+    return compiler.compile_farm(spec) if spec is not None else None
+
+
+def _pretty(unit: compiler.UnitRuleset | None) -> list[str]:
+    if unit is None or not unit.creates:
+        return []
+    return json.dumps(unit.creates, indent=1).splitlines(keepends=True)
+
+
+def compare(key: str, old: FarmSpec | None, new: FarmSpec | None, notes: list[str]) -> Preview:
+    """The incremental commands and the diff between two versions of one farm (None: absent)."""
+    before, after = _compiled(old), _compiled(new)
+    old_objects = {key: before.objects} if before is not None else {}
+    new_units = {key: after} if after is not None else {}
+    document, changed = compiler.incremental_document(old_objects, new_units)
+    diff = "".join(difflib.unified_diff(_pretty(before), _pretty(after), "now", "after this change", n=3))
+    return Preview(document, diff, bool(changed), list(dict.fromkeys(notes)))
+
+
+def _current_spec(farm: Farm, notes: list[str]) -> FarmSpec:
+    return _spec(farm, farm.backends.all(), farm.policies.all(), notes)
+
+
+def farm_change(farm: Farm | None, values: dict, policies: Iterable[Policy] | None = None) -> Preview:
+    """Creating a farm (``farm`` None) or changing its fields (and policies) to ``values``."""
+    notes: list[str] = []
+    if farm is None:
+        candidate = Farm(id=_next_id(Farm))
+        notes.append(
+            f"A new farm is shown with id {candidate.id}, the id it will most likely get: its conntrack mark is its id."
+        )
+        old, backends, current_policies = None, [], []
+    else:
+        candidate = copy.copy(farm)
+        old = _current_spec(farm, notes)
+        backends, current_policies = list(farm.backends.all()), list(farm.policies.all())
+    for name, value in values.items():
+        setattr(candidate, name, value)
+    chosen = list(policies) if policies is not None else current_policies
+    new = _spec(candidate, backends, chosen, notes)
+    return compare(compiler.farm_key(candidate.id), old, new, notes)
+
+
+def farm_removal(farm: Farm) -> Preview:
+    """Deleting a farm: every object it owns leaves the kernel."""
+    notes: list[str] = []
+    return compare(compiler.farm_key(farm.id), _current_spec(farm, notes), None, notes)
+
+
+def backend_change(farm: Farm, backend: Backend | None, values: dict) -> Preview:
+    """Adding a backend to ``farm`` (``backend`` None) or changing one."""
+    notes: list[str] = []
+    current = list(farm.backends.all())
+    if backend is None:
+        candidate = Backend(farm=farm, id=_next_id(Backend))
+        notes.append(f"A new backend is shown with id {candidate.id}, the id it will most likely get.")
+    else:
+        candidate = copy.copy(backend)
+    for name, value in values.items():
+        setattr(candidate, name, value)
+    others = [b for b in current if b.pk != candidate.pk]
+    new_backends = sorted([*others, candidate], key=lambda b: b.id)
+    policies = list(farm.policies.all())
+    old = _current_spec(farm, notes)
+    new = _spec(farm, new_backends, policies, notes)
+    return compare(compiler.farm_key(farm.id), old, new, notes)
+
+
+def backend_removal(backend: Backend) -> Preview:
+    """Removing a backend from its farm."""
+    farm = backend.farm
+    notes: list[str] = []
+    remaining = [b for b in farm.backends.all() if b.pk != backend.pk]
+    new = _spec(farm, remaining, farm.policies.all(), [])
+    return compare(compiler.farm_key(farm.id), _current_spec(farm, notes), new, notes)

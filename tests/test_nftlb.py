@@ -29,7 +29,7 @@ def fixture(name: str) -> dict:
 def rest(django_user_model) -> APIClient:
     """An authenticated client; the user has no password, so no slow hashing per test."""
     client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("operator", is_staff=True))
+    client.force_authenticate(django_user_model.objects.create_user("nftlb-admin", is_staff=True, is_superuser=True))
     return client
 
 

@@ -134,6 +134,7 @@ UI_CASES = {
             "rst_rtlimit": "0",
             "est_connlimit": "0",
             "limit_verdict": "drop",
+            "when_all_down": "reject",
             "_save": "1",
         },
         "admin",

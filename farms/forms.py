@@ -9,7 +9,8 @@ from __future__ import annotations
 from django import forms
 
 from . import services
-from .models import Backend, Farm, Policy
+from .health_services import HEALTH_CHECK_FIELDS
+from .models import Backend, Farm, HealthCheck, Policy
 
 # How the farm form is laid out; a field in none of these groups lands in "Other options".
 FARM_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -133,3 +134,19 @@ class ConfigImportForm(forms.Form):
         if upload:
             return upload.read().decode("utf-8", errors="replace")
         return self.cleaned_data["text"]
+
+
+class HealthCheckForm(FieldsetsMixin, forms.ModelForm):
+    """How healthd probes one farm's backends."""
+
+    service_fields = HEALTH_CHECK_FIELDS
+    groups = (
+        ("Probe", ("type", "port", "interval", "timeout", "rise", "fall", "cut_connections")),
+        ("HTTP / HTTPS", ("http_method", "http_path", "http_statuses", "http_body", "http_host", "tls_verify")),
+        ("UDP", ("udp_send", "udp_expect")),
+        ("Command", ("command",)),
+    )
+
+    class Meta:
+        model = HealthCheck
+        fields = list(HEALTH_CHECK_FIELDS)

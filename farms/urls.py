@@ -11,6 +11,7 @@ urlpatterns = [
     path("farms/<int:pk>/edit/", views.FarmEditView.as_view(), name="farm_edit"),
     path("farms/<int:pk>/delete/", views.FarmDeleteView.as_view(), name="farm_delete"),
     path("farms/<int:farm_pk>/backends/add/", views.BackendEditView.as_view(), name="backend_add"),
+    path("farms/<int:farm_pk>/health-check/", views.HealthCheckEditView.as_view(), name="healthcheck_edit"),
     path("backends/<int:pk>/edit/", views.BackendEditView.as_view(), name="backend_edit"),
     path("backends/<int:pk>/delete/", views.BackendDeleteView.as_view(), name="backend_delete"),
     path("backends/<int:pk>/state/", views.BackendStateView.as_view(), name="backend_state"),

@@ -22,10 +22,10 @@ from django.views.generic import DetailView, ListView
 
 from monitoring.health import heartbeat
 
-from . import config_io, preview, services
+from . import config_io, health_services, preview, services
 from .choices import BackendStateChoices
-from .forms import BackendForm, ConfigImportForm, FarmForm, PolicyForm
-from .models import ApplyRun, AuditEvent, Backend, Farm, Policy
+from .forms import BackendForm, ConfigImportForm, FarmForm, HealthCheckForm, PolicyForm
+from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
 from .roles import ADMIN, OPERATOR, RoleRequiredMixin
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
@@ -458,3 +458,27 @@ class ConfigExportView(RoleRequiredMixin, View):
         response = HttpResponse(body, content_type="application/json")
         response["Content-Disposition"] = 'attachment; filename="lbweb-config.json"'
         return response
+
+
+class HealthCheckEditView(ObjectEditView):
+    """A farm's own health check (without one, its protocol's default applies)."""
+
+    form_class = HealthCheckForm
+    noun = "health check"
+
+    def farm(self) -> Farm:
+        return get_object_or_404(Farm, pk=self.kwargs["farm_pk"])
+
+    def get_object(self):
+        return HealthCheck.objects.filter(farm_id=self.kwargs["farm_pk"]).first()
+
+    def new_instance(self):
+        return HealthCheck.effective_for(self.farm())
+
+    def save(self, obj, form):
+        if obj is None:
+            return health_services.health_check_create(farm=self.farm(), **form.values())
+        return health_services.health_check_update(health_check=obj, **form.values())
+
+    def cancel_url(self, obj):
+        return reverse("farms:farm_detail", args=[self.kwargs["farm_pk"]])

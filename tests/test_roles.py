@@ -206,3 +206,33 @@ def test_an_account_in_no_role_group_can_only_read(django_user_model, objects):
     client.force_authenticate(user)
     assert client.get("/api/v1/farms/").status_code == 200
     assert client.patch(f"/api/v1/backends/{objects['backend']}/", {"state": "drain"}, format="json").status_code == 403
+
+
+@pytest.mark.django_db
+def test_health_check_settings_page_saves_through_the_service_and_refuses_viewers(django_user_model):
+    from django.contrib.auth.models import Group
+    from django.test import Client
+
+    from farms import services
+    from farms.models import HealthCheck
+
+    farm = services.farm_create(**FARM)
+    admin = django_user_model.objects.create_superuser("hc-admin", "", "pw")
+    viewer = django_user_model.objects.create_user("hc-viewer", "", "pw")
+    viewer.groups.add(Group.objects.get(name="viewer"))
+    web = Client()
+    web.force_login(viewer)
+    assert web.get(f"/farms/{farm.pk}/health-check/").status_code == 403
+    web.force_login(admin)
+    page = web.get(f"/farms/{farm.pk}/health-check/")
+    assert page.status_code == 200 and "http_path" in page.content.decode()
+    form = {"type": "http", "interval": "1", "timeout": "0.5", "rise": "2", "fall": "3", "http_method": "GET",
+            "http_path": "/healthz", "http_statuses": "200-299", "_save": "1"}  # fmt: skip
+    assert web.post(f"/farms/{farm.pk}/health-check/", form).status_code == 302
+    check = HealthCheck.objects.get(farm=farm)
+    assert (check.type, check.http_path, check.interval) == ("http", "/healthz", 1.0)
+    bad = web.post(f"/farms/{farm.pk}/health-check/", {**form, "timeout": "5"})
+    assert bad.status_code == 200 and "cannot be longer than the interval" in bad.content.decode()
+    services.backend_create(farm=farm, address="198.18.1.11")
+    detail = web.get(f"/farms/{farm.pk}/").content.decode()
+    assert f'href="/farms/{farm.pk}/health-check/"' in detail and "health-unknown" in detail

@@ -1,14 +1,16 @@
 """Data-plane benchmark: lbweb's farms against the kernel's limit and HAProxy, side by side.
 
-    .venv/bin/python bench/dataplane.py            # as root; the full run (~15 minutes)
-    .venv/bin/python bench/dataplane.py --quick    # smoke run: 5 s per case, 3 rounds
+    .venv/bin/python bench/dataplane.py            # as root; the full run (~25 minutes)
+    .venv/bin/python bench/dataplane.py --quick    # smoke run: 5 s per case, 3 rounds (~5 minutes)
 
-Builds the namespace lab of tests/lab.py with nginx on the three backends, starts lbweb in the LB
-namespace (gunicorn, the real Celery worker, its own Redis and SQLite) and creates the farms
-through the REST API, then runs wrk from the client namespace against every case, alternating
-cases within each round and rotating their order from round to round so that drift on a shared
-machine hits every case alike. Prints a table of medians and ratios to the baseline, writes a
-JSON file and a PNG chart, and removes every namespace and process it made, also on failure.
+Builds the namespace lab of tests/lab.py, plus one Ethernet segment for DSR (bench/topology.py), with
+nginx (and, for the UDP cases, dnsmasq) on the three backends, starts lbweb in the LB namespace
+(gunicorn, the real Celery worker, its own Redis and SQLite) and creates the farms through the REST
+API, then runs wrk (HTTP) or dnsperf (DNS over UDP) from the client namespace against every case,
+alternating cases within each round and rotating their order from round to round so that drift on
+a shared machine hits every case alike. Prints a table of medians and ratios to each case's
+baseline, writes a JSON file and a PNG chart, and removes every namespace and process it made, also
+on failure.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import os
 import platform
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -32,16 +36,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import measure, report  # noqa: E402
+from bench import measure, report, topology  # noqa: E402
 from bench.appliance import Appliance  # noqa: E402
-from bench.servers import nginx_starter, start_haproxy, stop  # noqa: E402
-from tests.lab import Lab, backend4, run_in_netns, vip4  # noqa: E402
+from bench.servers import DNS_NAME, nginx_starter, start_dnsmasq, start_haproxy, stop  # noqa: E402
+from tests.lab import backend4, run_in_netns, vip4  # noqa: E402
 
-APT_TOOLS = {"wrk": "wrk", "nginx": "nginx-light", "haproxy": "haproxy"}
+APT_TOOLS = {
+    "wrk": "wrk",
+    "nginx": "nginx-light",
+    "haproxy": "haproxy",
+    "dnsperf": "dnsperf",
+    "dnsmasq": "dnsmasq-base",
+}
 REQUIREMENTS = ROOT / "bench" / "requirements.txt"
 HTTP_CONNS = ("keep-alive", "close")
+DATAGRAMS = "datagrams"  # the "connection kind" of the UDP cases: one query, one answer, no connection
 BACKEND_NAMES = ("b1", "b2", "b3")
+ROUTED_BACKENDS = tuple(backend4(b) for b in BACKEND_NAMES)
+SEGMENT_BACKENDS = tuple(topology.segment_backend4(b) for b in BACKEND_NAMES)
 HAPROXY_VIP = vip4(3)
+STATELESS_VIP = vip4(5)
+DNAT_UDP_VIP = vip4(6)
+DSR_VIP = topology.dsr_vip4(1)
+DNS_PORT = 53
+DNS_CONTROL_PORT = 5300
 HAPROXY_SOURCE = "198.18.1.2"  # HAProxy's connections to the backends; lbweb's SNAT uses 198.18.1.1
 LB_CLIENT_SIDE = "198.18.0.1"
 SETTLE = 2.0  # seconds of quiet after lbweb's worker starts or stops
@@ -54,33 +72,39 @@ class Case:
 
     ``lbweb``: lbweb's worker runs and its tables are in the LB's kernel during this case (for the
     other cases the worker is stopped and its tables removed: a plain router, no conntrack).
+    ``tool``: ``wrk`` (HTTP to nginx) or ``dnsperf`` (DNS over UDP to dnsmasq). ``segment``: the
+    clients use the DSR segment (tests/lab_l2.py's addresses) instead of the routed link.
     ``prepare`` runs once before the rounds; ``available`` returns why the case cannot run, or None.
     """
 
     name: str
     baseline: str
     lbweb: bool
-    host: str = ""  # where the clients connect: a VIP, or "" for the baseline (each client its backend)
+    host: str = ""  # where the clients connect: a VIP, or "" for a baseline (each client its backend)
+    tool: str = "wrk"
+    segment: bool = False
     conns: tuple[str, ...] = HTTP_CONNS
     prepare: Callable[[Bench], None] = lambda bench: None
     available: Callable[[Bench], str | None] = lambda bench: None
     unavailable: str | None = field(default=None, init=False)
 
     def addresses(self, clients: int) -> list[str]:
-        """The address each client connects to."""
+        """The address each client sends to."""
         if self.host:
             return [self.host] * clients
-        return [backend4(BACKEND_NAMES[i % len(BACKEND_NAMES)]) for i in range(clients)]
+        backends = SEGMENT_BACKENDS if self.segment else ROUTED_BACKENDS
+        return [backends[i % len(backends)] for i in range(clients)]
 
 
 class Bench:
-    """The lab, lbweb and HAProxy for one invocation."""
+    """The lab, lbweb, HAProxy and the DNS servers for one invocation."""
 
     def __init__(self, workdir: Path):
         self.workdir = workdir
-        self.lab = Lab(tag=f"lbb{os.getpid() % 100000}", backend_server=nginx_starter(workdir))
+        self.lab = topology.BenchLab(tag=f"lbb{os.getpid() % 100000}", backend_server=nginx_starter(workdir))
         self.appliance: Appliance | None = None
         self.haproxy: subprocess.Popen | None = None
+        self.dns: list[subprocess.Popen] = []
         self.farm_ids: list[int] = []
         self.clients: dict[str, list[measure.Client]] = {}
 
@@ -88,10 +112,23 @@ class Bench:
         """``count`` clients per case, each with its own source address: TIME-WAIT sockets one case
         leaves on the backends never meet another case's connections."""
         for c, case in enumerate(cases):
-            self.clients[case.name] = [
-                measure.Client(uid=CLIENT_UID + 10 * c + i, address=f"198.18.0.{10 + 10 * c + i}", url=f"http://{a}/")
-                for i, a in enumerate(case.addresses(count))
-            ]
+            group = []
+            for i, target in enumerate(case.addresses(count)):
+                uid = CLIENT_UID + 10 * c + i
+                if case.segment:
+                    group.append(
+                        measure.Client(
+                            uid,
+                            f"198.18.2.{20 + 10 * c + i}",
+                            target,
+                            device=topology.SEGMENT_HOST_INTERFACE,
+                            gateway=topology.SEGMENT_LB,
+                            on_link=topology.SEGMENT_PREFIX,
+                        )
+                    )
+                else:
+                    group.append(measure.Client(uid, f"198.18.0.{10 + 10 * c + i}", target))
+            self.clients[case.name] = group
         measure.add_clients(self.lab, [x for group in self.clients.values() for x in group], LB_CLIENT_SIDE)
         # wrk closes first when a proxy's FIN comes after the response (HAProxy): without reuse, one
         # client machine runs out of ports that real clients, many machines, never share.
@@ -100,11 +137,24 @@ class Bench:
     def load(self, case: Case, conn: str, args: argparse.Namespace) -> measure.Load:
         return measure.Load(
             clients=self.clients[case.name],
+            tool=case.tool,
             script=self.workdir / "wrk_report.lua",
+            queries=self.workdir / "dns-queries.txt",
             close=conn == "close",
             duration=args.duration,
             connections=args.connections,
         )
+
+    def start_dns(self) -> None:
+        """dnsmasq on every backend (once), each answering with its backend's address: on port 53 for the
+        baseline and the stateless farm, on port 5300 for the stateful control (a stateless farm knows its
+        replies by backend address and port, so no other farm may share them)."""
+        if self.dns:
+            return
+        (self.workdir / "dns-queries.txt").write_text(f"{DNS_NAME} A\n")
+        for name, ns in self.lab.backends.items():
+            for port in (DNS_PORT, DNS_CONTROL_PORT):
+                self.dns.append(start_dnsmasq(ns, self.workdir, name, backend4(name), port))
 
     def ensure_lbweb(self, wanted: bool) -> None:
         """Bring the LB to the state a case needs: lbweb running with its tables, or a plain router."""
@@ -124,78 +174,118 @@ class Bench:
 
     def destroy(self) -> None:
         stop(self.haproxy)
+        for proc in self.dns:
+            stop(proc)
         if self.appliance:
             self.appliance.stop()
         self.lab.destroy()
 
 
-def lbweb_case(name: str, mode: str, vip: str, not_written: str | None = None) -> Case:
-    """A farm of lbweb in ``mode`` on ``vip``:80 over the three backends, created through the REST API."""
+def lbweb_case(
+    name: str,
+    mode: str,
+    vip: str,
+    *,
+    baseline: str = "baseline",
+    protocol: str = "tcp",
+    backends: tuple[str, ...] = ROUTED_BACKENDS,
+    backend_port: int | None = None,
+    tool: str = "wrk",
+    segment: bool = False,
+    conns: tuple[str, ...] = HTTP_CONNS,
+    before: Callable[[Bench], None] = lambda bench: None,
+    **farm: str,
+) -> Case:
+    """A farm of lbweb in ``mode`` on ``vip`` (port 80, or 53 for DNS) over the three backends, created
+    through the REST API; ``farm``: more fields of the farm (the scheduler is round robin unless given)."""
 
     def available(bench: Bench) -> str | None:
         if mode not in bench.appliance.api.modes():
             return f"not available: mode {mode} not implemented"
-        if not_written:
-            return f"not available: {not_written}"
         return None
 
     def prepare(bench: Bench) -> None:
-        farm = bench.appliance.api.create_farm(
+        before(bench)
+        created = bench.appliance.api.create_farm(
             name=name,
             vip=vip,
-            protocol="tcp",
-            ports="80",
+            protocol=protocol,
+            ports=str(DNS_PORT if tool == "dnsperf" else 80),
             mode=mode,
-            scheduler="rr",
-            backends=[{"address": backend4(b)} for b in BACKEND_NAMES],
+            **({"scheduler": "rr"} | farm),
+            backends=[{"address": b} | ({"port": backend_port} if backend_port else {}) for b in backends],
         )
-        bench.farm_ids.append(farm["id"])
+        bench.farm_ids.append(created["id"])
 
-    return Case(name, "baseline", lbweb=True, host=vip, prepare=prepare, available=available)
+    return Case(
+        name,
+        baseline,
+        lbweb=True,
+        host=vip,
+        tool=tool,
+        segment=segment,
+        conns=conns,
+        prepare=prepare,
+        available=available,
+    )
 
 
 def prepare_haproxy(bench: Bench) -> None:
     lab = bench.lab
     lab.ns(lab.lb, "ip", "addr", "add", f"{HAPROXY_VIP}/32", "dev", "lo")
     lab.ns(lab.lb, "ip", "addr", "add", f"{HAPROXY_SOURCE}/24", "dev", "br0")  # secondary: SNAT keeps .1.1
-    backends = [backend4(b) for b in BACKEND_NAMES]
-    bench.haproxy = start_haproxy(lab.lb, bench.workdir, HAPROXY_VIP, 80, backends, source=HAPROXY_SOURCE)
+    bench.haproxy = start_haproxy(lab.lb, bench.workdir, HAPROXY_VIP, 80, list(ROUTED_BACKENDS), source=HAPROXY_SOURCE)
 
 
 def all_cases() -> list[Case]:
-    """Every case, in table order. A case that cannot run yet stays listed with the reason."""
+    """Every case, in table order: each baseline first, then the cases measured against it."""
+    dns = {"tool": "dnsperf", "conns": (DATAGRAMS,)}
     return [
         Case("baseline", "baseline", lbweb=False),
         lbweb_case("lbweb-dnat", "dnat", vip4(1)),
         lbweb_case("lbweb-snat", "snat", vip4(2)),
+        Case("haproxy-tcp", "baseline", lbweb=False, host=HAPROXY_VIP, prepare=prepare_haproxy),
+        Case("baseline-l2", "baseline-l2", lbweb=False, segment=True),
         lbweb_case(
             "lbweb-dsr",
             "dsr",
-            vip4(4),
-            not_written="DSR needs the one-segment lab (tests/lab_l2.py); its case is not written yet",
+            DSR_VIP,
+            baseline="baseline-l2",
+            backends=SEGMENT_BACKENDS,
+            segment=True,
+            interface=topology.SEGMENT_LB_INTERFACE,
+            scheduler="hash",  # a TCP flow must always meet the same backend: no conntrack remembers it
+            sched_param="srcip srcport",
         ),
-        Case(
+        Case("baseline-udp", "baseline-udp", lbweb=False, prepare=Bench.start_dns, **dns),
+        lbweb_case(
             "lbweb-stateless",
-            "baseline-udp",
-            lbweb=True,
-            conns=("datagrams",),
-            available=lambda bench: _stateless_reason(bench),
+            "stlsdnat",
+            STATELESS_VIP,
+            baseline="baseline-udp",
+            protocol="udp",
+            before=Bench.start_dns,
+            **dns,
         ),
-        Case("haproxy-tcp", "baseline", lbweb=False, host=HAPROXY_VIP, prepare=prepare_haproxy),
+        # A control for the stateless farm: the same UDP service through conntrack and NAT.
+        lbweb_case(
+            "lbweb-dnat-udp",
+            "dnat",
+            DNAT_UDP_VIP,
+            baseline="baseline-udp",
+            protocol="udp",
+            backend_port=DNS_CONTROL_PORT,
+            before=Bench.start_dns,
+            **dns,
+        ),
     ]
-
-
-def _stateless_reason(bench: Bench) -> str:
-    if "stlsdnat" not in bench.appliance.api.modes():
-        return "not available: mode stlsdnat not implemented"
-    return "not available: stateless UDP needs a UDP load generator and a UDP baseline; case not written yet"
 
 
 # -- the run ----------------------------------------------------------------------------------
 
 
 def ensure_tools(install: bool) -> None:
-    """wrk, nginx and HAProxy from Debian, matplotlib from PyPI (bench/requirements.txt)."""
+    """wrk, nginx, HAProxy, dnsperf and dnsmasq from Debian, matplotlib from PyPI (bench/requirements.txt)."""
     missing = sorted({pkg for binary, pkg in APT_TOOLS.items() if not shutil.which(binary)})
     if missing:
         command = ["apt-get", "install", "-y", "--no-install-recommends", *missing]
@@ -227,23 +317,43 @@ def _apt_install(command: list[str]) -> None:
             policy.unlink()
 
 
-def probe(bench: Bench, case: Case) -> None:
-    """One request to each address of the case must be answered by nginx before the load starts."""
+def dns_query(ident: int) -> bytes:
+    """A DNS query (recursion desired) for an A record of :data:`DNS_NAME`."""
+    name = b"".join(bytes([len(label)]) + label.encode() for label in DNS_NAME.split(".")) + b"\0"
+    return struct.pack("!HHHHHH", ident, 0x0100, 1, 0, 0, 0) + name + struct.pack("!HH", 1, 1)
 
-    def get(address: str) -> bytes:
+
+def dns_ask(address: str, ident: int = 0x6C62) -> tuple[bytes, tuple[str, int]]:
+    """One query to ``address``:53 from the calling thread's namespace: the answer and where it came from."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(1)
+        sock.sendto(dns_query(ident), (address, DNS_PORT))
+        data, peer = sock.recvfrom(2048)
+        return data, peer[:2]
+
+
+def probe(bench: Bench, case: Case) -> None:
+    """One request to each address of the case must be answered before the load starts: by nginx, or
+    by dnsmasq with an answer that comes from the address the query went to (a VIP: rewritten by the LB)."""
+
+    def get(address: str) -> bool:
         conn = http.client.HTTPConnection(address, 80, timeout=3)
         try:
             conn.request("GET", "/")
-            return conn.getresponse().read()
+            return conn.getresponse().read().startswith(b"lbweb bench")
         finally:
             conn.close()
 
+    def ask(address: str) -> bool:
+        data, peer = dns_ask(address)
+        return data[:2] == dns_query(0x6C62)[:2] and data[3] & 0x0F == 0 and peer == (address, DNS_PORT)
+
+    check = ask if case.tool == "dnsperf" else get
     deadline = time.monotonic() + 20
     for address in sorted(set(case.addresses(len(BACKEND_NAMES)))):
         while True:
             try:
-                body = run_in_netns(bench.lab.client, lambda a=address: get(a))
-                if body.startswith(b"lbweb bench"):
+                if run_in_netns(bench.lab.client, lambda a=address: check(a)):
                     break
             except (OSError, http.client.HTTPException):
                 pass
@@ -265,11 +375,13 @@ def machine() -> dict:
         line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
     )
 
-    def version(*command: str) -> str:
+    def version(*command: str, line: str = "") -> str:
         result = subprocess.run(command, capture_output=True, text=True)
-        return (result.stdout + result.stderr).strip().splitlines()[0]
+        lines = (result.stdout + result.stderr).strip().splitlines()
+        return next((x.strip() for x in lines if x.startswith(line)), lines[0] if lines else "")
 
     return {
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
         "nproc": os.cpu_count(),
         "cpu_model": model,
         "kernel": platform.release(),
@@ -278,6 +390,8 @@ def machine() -> dict:
         "wrk": version("wrk", "-v"),
         "nginx": version("nginx", "-v"),
         "haproxy": version("haproxy", "-v"),
+        "dnsperf": version("dnsperf", "-h", line="Version"),
+        "dnsmasq": version("dnsmasq", "--version"),
     }
 
 
@@ -287,15 +401,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, help="seconds per run (default 30, --quick 5)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; each runs every case once (default 3)")
     parser.add_argument("--cases", help="comma-separated subset of: " + ", ".join(c.name for c in all_cases()))
-    parser.add_argument("--conns", default=",".join(HTTP_CONNS), help="keep-alive, close or both (default both)")
+    parser.add_argument(
+        "--conns",
+        default=",".join(HTTP_CONNS),
+        help="HTTP cases: keep-alive, close or both (default both); the UDP cases always run (datagrams)",
+    )
     parser.add_argument(
         "--clients",
         type=int,
         default=3,
-        help="wrk processes, each with its own address (default 3; the baseline spreads over the backends "
-        "only with a multiple of 3)",
+        help="wrk or dnsperf processes, each with its own address (default 3; the baselines spread over the "
+        "backends only with a multiple of 3)",
     )
-    parser.add_argument("--connections", type=int, default=48, help="connections, shared by the clients (default 48)")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=48,
+        help="connections (UDP: queries in flight), shared by the clients (default 48)",
+    )
     parser.add_argument("--idle", type=float, help="seconds of idle CPU sampling per round (default 3, --quick 1)")
     parser.add_argument("--gap", type=float, default=1.0, help="pause between runs in seconds (default 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the JSON and PNG go")
@@ -345,24 +468,33 @@ def run(args: argparse.Namespace) -> dict:
                 case.prepare(bench)
         runnable = [c for c in cases if c.unavailable is None]
         bench.add_clients(runnable, args.clients)
+        # Run order: the cases without lbweb, then those with it, so that the worker starts and stops
+        # at most twice a round; the order still rotates from round to round.
+        running_order = sorted(runnable, key=lambda c: c.lbweb)
         for r in range(args.rounds):
             idle = measure.idle_rates(args.idle)
-            order = runnable[r % len(runnable) :] + runnable[: r % len(runnable)]
+            order = running_order[r % len(runnable) :] + running_order[: r % len(runnable)]
             for case in order:
                 bench.ensure_lbweb(case.lbweb)
-                conns = [c for c in case.conns if c in args.conns]
+                conns = [c for c in case.conns if c in args.conns or c not in HTTP_CONNS]
                 for conn in conns if r % 2 == 0 else conns[::-1]:
                     bench.lab.ns(bench.lab.lb, "conntrack", "-F", check=False)
                     time.sleep(args.gap)
                     probe(bench, case)
-                    raw = measure.run_wrk(bench.lab, bench.load(case, conn, args))
+                    raw = measure.run_load(bench.lab, bench.load(case, conn, args))
                     figures = measure.figures(raw, idle)
                     runs.append({"round": r + 1, "case": case.name, "conn": conn, "figures": figures, "raw": raw})
+                    if case.tool == "dnsperf":
+                        extra = f"lost {figures['lost']} of {raw['load']['sent']} sent"
+                    else:
+                        extra = (
+                            f"SYN rtx {figures['syn_retrans']}  TIME-WAIT backends {raw['backend_tw_at_start']}"
+                            f" client {raw['client_tw_at_end']}"
+                        )
                     print(
-                        f"[round {r + 1}/{args.rounds}] {case.name:<12} {conn:<10} {figures['req_s']:>8.0f} req/s"
+                        f"[round {r + 1}/{args.rounds}] {case.name:<15} {conn:<10} {figures['req_s']:>8.0f} req/s"
                         f"  p99 {figures['p99_ms']:7.2f} ms  LB {figures['lb_us']:6.1f} us/req"
-                        f"  errors {figures['errors']}  SYN rtx {figures['syn_retrans']}"
-                        f"  TIME-WAIT backends {raw['backend_tw_at_start']} client {raw['client_tw_at_end']}",
+                        f" {figures['lb_packets']:5.1f} pkt/req  errors {figures['errors']}  {extra}",
                         flush=True,
                     )
     finally:
@@ -386,6 +518,7 @@ def run(args: argparse.Namespace) -> dict:
         "benchmark": "lbweb data plane",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "commit": info.pop("commit"),
         "machine": info,
         "settings": {
             "duration_s": args.duration,
@@ -418,12 +551,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.duration:g} s x {args.rounds} rounds, {args.clients} clients, {args.connections} connections"
     )
     with contextlib.suppress(ImportError):
-        report.chart(png_path, document["summary"], args.conns, title)
+        kinds = [*args.conns, *([DATAGRAMS] if any(r["conn"] == DATAGRAMS for r in document["summary"]) else [])]
+        report.chart(png_path, document["summary"], kinds, title)
     print()
     print(report.table(document["summary"]))
     print()
     print("x base: median of the case / median of the baseline with the same connection kind (same invocation).")
     print("LB us/req = softirq + CPU of the LB's processes per request;  all us/req = all busy CPU of the machine.")
+    print("LB pkt/req = packets into the LB namespace per request (DSR: the client's direction only).")
+    print("datagrams: dnsperf, one DNS query per request over UDP; lost = queries unanswered within 5 s.")
+    print("Baselines: baseline = routed through the LB namespace as a plain router; baseline-l2 = the client")
+    print("straight to the backends on the DSR segment (no LB on the path); baseline-udp = dnsperf via the router.")
     print(measure.__doc__.split("\n\n", 1)[1].strip())
     print(f"\nJSON: {json_path}\nPNG:  {png_path}\nelapsed: {document['elapsed_s']:.0f} s")
     return 0

@@ -6,8 +6,20 @@ import json
 import statistics
 from pathlib import Path
 
-METRICS = ("req_s", "p50_ms", "p99_ms", "max_ms", "softirq_us", "lb_user_us", "lb_system_us", "lb_us", "machine_us")
-TOTALS = ("errors", "syn_retrans", "requests")
+METRICS = (
+    "req_s",
+    "p50_ms",
+    "p99_ms",
+    "max_ms",
+    "softirq_us",
+    "lb_user_us",
+    "lb_system_us",
+    "lb_us",
+    "machine_us",
+    "lb_packets",
+)
+TOTALS = ("errors", "lost", "syn_retrans", "requests")
+DATAGRAMS = "datagrams"  # the connection kind of the UDP cases: no connection, no SYN; queries can be lost
 
 
 def summarise(runs: list[dict], cases: list[dict]) -> list[dict]:
@@ -31,9 +43,9 @@ def summarise(runs: list[dict], cases: list[dict]) -> list[dict]:
                 continue
             row["rounds"] = len(mine)
             for metric in METRICS:
-                row[metric] = statistics.median(f[metric] for f in mine)
+                row[metric] = statistics.median(f.get(metric, 0) for f in mine)
             for total in TOTALS:
-                row[total] = sum(f[total] for f in mine)
+                row[total] = sum(f.get(total, 0) for f in mine)
             row["req_s_min"] = min(f["req_s"] for f in mine)
             row["req_s_max"] = max(f["req_s"] for f in mine)
             rows.append(row)
@@ -54,7 +66,8 @@ def _ratio(value: float | None) -> str:
 def table(rows: list[dict]) -> str:
     head = (
         f"{'case':<16} {'connection':<11} {'req/s':>9} {'x base':>6} {'p50 ms':>7} {'p99 ms':>8} "
-        f"{'LB us/req':>9} {'x base':>6} {'all us/req':>10} {'x base':>6} {'errors':>7} {'SYN rtx':>7}"
+        f"{'LB us/req':>9} {'x base':>6} {'all us/req':>10} {'x base':>6} {'LB pkt/req':>10} {'errors':>7} "
+        f"{'lost':>7} {'SYN rtx':>7}"
     )
     lines = [head, "-" * len(head)]
     for row in rows:
@@ -62,11 +75,14 @@ def table(rows: list[dict]) -> str:
         if "unavailable" in row:
             lines.append(start + row["unavailable"])
             continue
+        udp = row["conn"] == DATAGRAMS
+        lost = row["lost"] if udp else "-"
+        syn = "-" if udp else row["syn_retrans"]
         lines.append(
             start + f"{row['req_s']:>9.0f} {_ratio(row.get('req_s_ratio')):>6} {row['p50_ms']:>7.2f} "
             f"{row['p99_ms']:>8.2f} {row['lb_us']:>9.1f} {_ratio(row.get('lb_us_ratio')):>6} "
-            f"{row['machine_us']:>10.1f} {_ratio(row.get('machine_us_ratio')):>6} {row['errors']:>7} "
-            f"{row['syn_retrans']:>7}"
+            f"{row['machine_us']:>10.1f} {_ratio(row.get('machine_us_ratio')):>6} {row['lb_packets']:>10.1f} "
+            f"{row['errors']:>7} {lost:>7} {syn:>7}"
         )
     return "\n".join(lines)
 
@@ -76,7 +92,8 @@ def write_json(path: Path, document: dict) -> None:
 
 
 def chart(path: Path, rows: list[dict], conns: list[str], title: str) -> None:
-    """Three panels (req/s, p99 latency, LB CPU per request): one bar per case and connection kind."""
+    """Three panels (req/s, p99 latency, LB CPU per request): per case, one bar per connection kind it has
+    (``conns``, in that order; a colour each)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,27 +106,36 @@ def chart(path: Path, rows: list[dict], conns: list[str], title: str) -> None:
         ("lb_us", "LB CPU per request (us, softirq + LB processes, median)"),
     ]
     colours = ["#2b6cb0", "#dd6b20", "#38a169", "#805ad5"]
-    width = 0.8 / max(len(conns), 1)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 10), sharex=True)
+    width = 0.8 / max(max(sum(1 for r in rows if r["case"] == c and r["conn"] in conns) for c in cases), 1)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 10), sharex=True)
+    labelled: set[str] = set()
     for ax, (metric, label) in zip(axes, panels, strict=True):
-        for i, conn in enumerate(conns):
-            xs, ys, lows, highs = [], [], [], []
-            for x, case in enumerate(cases):
-                row = next((r for r in rows if r["case"] == case and r["conn"] == conn), None)
-                if row is None or metric not in row:
-                    if i == 0:
-                        ax.text(x + 0.4 - width / 2, 0, "n/a", ha="center", va="bottom", fontsize=9, color="grey")
+        for x, case in enumerate(cases):
+            mine = [r for conn in conns for r in rows if r["case"] == case and r["conn"] == conn]
+            if not any(metric in r for r in mine):
+                ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=9, color="grey")
+                continue
+            for j, row in enumerate(mine):
+                if metric not in row:
                     continue
-                xs.append(x + i * width)
-                ys.append(row[metric])
-                lows.append(row[metric] - row.get(f"{metric}_min", row[metric]))
-                highs.append(row.get(f"{metric}_max", row[metric]) - row[metric])
-            ax.bar(xs, ys, width, label=conn, color=colours[i % len(colours)], yerr=[lows, highs], capsize=3)
+                conn = row["conn"]
+                low = row[metric] - row.get(f"{metric}_min", row[metric])
+                high = row.get(f"{metric}_max", row[metric]) - row[metric]
+                ax.bar(
+                    x + (j - (len(mine) - 1) / 2) * width,
+                    row[metric],
+                    width,
+                    color=colours[conns.index(conn) % len(colours)],
+                    yerr=[[low], [high]],
+                    capsize=3,
+                    label=None if conn in labelled else conn,
+                )
+                labelled.add(conn)
         ax.set_ylabel(label, fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend()
     axes[0].set_title(title, fontsize=10)
-    axes[-1].set_xticks([x + width * (len(conns) - 1) / 2 for x in range(len(cases))], cases, rotation=15)
+    axes[-1].set_xticks(range(len(cases)), cases, rotation=15)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

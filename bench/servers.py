@@ -1,4 +1,4 @@
-"""The benchmark's servers: nginx on each backend, HAProxy in the LB namespace (both from Debian).
+"""The benchmark's servers: nginx and dnsmasq on each backend, HAProxy in the LB namespace (all from Debian).
 
 Every server runs in the foreground inside a namespace of the lab, with its configuration, pid
 file and logs in the bench's own work directory; nothing is written to /etc or /var.
@@ -75,6 +75,21 @@ def nginx_starter(workdir: Path):
         return _popen(netns, ["nginx", "-p", str(directory), "-c", str(conf)], directory / "stdout.log")
 
     return start
+
+
+DNS_NAME = "bench.lbweb.test"  # the one name the bench's DNS servers answer (an A record)
+
+
+def start_dnsmasq(netns: str, workdir: Path, name: str, answer: str, port: int = 53) -> subprocess.Popen:
+    """dnsmasq (Debian's dnsmasq-base) as a small DNS responder: UDP and TCP ``port`` on every address of
+    ``netns``, an A record ``answer`` for :data:`DNS_NAME` and nothing else (no upstream, no hosts file,
+    no system configuration). It answers from the address a query was sent to; logs stay in ``workdir``."""
+    directory = Path(workdir) / f"dnsmasq-{name}-{port}"
+    directory.mkdir(parents=True, exist_ok=True)
+    args = ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", f"--port={port}"]
+    args += [f"--address=/{DNS_NAME}/{answer}", "--user=root", f"--pid-file={directory / 'dnsmasq.pid'}"]
+    args += [f"--log-facility={directory / 'dnsmasq.log'}"]
+    return _popen(netns, args, directory / "stdout.log")
 
 
 def start_haproxy(netns: str, workdir: Path, vip: str, port: int, backends: list[str], source: str) -> subprocess.Popen:

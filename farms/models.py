@@ -281,7 +281,7 @@ class Backend(models.Model):
     """A real server of a farm; traffic reaches it by DNAT to address[:port]."""
 
     farm = models.ForeignKey(Farm, on_delete=models.CASCADE, related_name="backends")
-    address = models.GenericIPAddressField()
+    address = models.GenericIPAddressField(db_index=True)  # validation looks a backend's address up in every farm
     port = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -421,8 +421,9 @@ class HealthCheck(models.Model):
     fall = models.PositiveSmallIntegerField(
         default=3,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
-        help_text="Consecutive failures that take an up backend down; after a first failure the probe is "
-        "repeated at once, so one lost probe never takes a backend down.",
+        help_text="Consecutive failures that take an up backend down; a probe that fails, or has no answer after "
+        "half the timeout, is confirmed at once by fall - 1 parallel probes within the same timeout, so one lost "
+        "probe never takes a backend down and a silent one is down one timeout after its first unanswered probe.",
     )
     http_method = models.CharField(max_length=8, choices=HttpMethodChoices, default=HttpMethodChoices.GET)
     http_path = models.CharField(max_length=500, default="/")

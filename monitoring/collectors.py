@@ -85,7 +85,8 @@ def read_conntrack_stats(path: Path | None = None) -> dict[str, int]:
 
 
 def read_local_port_range() -> int:
-    """How many source ports SNAT can pick from for one destination (ip_local_port_range)."""
+    """ip_local_port_range's size: the census's denominator for a farm whose SNAT capacity is unknown
+    (nf_nat itself picks masquerade ports in 1024-65535, and a farm's own range when it has one)."""
     try:
         low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
         return high - low + 1

@@ -40,6 +40,7 @@ class FarmInfo:
     traffic_in_counter: str
     traffic_out_counter: str
     backends: tuple[BackendInfo, ...] = ()
+    snat_tuples: int = 0  # SNAT: source address:port pairs available towards one backend (Farm.snat_capacity)
 
     @property
     def counters(self) -> tuple[str, ...]:
@@ -98,6 +99,7 @@ def farm_info(farm: Farm) -> FarmInfo:
         traffic_in_counter=compiler.traffic_counter_name(farm.name, "in"),
         traffic_out_counter=compiler.traffic_counter_name(farm.name, "out"),
         backends=backends,
+        snat_tuples=(farm.snat_capacity or {}).get("per_backend", 0),
     )
 
 

@@ -266,8 +266,9 @@ class Sampler:
         entry["tracked_conns"] = tracked
         entry["active_conns"] = active
         entry["snat_ports"] = snat
-        # SNAT picks a source port per destination (backend address and port): the busiest one runs out first.
-        entry["snat_port_use"] = round(100 * busiest / by_mark.port_range, 2)
+        # SNAT picks a source port per destination (backend address and port): the busiest one runs out first,
+        # out of the farm's addresses x ports (masquerade: 1024-65535, whatever ip_local_port_range says).
+        entry["snat_port_use"] = round(100 * busiest / (farm.snat_tuples or by_mark.port_range), 2)
         for key, (count, used) in per_backend.items():
             entry["backends"][key]["active_conns"] = count
             entry["backends"][key]["snat_ports"] = used

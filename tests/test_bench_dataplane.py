@@ -1,7 +1,8 @@
 """Smoke test of bench/dataplane.py: the harness runs end to end and writes sane figures.
 
-Not a benchmark (one-second runs, one round): it proves the lab, lbweb in the LB namespace, wrk,
-the CPU sampling and the report work together, so that the real run (minutes) does not fail late.
+Not a benchmark (one-second runs, one round): it proves the lab (with its DSR segment), lbweb in the
+LB namespace, wrk and dnsperf, the CPU sampling and the report work together for every kind of case,
+so that the real run (minutes) does not fail late.
 """
 
 from __future__ import annotations
@@ -16,29 +17,46 @@ from tests.stack import ROOT, VENV_BIN
 
 pytestmark = pytest.mark.dataplane
 
+CASES = ("baseline", "lbweb-snat", "baseline-l2", "lbweb-dsr", "baseline-udp", "lbweb-stateless")
 
-def test_dataplane_bench_runs_baseline_and_lbweb_snat_and_writes_sane_json(tmp_path):
+
+def test_dataplane_bench_quick_runs_http_dsr_and_stateless_udp_cases_and_writes_sane_json(tmp_path):
     if os.geteuid() != 0:
         pytest.fail("the benchmark builds network namespaces: run the suite as root")
-    command = [str(VENV_BIN / "python"), "bench/dataplane.py", "--no-install", "--out", str(tmp_path)]
-    command += ["--cases", "baseline,lbweb-snat,lbweb-dsr", "--conns", "close", "--duration", "1", "--rounds", "1"]
+    command = [str(VENV_BIN / "python"), "bench/dataplane.py", "--quick", "--no-install", "--out", str(tmp_path)]
+    command += ["--cases", ",".join(CASES), "--conns", "close", "--duration", "1", "--rounds", "1"]
     command += ["--idle", "0.2", "--gap", "0", "--connections", "6"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     document = json.loads((tmp_path / "dataplane.json").read_text())
     rows = {(row["case"], row["conn"]): row for row in document["summary"]}
-    for case in ("baseline", "lbweb-snat"):
-        row = rows[(case, "close")]
-        assert row["req_s"] > 100 and row["requests"] > 100, row  # ~10,000 req/s on two shared cores
-        assert row["errors"] < row["requests"] / 10, row
+    kinds = {case: "datagrams" if "udp" in case or "stateless" in case else "close" for case in CASES}
+    assert set(rows) == set(kinds.items()), sorted(rows)
+    for case, conn in kinds.items():
+        row = rows[(case, conn)]
+        assert "unavailable" not in row, row
+        assert row["req_s"] > 100 and row["requests"] > 100, row  # ~10,000 req/s (HTTP close) on two shared cores
+        assert row["errors"] < row["requests"] / 10 and row["lost"] < row["requests"] / 10, row
         assert 0 < row["p50_ms"] <= row["p99_ms"] < 5000, row
-        assert row["machine_us"] > 0, row
-    assert rows[("baseline", "close")]["req_s_ratio"] == 1
-    assert rows[("lbweb-snat", "close")]["req_s_ratio"] > 0
-    assert rows[("lbweb-dsr", "close")]["unavailable"].startswith("not available"), rows[("lbweb-dsr", "close")]
-    assert [(run["case"], run["round"]) for run in document["runs"]] == [("baseline", 1), ("lbweb-snat", 1)]
+        assert row["machine_us"] >= 0 and row["lb_us"] >= 0, row  # idle-corrected: others' load may zero one 1-s run
+    for baseline in ("baseline", "baseline-l2", "baseline-udp"):
+        assert rows[(baseline, kinds[baseline])]["req_s_ratio"] == 1
+    assert rows[("lbweb-snat", "close")]["baseline"] == "baseline"
+    assert rows[("lbweb-dsr", "close")]["baseline"] == "baseline-l2"
+    assert rows[("lbweb-stateless", "datagrams")]["baseline"] == "baseline-udp"
+    for case in ("lbweb-snat", "lbweb-dsr", "lbweb-stateless"):
+        assert rows[(case, kinds[case])]["req_s_ratio"] > 0
+    # The paths are what they claim: the L2 baseline never touches the LB; DSR passes it one way only
+    # (fewer packets per request than SNAT, which carries both ways); the UDP cases route query and answer.
+    assert rows[("baseline-l2", "close")]["lb_packets"] < 0.1
+    assert 0 < rows[("lbweb-dsr", "close")]["lb_packets"] < 0.75 * rows[("lbweb-snat", "close")]["lb_packets"]
+    assert rows[("lbweb-stateless", "datagrams")]["lb_packets"] >= 1.9
+    assert sorted(run["case"] for run in document["runs"]) == sorted(CASES)
+    for run in document["runs"]:  # the CPU counters behind those figures did move
+        assert run["raw"]["busy_ticks"] > 0 and run["raw"]["ticks"]["softirq"] > 0, run["case"]
+    assert {run["raw"]["tool"] for run in document["runs"] if run["conn"] == "datagrams"} == {"dnsperf"}
     assert (tmp_path / "dataplane.png").stat().st_size > 10_000
-    assert "lbweb-snat" in result.stdout and "not available" in result.stdout  # the printed table
+    assert "lbweb-stateless" in result.stdout and "not available" not in result.stdout  # the printed table
     existing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     assert document["lab_namespaces"] and not set(document["lab_namespaces"]) & set(existing)  # all removed

@@ -340,3 +340,95 @@ def test_removing_a_farm_unhooks_its_traffic_chain_first():
     verbs = [(verb, kind, body.get("name")) for c in cmds for verb, x in c.items() for kind, body in x.items()]
     assert verbs.index(("delete", "element", "traffic_marks")) < verbs.index(("delete", "chain", "traffic-dns6"))
     assert verbs.index(("delete", "chain", "traffic-dns6")) < verbs.index(("delete", "counter", "traffic-in-dns6"))
+
+
+def _chains_and_sets(unit) -> tuple[set[str], set[str]]:
+    o = unit.objects
+    return set(o.chains), {name for kind, name in o.objects if kind == "set"}
+
+
+def test_snat_sends_a_reused_client_port_back_and_a_held_one_elsewhere():
+    """Issue 7: TCP SNAT farms with a numgen scheduler learn client ports per backend (see the compiler's docstring)."""
+    farm = replace(WEB, backends=(_b(1), _b(2), _b(3)))
+    chains, sets = _chains_and_sets(compiler.compile_farm(farm))
+    assert sets == {f"{kind}-web-{i}" for kind in ("reuse", "ports") for i in (1, 2, 3)}
+    assert {f"pick-web-{i}" for i in (1, 2, 3)} | {f"elsewhere-web-{i}" for i in (1, 2, 3)} <= chains
+    vmap = last_rule(compiler.compile_farm(farm), "farm-web")[-1]["vmap"]
+    assert [e[1] for e in vmap["data"]["set"]] == [{"jump": {"target": f"pick-web-{i}"}} for i in (1, 2, 3)]
+    creates = compiler.compile_farm(farm).creates
+    rules = {}
+    for c in creates:
+        rule = c["add"].get("rule")
+        if rule:
+            rules.setdefault(rule["chain"], []).append(rule["expr"])
+    # the scheduler's pick first, then the others in turn; held everywhere: the pick (NAT picks a port)
+    assert [r[-1]["goto"]["target"] for r in rules["elsewhere-web-2"]] == ["be-web-3", "be-web-1", "be-web-2"]
+    assert [r[-1]["jump"]["target"] for r in rules["farm-web"][1:4]] == ["be-web-1", "be-web-2", "be-web-3"]
+    # a UDP farm, a DNAT farm, persistence and hash schedulers need none of it; a single backend needs no pick
+    for other in (
+        replace(farm, protocol="udp"),
+        replace(farm, mode="dnat"),
+        replace(farm, scheduler="weight", persistence=("srcip",)),
+        replace(farm, scheduler="hash", sched_param=("srcip", "srcport")),
+        replace(farm, scheduler="symhash"),
+    ):
+        chains, sets = _chains_and_sets(compiler.compile_farm(other))
+        assert not {x for x in sets if x.startswith(("reuse-", "ports-"))}, other
+        assert not any(c.startswith(("pick-", "elsewhere-")) for c in chains), other
+    chains, sets = _chains_and_sets(compiler.compile_farm(replace(farm, backends=(_b(1),))))
+    assert sets == {"reuse-web-1", "ports-web-1"} and not any(c.startswith("pick-") for c in chains)
+    # protocol all: only TCP is learnt and looked up
+    every = compiler.compile_farm(replace(farm, protocol="all", ports=()))
+    learnt = [c["add"]["rule"]["expr"] for c in every.creates if c["add"].get("rule", {}).get("chain") == "be-web-1"]
+    assert learnt[0][0] == {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}
+
+
+def element_commands(document: dict) -> list[dict]:
+    return [c for c in document["nftables"] if "element" in next(iter(c.values()))]
+
+
+def one_change(old: FarmSpec, new: FarmSpec, *, legacy: bool = False) -> dict:
+    """The incremental document that turns farm ``old`` into ``new``."""
+    applied = compiler.compile_farm(old).objects
+    if legacy:  # as recorded before the verdicts of shared-map elements were kept
+        applied = compiler.UnitObjects.from_json({k: v for k, v in applied.to_json().items() if k != "element_values"})
+    document, changed = compiler.incremental_document({"farm:1": applied}, {"farm:1": compiler.compile_farm(new)})
+    assert changed == ["farm:1"]
+    return document
+
+
+def test_a_change_inside_a_farm_sends_no_element_command():
+    """A weight or a backend's state leaves the farm's entries in the shared maps as they are: any element
+    command makes libnftables read the elements of every interval set first (a cost that grows with farms)."""
+    heavier = replace(WEB_REWEIGHTED, backends=(replace(WEB.backends[0], weight=5), WEB.backends[1]))
+    enabled = replace(WEB, backends=(*WEB.backends[:2], replace(WEB.backends[2], state="enabled")))
+    for old, new in ((WEB, WEB_REWEIGHTED), (WEB_REWEIGHTED, heavier), (WEB, enabled)):
+        document = one_change(old, new)
+        assert document["nftables"] and not element_commands(document), new
+        assert any(c.get("add", {}).get("rule", {}).get("chain") == "farm-web" for c in document["nftables"])
+
+
+def test_a_moved_port_or_a_renamed_farm_still_replaces_its_elements():
+    moved = one_change(WEB, replace(WEB, ports=((80, 80), (8443, 8443), (8000, 8100))))
+    text = json.dumps(element_commands(moved))
+    assert "8443" in text and "443]" in text  # the old port leaves, the new one comes
+    assert '"tcp", 80]' not in text and "8000" not in text  # the ports that stay are not touched
+    renamed = element_commands(one_change(WEB, replace(WEB, name="www")))
+    assert len([c for c in renamed if "delete" in c]) == len(compiler.compile_farm(WEB).objects.elements)
+    assert "farm-www" in json.dumps(renamed)
+
+
+def test_units_recorded_without_verdicts_replace_their_elements():
+    document = one_change(WEB, WEB_REWEIGHTED, legacy=True)
+    deleted = [c for c in element_commands(document) if "delete" in c]
+    assert len(deleted) == len(compiler.compile_farm(WEB).objects.elements) > 0
+
+
+def test_a_change_without_element_commands_applies_and_keeps_the_farm_reachable(throwaway_netns):
+    assert nft(throwaway_netns, "-j", "-f", str(GOLDEN / "full.json")).returncode == 0
+    document = one_change(WEB, WEB_REWEIGHTED)
+    result = nft(throwaway_netns, "-j", "-f", "-", document=document)
+    assert result.returncode == 0, result.stderr
+    dispatch = nft(throwaway_netns, "list", "map", "inet", "lbweb", "dispatch4").stdout
+    assert "198.18.100.1 . tcp . 443 : jump farm-web" in dispatch
+    assert "numgen random mod 2" in nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-web").stdout

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import pytest
+import redis
 
+from monitoring.health import heartbeat
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import backend4, vip4
 
@@ -45,6 +48,7 @@ def test_dashboard_draws_live_charts_and_says_when_data_is_stale(
     live_server,
     browser_page,
     steady_traffic,
+    settings,
 ):
     farm = api.farm(
         name="shown",
@@ -56,6 +60,11 @@ def test_dashboard_draws_live_charts_and_says_when_data_is_stale(
         backends=[{"address": backend4(b)} for b in ("b1", "b2")],
     )
     api.wait_applied(farm["id"])
+    # healthd runs but cannot reach the backends' network: the dashboard must say so
+    settings.LBWEB_HEALTHD_STALE_SECONDS = 120
+    own_error = "this appliance's interface br0 towards 198.18.1.12 has no carrier"
+    beat = {"pid": 1, "backends": 2, "last_local_error": own_error, "last_local_error_at": time.time()}
+    redis.Redis.from_url(settings.REDIS_URL).set(heartbeat.KEY, heartbeat.encode(beat))
     steady_traffic.start()
     held = [lab.connect(vip4(90), 80) for _ in range(3)]
     page = browser_page
@@ -73,6 +82,8 @@ def test_dashboard_draws_live_charts_and_says_when_data_is_stale(
         page.wait_for_selector("#farm-rows a:text('shown')")
         page.wait_for_selector("#link-rows td:text('cli0')")  # the LB's interfaces, from pyroute2
         assert "Live" in page.text_content("#freshness")
+        assert page.text_content("#card-healthd") == "impaired"
+        assert page.is_visible("#healthd-warning") and own_error in page.text_content("#healthd-warning")
         page.screenshot(path=str(OUTPUT / "dashboard-overview.png"), full_page=True)
 
         page.click("#farm-rows a:text('shown')")

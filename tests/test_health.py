@@ -88,6 +88,38 @@ class Traffic:
         return self.attempts
 
 
+@dataclass
+class Failure:
+    """When a backend failed, when healthd marked it down, when the rule left the kernel, and the client's attempts."""
+
+    failed: float
+    marked: float
+    applied: float
+    attempts: list[Attempt]
+
+    def after_apply(self) -> list[Attempt]:
+        return [a for a in self.attempts if a.started > self.applied]
+
+
+def fail_under_traffic(api, lab, farm: dict, victim: int, vip: str, fail, repair=lambda: None) -> Failure:
+    """Open connections to ``vip`` while ``fail()`` breaks backend ``victim``, until one second after the apply."""
+    traffic = Traffic(lab, vip)
+    try:
+        time.sleep(0.3)
+        failed = time.monotonic()
+        fail()
+        marked = wait_health(api, victim, "down")
+        api.wait_applied(farm["id"])
+        applied = time.monotonic()
+        time.sleep(1.0)
+    finally:
+        attempts = traffic.stop()
+        repair()
+    to_ms = {"marked down": marked - failed, "rule gone": applied - failed}
+    print("backend failed -> " + ", ".join(f"{what} {seconds * 1000:.0f} ms" for what, seconds in to_ms.items()))
+    return Failure(failed, marked, applied, attempts)
+
+
 def test_a_dead_backend_leaves_within_one_interval_traffic_shifts_and_it_returns_after_rise(api, worker, healthd, lab):
     interval, rise, fall = 1.0, 2, 3
     farm = make_farm(api, "hc-tcp", vip4(80))
@@ -96,24 +128,13 @@ def test_a_dead_backend_leaves_within_one_interval_traffic_shifts_and_it_returns
     victim = backend_id(farm, backend4("b2"))
     for b in farm["backends"]:
         wait_health(api, b["id"], "up")
-    traffic = Traffic(lab, vip4(80))
-    try:
-        time.sleep(0.3)
-        killed = time.monotonic()
-        lab.stop_server("b2")
-        marked = wait_health(api, victim, "down")
-        api.wait_applied(farm["id"])
-        applied = time.monotonic()
-        time.sleep(1.0)
-    finally:
-        attempts = traffic.stop()
-    detection = marked - killed
-    print(f"server killed -> marked down {detection * 1000:.0f} ms, -> rule applied {(applied - killed) * 1000:.0f} ms")
-    # one interval, (fall - 1) confirmation probes 50 ms apart, the write; generous for a shared 2-core machine
+    failure = fail_under_traffic(api, lab, farm, victim, vip4(80), lambda: lab.stop_server("b2"))
+    detection = failure.marked - failure.failed
+    # one interval, the confirmation probes (side by side), the write; generous for a shared 2-core machine
     assert detection <= interval + (fall - 1) * 0.05 + 0.6, detection
-    after = [a for a in attempts if a.started > applied]
+    after = failure.after_apply()
     assert len(after) > 20 and all(a.backend in ("b1", "b3") for a in after), [a for a in after if a.error][:3]
-    assert {a.backend for a in attempts if a.started < killed} == {"b1", "b2", "b3"}
+    assert {a.backend for a in failure.attempts if a.started < failure.failed} == {"b1", "b2", "b3"}
     event = api.get(f"health-events/?backend={victim}")["results"][0]
     assert (event["previous"], event["current"]) == ("up", "down") and "refused" in event["reason"], event
     assert api.get(f"farms/{farm['id']}/")["traffic"] == "balanced"
@@ -125,6 +146,104 @@ def test_a_dead_backend_leaves_within_one_interval_traffic_shifts_and_it_returns
     api.wait_applied(farm["id"])
     assert {a["backend"] for a in lab.http_get(vip4(80), 80, count=6)} == {"b1", "b2", "b3"}
     assert [e["current"] for e in api.get(f"health-events/?backend={victim}")["results"]] == ["up", "down", "up"]
+
+
+def test_a_silent_backend_leaves_one_timeout_after_its_first_unanswered_probe_whatever_fall_is(
+    api, worker, healthd, lab
+):
+    """No reset, no answer: the confirmations run side by side, so ``fall`` does not multiply the timeout."""
+    interval, timeout, fall = 1.0, 0.3, 5  # one confirmation after another would take >= 5 x 0.3 s after the probe
+    farm = make_farm(api, "hc-silent", vip4(125))
+    check(api, farm, type="tcp", interval=interval, timeout=timeout, rise=2, fall=fall)
+    healthd()
+    victim = backend_id(farm, backend4("b2"))
+    for b in farm["backends"]:
+        wait_health(api, b["id"], "up")
+    ns = lab.backends["b2"]
+    nft_in(lab, ns, "add table inet hole; add chain inet hole input { type filter hook input priority 0; }")
+    failure = fail_under_traffic(
+        api,
+        lab,
+        farm,
+        victim,
+        vip4(125),
+        fail=lambda: nft_in(lab, ns, "add rule inet hole input tcp dport 80 counter drop"),
+        repair=lambda: lab.ns(ns, "nft", "delete", "table", "inet", "hole", check=False),
+    )
+    detection = failure.marked - failure.failed
+    # at most one interval until the next probe, its timeout, and the write (generous for a loaded machine)
+    assert detection <= interval + timeout + 0.35, detection
+    after = failure.after_apply()
+    assert len(after) > 20 and all(a.backend in ("b1", "b3") for a in after), [a for a in after if a.error][:3]
+    event = api.get(f"health-events/?backend={victim}")["results"][0]
+    assert event["current"] == "down" and "no answer within" in event["reason"], event
+
+
+def test_probes_confirm_a_failure_side_by_side_within_one_timeout():
+    """probe_round with real commands: a hanging check costs one timeout, not ``fall`` of them."""
+    import asyncio
+
+    from monitoring.health.icmp import Pinger
+    from monitoring.health.probes import CheckSpec, Target
+    from monitoring.health.rounds import probe_round
+
+    def run(command: str, confirmations: int) -> tuple[list, float]:
+        target = Target(1, 1, "198.18.1.11", 80, CheckSpec(type="command", timeout=0.4, command=command))
+
+        async def go():
+            started = asyncio.get_running_loop().time()
+            results = await probe_round(target, Pinger(), confirmations)
+            return results, asyncio.get_running_loop().time() - started
+
+        return asyncio.run(go())
+
+    results, took = run("sleep 5", confirmations=2)
+    assert [r.ok for r in results] == [False, False, False] and took < 0.4 + 0.3, (results, took)
+    assert all("killed" in r.reason for r in results)
+    results, took = run("false", confirmations=2)
+    assert [r.ok for r in results] == [False, False, False] and took < 0.3, (results, took)
+    results, _took = run("true", confirmations=2)
+    assert [r.ok for r in results] == [True]  # a healthy answer needs no confirmation
+
+
+def test_healthd_losing_its_own_network_marks_nothing_down_and_says_so(api, worker, healthd, lab, admin_user):
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(admin_user)
+    farm = make_farm(api, "hc-ownnet", vip4(126))
+    check(api, farm, type="tcp", interval=0.5, timeout=0.3, rise=2, fall=2)
+    healthd()
+    for b in farm["backends"]:
+        wait_health(api, b["id"], "up")
+    events = api.get(f"health-events/?farm={farm['id']}")["count"]
+    ports = list(lab.backends)  # the LB's bridge ports, one per backend: all down = br0 has no carrier
+    try:
+        for port in ports:
+            lab.ns(lab.lb, "ip", "link", "set", port, "down")
+        time.sleep(2.0)  # four intervals: twice what fall needs
+        status = api.get("health-status/")
+        assert status["state"] == "impaired" and "br0" in status["detail"] and "no carrier" in status["detail"], status
+        summary = api.get("metrics/summary/")["healthd"]
+        assert summary["state"] == "impaired", summary
+        page = browser.get("/").content.decode()
+        assert "Health checking impaired" in page and "no carrier" in page, page
+        for port in ports:
+            lab.ns(lab.lb, "ip", "link", "set", port, "up")
+        # the route to the backends goes away: the kernel refuses the probes at once
+        lab.ns(lab.lb, "ip", "route", "del", "198.18.1.0/24", "dev", "br0")
+        time.sleep(1.5)
+        status = api.get("health-status/")
+        assert status["state"] == "impaired" and "unreachable" in status["detail"], status
+    finally:
+        for port in ports:
+            lab.ns(lab.lb, "ip", "link", "set", port, "up")
+        lab.ns(lab.lb, "ip", "route", "replace", "198.18.1.0/24", "dev", "br0", "proto", "kernel", "scope", "link")
+    assert all(api.get(f"backends/{b['id']}/")["health"] == "up" for b in farm["backends"])
+    assert api.get(f"health-events/?farm={farm['id']}")["count"] == events  # no transition was recorded
+    time.sleep(2.5)  # past LBWEB_HEALTHD_STALE_SECONDS without an error of its own
+    assert api.get("health-status/")["state"] == "running"
+    assert {a["backend"] for a in lab.http_get(vip4(126), 80, count=6)} == {"b1", "b2", "b3"}
 
 
 @pytest.fixture

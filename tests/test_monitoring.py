@@ -110,6 +110,10 @@ def test_farm_bytes_and_connections_match_what_the_client_moved(api, lab, collec
         )
         assert census["tracked_conns"] == downloads + len(held)  # closed ones linger in TIME_WAIT
         assert census["snat_ports"] == downloads + len(held)
+        # the share of the tuples towards the busiest backend (round robin: a third, rounded up), out of
+        # masquerade's 1024-65535
+        busiest = -(-(downloads + len(held)) // 3)
+        assert census["snat_port_use"] == round(100 * busiest / 64512, 2), census
         system = api.get("metrics/summary/")["system"]
         assert system["conntrack_count"] >= downloads + len(held) and system["conntrack_max"] > 0
         assert system["links"]["cli0"]["rx_bytes"] is not None and len(system["cpu"]) >= 1

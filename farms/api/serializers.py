@@ -209,7 +209,7 @@ class HealthEventSerializer(serializers.ModelSerializer):
 class HealthStatusSerializer(serializers.Serializer):
     """healthd's liveness as its heartbeat tells it, and how many backends are in each health."""
 
-    state = serializers.ChoiceField(choices=["running", "stopped", "never_seen", "unknown"])
+    state = serializers.ChoiceField(choices=["running", "impaired", "stopped", "never_seen", "unknown"])
     detail = serializers.CharField()
     age_seconds = serializers.FloatField(required=False)
     stale_after_seconds = serializers.FloatField()
@@ -217,6 +217,7 @@ class HealthStatusSerializer(serializers.Serializer):
     backends_checked = serializers.IntegerField(required=False, source="backends")
     local_errors = serializers.IntegerField(required=False)
     last_local_error = serializers.CharField(required=False)
+    last_local_error_at = serializers.FloatField(required=False, allow_null=True)
     health_counts = serializers.DictField(child=serializers.IntegerField())
 
 

@@ -12,6 +12,7 @@ import errno
 import json
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -25,6 +26,9 @@ from .fragments import TABLE_FAMILY, TABLE_NAME
 # nf_tables netlink (include/uapi/linux/netfilter/nf_tables.h), used only to read counters.
 NFNL_SUBSYS_NFTABLES = 10
 NFT_MSG_GETOBJ = 19
+NFT_MSG_GETRULE = 7
+NFTA_RULE_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_USERDATA = 1, 2, 7
+NFTNL_UDATA_RULE_COMMENT = 0
 NFPROTO_INET = 1
 NFT_OBJECT_COUNTER = 1
 NFTA_OBJ_TABLE, NFTA_OBJ_NAME, NFTA_OBJ_TYPE, NFTA_OBJ_DATA = 1, 2, 3, 4
@@ -89,6 +93,18 @@ def _parse_counter(data: bytes, start: int, end: int) -> tuple[str | None, Count
                 elif inner == NFTA_COUNTER_PACKETS:
                     (packets,) = BE64.unpack_from(data, c)
     return name, CounterValue(packets, octets)
+
+
+def _rule_comments(data: bytes, start: int, end: int) -> Iterator[str]:
+    """The comment of one rule message: libnftnl's user data (type, length, value) in NFTA_RULE_USERDATA."""
+    for kind, a, b in netlink.attrs(data, start, end):
+        if kind != NFTA_RULE_USERDATA:
+            continue
+        while a + 2 <= b:
+            udata_type, length = data[a], data[a + 1]
+            if udata_type == NFTNL_UDATA_RULE_COMMENT:
+                yield data[a + 2 : a + 2 + length].rstrip(b"\0").decode(errors="replace")
+            a += 2 + length
 
 
 class Kernel:
@@ -195,14 +211,26 @@ class Kernel:
         return counters
 
     def base_digest(self) -> str | None:
-        """The digest lbweb's skeleton carries, read from the kernel (None: table or chain missing)."""
-        rc, out, _err = self._nft.cmd(f"list chain {TABLE_FAMILY} {TABLE_NAME} prerouting")
-        if rc != 0 or not out:
-            return None
-        for item in json.loads(out)["nftables"]:
-            comment = item.get("rule", {}).get("comment", "")
-            if comment.startswith(BASE_DIGEST_PREFIX):
-                return comment.removeprefix(BASE_DIGEST_PREFIX)
+        """The digest lbweb's skeleton carries, read from the kernel (None: table or chain missing).
+
+        Every incremental apply asks first, so it must not cost more with more farms: one netlink
+        dump of the rules of the ``prerouting`` chain alone (the kernel filters by table and chain).
+        libnftables' ``list chain`` would first read every chain, set and element of the table
+        (~0.13 s at 1,000 farms, ~16 s at 10,000).
+        """
+        request = netlink.attr(NFTA_RULE_TABLE, TABLE_NAME.encode() + b"\0")
+        request += netlink.attr(NFTA_RULE_CHAIN, b"prerouting\0")
+        message_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE
+        try:
+            for data, spans in netlink.dump_chunks(netlink.NETLINK_NETFILTER, message_type, NFPROTO_INET, request):
+                for start, end in spans:
+                    for comment in _rule_comments(data, start, end):
+                        if comment.startswith(BASE_DIGEST_PREFIX):
+                            return comment.removeprefix(BASE_DIGEST_PREFIX)
+        except netlink.NetlinkError as exc:
+            if exc.errno == errno.ENOENT:  # no lbweb table or no prerouting chain
+                return None
+            raise
         return None
 
     def observe(self) -> KernelState:

@@ -22,6 +22,21 @@ Layout of the table lbweb owns (``table inet lbweb``):
   farms without conntrack (``notrack``), both ways.
 * ``postrouting`` (nat, srcnat) sends connections whose ct mark is a SNAT
   farm's to ``snat-<name>`` (masquerade or a source pool) and nothing else.
+  NAT keeps the client's source port whenever conntrack knows no other
+  connection on that tuple, and conntrack forgets a closed connection's tuple
+  as soon as the client reuses its port (a SYN on a TIME_WAIT entry reopens
+  it); the backend, which closed first, still holds that tuple in TIME_WAIT
+  for 60 s, and answers another client's SYN on it (unrelated sequence number
+  and timestamp) with an ACK of the old connection: a reset and a SYN
+  retransmitted. So a SNAT farm whose scheduler is not a hash sends a TCP
+  client port reused within ``REUSE_TTL`` back to the backend it went to
+  (``reuse-<name>-<id>``: the reopened connection takes the same tuple again,
+  with the same client's increasing sequence number and timestamp, which
+  TIME_WAIT accepts), and ``pick-<name>-<id>`` sends a new one whose port
+  number another client holds at the scheduler's pick (``ports-<name>-<id>``)
+  to the next backend where it is free (``elsewhere-<name>-<id>``), so NAT
+  keeps the port instead of choosing one at random that the client's next
+  reuse would not get again.
 * ``forward`` (filter) sees every forwarded packet, not only a connection's
   first: one lookup of the ct mark in ``traffic_marks`` jumps to the farm's
   ``traffic-<name>`` chain, which counts bytes and packets into
@@ -41,6 +56,7 @@ itself tells which version of a farm it runs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +75,10 @@ PRIO_SRCNAT = 100
 TRAFFIC_MAP = "traffic_marks"
 HASH_SEED = 0x6C627765  # fixed, so every lbweb node hashes a flow to the same backend
 LIMIT_SET_TIMEOUT = 120  # seconds a source stays in a rate-limit meter
+REUSE_TTL = 120  # conntrack's TCP TIME_WAIT (nf_conntrack_tcp_timeout_time_wait): how long a reopen can happen
+REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when full, new ones are not learnt
+REUSE_ALTERNATIVES = 8  # backends tried after the scheduler's pick when another client holds the port there
+NUMGEN_SCHEDULERS = ("rr", "weight", "leastconn")  # the others hash the flow: a reused port meets the same backend
 
 Json = dict[str, Any]
 FarmObjects = UnitObjects  # a farm's objects are a unit's objects
@@ -110,6 +130,38 @@ def persist_set_name(farm: FarmSpec, backend_id: int) -> str:
     return f"persist-{farm.name}-{backend_id}-{definition}"
 
 
+def reuse_set_name(farm: FarmSpec, backend_id: int) -> str:
+    """Client address . port pairs that went to one backend of a SNAT farm in the last ``REUSE_TTL`` seconds."""
+    return f"reuse-{farm.name}-{backend_id}"
+
+
+def ports_set_name(farm: FarmSpec, backend_id: int) -> str:
+    """TCP source port numbers that went to one backend of a SNAT farm in the last ``REUSE_TTL`` seconds."""
+    return f"ports-{farm.name}-{backend_id}"
+
+
+def pick_chain_name(farm: FarmSpec, backend_id: int) -> str:
+    return f"pick-{farm.name}-{backend_id}"
+
+
+def elsewhere_chain_name(farm: FarmSpec, backend_id: int) -> str:
+    return f"elsewhere-{farm.name}-{backend_id}"
+
+
+def keeps_reused_ports(farm: FarmSpec) -> bool:
+    """Whether a client port reused within ``REUSE_TTL`` goes back to its backend (see the module's docstring).
+
+    Only TCP has TIME_WAIT; persistence already binds a client, and a hash scheduler sends the
+    same client port to the same backend by itself.
+    """
+    return (
+        farm.mode == "snat"
+        and farm.protocol in ("tcp", "all")
+        and not farm.persistence
+        and farm.scheduler in NUMGEN_SCHEDULERS
+    )
+
+
 def static_set_name(farm: FarmSpec, backend_id: int) -> str:
     return f"static-{farm.name}-{backend_id}"
 
@@ -146,30 +198,32 @@ def _verdict(farm: FarmSpec) -> Json:
     return {"drop": None}
 
 
-def _weighted_vmap(make_key: Callable[[int], Json], farm: FarmSpec, backends: tuple[BackendSpec, ...]) -> Json:
+def _weighted_vmap(make_key: Callable[[int], Json], backends: tuple[BackendSpec, ...], target: Callable) -> Json:
     """Each backend owns an interval of [0, total weight) as wide as its weight."""
     elems, low = [], 0
     for b in backends:
         high = low + b.weight - 1
-        elems.append([f.port_value(low, high), f.jump(backend_chain_name(farm, b.id))])
+        elems.append([f.port_value(low, high), f.jump(target(b))])
         low = high + 1
     return f.vmap(make_key(low), {"set": elems})
 
 
-def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...]) -> Json:
-    """The verdict map that picks one backend chain for a new connection."""
+def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None) -> Json:
+    """The verdict map that picks one backend for a new connection: it jumps to ``target(backend)``,
+    the backend's chain unless told otherwise."""
+    target = target or (lambda b: backend_chain_name(farm, b.id))
     if farm.scheduler == "rr":
-        elems = [[i, f.jump(backend_chain_name(farm, b.id))] for i, b in enumerate(backends)]
+        elems = [[i, f.jump(target(b))] for i, b in enumerate(backends)]
         return f.vmap(f.numgen("inc", len(backends)), {"set": elems})
     if farm.scheduler == "hash":
         expr = _hash_expr(farm, farm.sched_param or ("srcip",))
         return _weighted_vmap(
-            lambda total: {"jhash": {"mod": total, "seed": HASH_SEED, "offset": 0, "expr": expr}}, farm, backends
+            lambda total: {"jhash": {"mod": total, "seed": HASH_SEED, "offset": 0, "expr": expr}}, backends, target
         )
     if farm.scheduler == "symhash":
-        return _weighted_vmap(lambda total: {"symhash": {"mod": total, "offset": 0}}, farm, backends)
+        return _weighted_vmap(lambda total: {"symhash": {"mod": total, "offset": 0}}, backends, target)
     # weight, and leastconn (whose weights the worker derives from live connection counts)
-    return _weighted_vmap(lambda total: f.numgen("random", total), farm, backends)
+    return _weighted_vmap(lambda total: f.numgen("random", total), backends, target)
 
 
 # -- farm compilation -------------------------------------------------------------------
@@ -206,12 +260,69 @@ def _backend_chain(b: _Builder, farm: FarmSpec, backend: BackendSpec) -> None:
                 }
             }
         )
+    if keeps_reused_ports(farm):
+        reuse, held = reuse_set_name(farm, backend.id), ports_set_name(farm, backend.id)
+        for set_name, key_type, size in ((reuse, _reuse_key_type(farm), REUSE_SET_SIZE), (held, "inet_service", 65536)):
+            b.obj("set", {**f.named_set(set_name, key_type), "flags": ["timeout"], "timeout": REUSE_TTL, "size": size})
+        tcp = _tcp_only(farm)
+        # A rule of its own: a full set stops the rule it is in (NFT_BREAK), and the DNAT must still happen.
+        b.rule(
+            name,
+            [
+                *tcp,
+                {"set": {"op": "update", "elem": _reuse_key(farm), "set": "@" + reuse}},
+                {"set": {"op": "update", "elem": f.payload("th", "sport"), "set": "@" + held}},
+            ],
+        )
     nat: Json = {"family": _l3(farm), "addr": backend.address}
     if backend.port is not None:
         expr.append(f.match(f.meta("l4proto"), farm.protocol))
         nat["port"] = backend.port
     expr.append({"dnat": nat})
     b.rule(name, expr)
+
+
+def _tcp_only(farm: FarmSpec) -> list[Json]:
+    """The match that keeps a SNAT port-learning rule to TCP (a farm of protocol ``all`` sees every protocol)."""
+    return [] if farm.protocol == "tcp" else [f.match(f.meta("l4proto"), "tcp")]
+
+
+def _reuse_key(farm: FarmSpec) -> Json:
+    return f.concat(f.payload(_l3(farm), "saddr"), f.payload("th", "sport"))
+
+
+def _reuse_key_type(farm: FarmSpec) -> list[str]:
+    return ["ipv4_addr" if farm.family == 4 else "ipv6_addr", "inet_service"]
+
+
+def _goto(chain: str) -> Json:
+    return {"goto": {"target": chain}}
+
+
+def _reuse_rules(b: _Builder, farm: FarmSpec, chain: str, backends: tuple[BackendSpec, ...]) -> Json:
+    """A TCP client port seen in the last ``REUSE_TTL`` seconds goes back to the backend it went to;
+    a new one goes where the scheduler says unless another client holds that port number there:
+    then to the next backend where it is free (NAT keeps the port instead of picking one at random,
+    which the client's next reuse would not get again). Returns the scheduler's verdict map."""
+    tcp = _tcp_only(farm)
+    sport = f.payload("th", "sport")
+    for backend in backends:
+        lookup = f.match(_reuse_key(farm), "@" + reuse_set_name(farm, backend.id))
+        b.rule(chain, [*tcp, lookup, f.jump(backend_chain_name(farm, backend.id))])
+    if len(backends) == 1:
+        return scheduler_map(farm, backends)
+    for i, backend in enumerate(backends):
+        pick, other = pick_chain_name(farm, backend.id), elsewhere_chain_name(farm, backend.id)
+        b.chain(other)
+        following = (backends[i + 1 :] + backends[:i])[:REUSE_ALTERNATIVES]
+        for alternative in following:
+            free = f.match(sport, "@" + ports_set_name(farm, alternative.id), "!=")
+            b.rule(other, [free, _goto(backend_chain_name(farm, alternative.id))])
+        b.rule(other, [_goto(backend_chain_name(farm, backend.id))])  # held everywhere: NAT picks another port
+        b.chain(pick)
+        b.rule(pick, [*tcp, f.match(sport, "@" + ports_set_name(farm, backend.id)), _goto(other)])
+        b.rule(pick, [_goto(backend_chain_name(farm, backend.id))])
+    return scheduler_map(farm, backends, lambda x: pick_chain_name(farm, x.id))
 
 
 def _farm_guards(b: _Builder, farm: FarmSpec, chain: str) -> None:
@@ -356,7 +467,9 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
     b.rule(chain, [f.counter_ref(chain), f.set_ct_mark(farm.mark)])
     _farm_guards(b, farm, chain)
     _persistence_rules(b, farm, chain, lookups)
-    if backends:
+    if backends and keeps_reused_ports(farm):
+        tail = _reuse_rules(b, farm, chain, backends)
+    elif backends:
         tail = scheduler_map(farm, backends)
     elif farm.fallback is not None:
         tail = f.jump(_fallback_chain(b, farm))
@@ -571,12 +684,18 @@ def full_document(
     return document(cmds)
 
 
-def removal_commands(old: UnitObjects, keep: set[tuple[str, str]]) -> list[Json]:
+def removal_commands(
+    old: UnitObjects, keep: set[tuple[str, str]], kept_elements: set[tuple[str, str, str]] = frozenset()
+) -> list[Json]:
     """Unhook one unit's applied objects; those the new version still names are emptied, not deleted.
 
     Keeping a counter keeps its figures; keeping a persistence set keeps its clients.
+    ``kept_elements`` (map, canonical key, canonical verdict) stay in their shared maps as they are.
     """
-    cmds = [f.delete("element", f.element(name, [key])) for name, key in old.elements]
+    stay = {entry[:2] for entry in kept_elements}
+    cmds = [
+        f.delete("element", f.element(name, [key])) for name, key in old.elements if (name, canonical(key)) not in stay
+    ]
     cmds += [f.flush("chain", f.chain(name)) for name in old.chains]
     cmds += [f.flush(kind, f.counter(name)) for kind, name in old.volatile]
     cmds += [f.delete("chain", f.chain(name)) for name in old.chains if ("chain", name) not in keep]
@@ -615,14 +734,45 @@ def incremental_document(old: dict[str, UnitObjects], new: dict[str, UnitRuleset
     for key in changed:
         if key in new:
             keep |= _keep_set(new[key])
+    kept = {k: _kept_elements(old[k], new[k]) for k in changed if k in old and k in new}
     cmds: list[Json] = []
     for key in sorted(changed, key=lambda k: k.startswith("policy")):
         if key in old:
-            cmds += removal_commands(old[key], keep)
+            cmds += removal_commands(old[key], keep, kept.get(key, frozenset()))
     for unit in _ordered({k: new[k] for k in changed if k in new}):
         existing = set(old[unit.key].objects) if unit.key in old else set()
-        cmds += [c for c in unit.creates if not _creates_existing(c, existing)]
+        same = kept.get(unit.key, frozenset())
+        cmds += [c for c in unit.creates if not _creates_existing(c, existing) and not _element_kept(c, same)]
     return document(cmds), changed
+
+
+def _kept_elements(old: UnitObjects, new: UnitRuleset) -> set[tuple[str, str, str]]:
+    """The unit's shared-map elements that stay as they are: same map, key and verdict, and the chain
+    they jump to stays (it is flushed and refilled, not deleted). Leaving them alone keeps the
+    transaction free of element commands for a change inside a farm (a weight, a backend's state):
+    libnftables 1.0 answers any element command by first reading the elements of every interval
+    set of the table, which costs time in proportion to the number of farms."""
+    chains = set(old.chains) & set(new.objects.chains)
+    kept = set()
+    for entry in old.element_entries() & new.objects.element_entries():
+        target = json.loads(entry[2])
+        if isinstance(target, dict) and len(target) == 1:
+            ((verb, body),) = target.items()
+            if verb in ("jump", "goto") and body.get("target") not in chains:
+                continue
+        kept.add(entry)
+    return kept
+
+
+def _element_kept(command: Json, kept: set[tuple[str, str, str]]) -> bool:
+    """True for the 'add element' of one shared-map element that stays in the kernel as it is."""
+    if not kept or "element" not in command.get("add", {}):
+        return False
+    body = command["add"]["element"]
+    if len(body["elem"]) != 1 or not isinstance(body["elem"][0], list) or len(body["elem"][0]) != 2:
+        return False
+    key, value = body["elem"][0]
+    return (body["name"], canonical(key), canonical(value)) in kept
 
 
 def _creates_existing(command: Json, existing: set[tuple[str, str]]) -> bool:

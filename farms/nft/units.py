@@ -35,8 +35,10 @@ class UnitObjects:
     configuration and are flushed too; ``objects`` (counters, durable sets
     such as persistence entries and rate-limit meters, helpers, flowtables)
     keep their content for as long as the new version still names them;
-    ``elements`` are this unit's entries in the shared maps; ``tables`` are
-    whole tables the unit owns (DSR).
+    ``elements`` are this unit's entries in the shared maps and
+    ``element_values`` their verdicts, in the same order (empty when read from
+    a record written before they were kept: then every element is replaced on
+    a change); ``tables`` are whole tables the unit owns (DSR).
     """
 
     chains: tuple[str, ...] = ()
@@ -45,6 +47,14 @@ class UnitObjects:
     elements: tuple[tuple[str, Any], ...] = ()
     tables: tuple[tuple[str, str], ...] = ()
     digest: str = ""
+    element_values: tuple[Any, ...] = ()
+
+    def element_entries(self) -> set[tuple[str, str, str]]:
+        """(map, canonical key, canonical verdict) of every shared-map element whose verdict is known."""
+        if len(self.element_values) != len(self.elements):
+            return set()
+        pairs = zip(self.elements, self.element_values, strict=True)
+        return {(name, canonical(key), canonical(value)) for (name, key), value in pairs}
 
     def to_json(self) -> Json:
         return {
@@ -54,6 +64,7 @@ class UnitObjects:
             "elements": [[name, key] for name, key in self.elements],
             "tables": [list(t) for t in self.tables],
             "digest": self.digest,
+            "element_values": list(self.element_values),
         }
 
     @classmethod
@@ -65,6 +76,7 @@ class UnitObjects:
             elements=tuple((name, key) for name, key in data.get("elements", ())),
             tables=tuple(tuple(t) for t in data.get("tables", ())),
             digest=data.get("digest", ""),
+            element_values=tuple(data.get("element_values", ())),
         )
 
 
@@ -95,6 +107,7 @@ class Builder:
         self.objects: list[tuple[str, str]] = []
         self.volatile: list[tuple[str, str]] = []
         self.elements: list[tuple[str, Any]] = []
+        self.element_values: list[Any] = []
         self.tables: list[tuple[str, str]] = []
 
     def obj(self, kind: str, body: Json, *, volatile: bool = False) -> None:
@@ -114,6 +127,7 @@ class Builder:
         elem = key if value is None else [key, value]
         self.creates.append(f.add("element", f.element(set_name, [elem])))
         self.elements.append((set_name, key))
+        self.element_values.append(value)
 
     def finish(self, key: str, name: str, digest_rule: Json | None) -> UnitRuleset:
         digest = digest_of([COMPILER_VERSION, self.creates])
@@ -126,5 +140,6 @@ class Builder:
             elements=tuple(self.elements),
             tables=tuple(self.tables),
             digest=digest,
+            element_values=tuple(self.element_values),
         )
         return UnitRuleset(key, name, objects, self.creates)

@@ -56,6 +56,10 @@ class SummarySerializer(StalenessSerializer):
     conntrack_warn_ratio = serializers.FloatField(help_text="Share of conntrack_max above which a warning shows.")
     conntrack_warning = serializers.BooleanField()
     system = serializers.DictField(help_text="The newest system point (see the system series).")
+    healthd = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Health checking: state (running, impaired, stopped, never_seen, unknown) and detail.",
+    )
     farms = serializers.ListField(
         child=serializers.DictField(),
         help_text="Per farm: id, name, vip, mode, state, newest rates, totals (total_bytes_in/out, total_conns).",

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from farms.models import Farm
 
 from .. import selectors
+from ..health import heartbeat
 from ..store import metric_store
 from .serializers import FarmSeriesSerializer, SeriesQuerySerializer, SeriesSerializer, SummarySerializer
 
@@ -39,7 +40,9 @@ class MetricsView(APIView):
 @extend_schema(tags=["metrics"], responses=SummarySerializer, summary="Newest figures of the system and every farm")
 class MetricsSummaryView(MetricsView):
     def get(self, request):
-        return Response(selectors.summary(metric_store()))
+        status = heartbeat.read_status()
+        healthd = {key: status[key] for key in ("state", "detail")}
+        return Response({**selectors.summary(metric_store()), "healthd": healthd})
 
 
 @extend_schema(

@@ -1,6 +1,7 @@
 """healthd: one asyncio process probing every backend of every farm concurrently.
 
-Each backend has its own probe loop (phases spread over the interval). Rise
+Each backend has its own probe loop (phases spread over the interval); a
+failed or slow probe is confirmed at once by parallel probes (``rounds``). Rise
 and fall turn probe results into transitions, which one writer records in
 batches through ``farms.health_services`` (generation bump, apply), so a
 burst of failures becomes one transaction and one apply. All database work
@@ -11,6 +12,7 @@ recorded in the database, so a restart neither flaps nor forgets.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import random
@@ -32,12 +34,16 @@ from farms.models import ConfigGeneration
 
 from . import heartbeat
 from .icmp import Pinger
-from .probes import Target, probe
-from .state import BackendHealth
+from .own_network import OwnNetwork
+from .probes import ProbeResult, Target
+from .rounds import probe_round
+from .state import DOWN, BackendHealth
 from .targets import load_targets
 
 log = logging.getLogger("lbweb.healthd")
 T = TypeVar("T")
+# A failing round is not trusted if healthd's own network failed (or its loop stalled) this soon before it began.
+SETTLE_SECONDS = 1.0
 
 
 @dataclass
@@ -48,6 +54,8 @@ class Stats:
     checks: int = 0
     local_errors: int = 0
     last_local_error: str = ""
+    last_local_error_at: float | None = None
+    last_widespread_error_at: float = 0.0  # time.monotonic() of the last network trouble or stall
     transitions: int = 0
 
 
@@ -75,6 +83,8 @@ class HealthDaemon:
         self.pinger = Pinger()
         self.generation: int | None = None
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="healthd-db")
+        self._net = ThreadPoolExecutor(max_workers=1, thread_name_prefix="healthd-net")
+        self.own_network = OwnNetwork()
         self._transitions: asyncio.Queue[HealthTransition] = asyncio.Queue()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -99,6 +109,8 @@ class HealthDaemon:
         await self._record_queued()
         self.pinger.close()
         self._db.shutdown()
+        self._net.submit(self.own_network.close).result()
+        self._net.shutdown()
         log.info("healthd: stopped")
 
     # -- configuration -----------------------------------------------------------------
@@ -143,15 +155,52 @@ class HealthDaemon:
         await asyncio.sleep(random.uniform(0, target.check.interval))  # spread the probes over the interval
         while True:
             started = loop.time()
-            result = await probe(target, self.pinger)
-            self.stats.checks += 1
+            confirmations = 0 if state.health == DOWN else target.check.fall - 1  # rise: one interval apart
+            try:
+                results = await probe_round(target, self.pinger, confirmations)
+                await self._judge(target, state, results, started)  # the loop's clock is time.monotonic()
+            except Exception as exc:  # a bug must not end this backend's checks for good
+                log.exception("probe of backend %s failed", target.backend_id)
+                self._local_error(f"healthd error: {exc!r}"[:200])
+            await asyncio.sleep(max(0.0, started + target.check.interval - loop.time()))
+
+    async def _judge(self, target: Target, state: BackendHealth, results: list[ProbeResult], started: float) -> None:
+        """Count a round's results into the backend's health, unless the failure is healthd's own.
+
+        ``started`` is the round's start (time.monotonic()). A round that would take the backend down
+        is not trusted when healthd's network failed, or its loop stalled, during it or in the
+        ``SETTLE_SECONDS`` before: its probes may have been sent into the outage and timed out after it.
+        """
+        self.stats.checks += len(results)
+        for result in results:
             if result.local:  # healthd's own trouble says nothing about the backend
-                self.stats.local_errors += 1
-                self.stats.last_local_error = result.reason
-            elif (health := state.observe(result.ok)) is not None:
+                self._local_error(result.reason, result.widespread)
+        counted = [result for result in results if not result.local]
+        if self._would_fall(state, [result.ok for result in counted]):
+            trouble = await asyncio.get_running_loop().run_in_executor(
+                self._net, self.own_network.trouble, target.address
+            )
+            if trouble:
+                self._local_error(trouble, widespread=True)
+                return
+            if self.stats.last_widespread_error_at >= started - SETTLE_SECONDS:
+                return  # probed while healthd's own network was failing: probe again next interval
+        for result in counted:
+            if (health := state.observe(result.ok)) is not None:
                 self.stats.transitions += 1
                 self._transitions.put_nowait(HealthTransition(target.backend_id, health, result.reason, timezone.now()))
-            await asyncio.sleep(max(0.0, started + state.next_delay(target.check.interval) - loop.time()))
+
+    @staticmethod
+    def _would_fall(state: BackendHealth, verdicts: list[bool]) -> bool:
+        trial = dataclasses.replace(state)
+        return any(trial.observe(ok) == DOWN for ok in verdicts)
+
+    def _local_error(self, reason: str, widespread: bool = False) -> None:
+        self.stats.local_errors += 1
+        self.stats.last_local_error = reason
+        self.stats.last_local_error_at = time.time()
+        if widespread:
+            self.stats.last_widespread_error_at = time.monotonic()
 
     # -- recording -------------------------------------------------------------------
 
@@ -198,14 +247,26 @@ class HealthDaemon:
             "transitions": self.stats.transitions,
             "local_errors": self.stats.local_errors,
             "last_local_error": self.stats.last_local_error,
+            "last_local_error_at": self.stats.last_local_error_at,
         }
+
+    def _log_impairment(self, was_impaired: bool) -> bool:
+        """Log when healthd starts and stops failing on its own (the heartbeat carries the details)."""
+        impaired = heartbeat.impaired(self.stats.last_local_error_at, time.time())
+        if impaired and not was_impaired:
+            reason = self.stats.last_local_error
+            log.warning("healthd cannot probe (%s): the backends concerned keep their health", reason)
+        elif was_impaired and not impaired:
+            log.warning("healthd probes again")
+        return impaired
 
     async def _heartbeat(self) -> None:
         client = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
         last_checks, last_time = self.stats.checks, time.monotonic()
-        warned = False
+        warned = impaired = False
         try:
             while True:
+                impaired = self._log_impairment(impaired)
                 now = time.monotonic()
                 rate = (self.stats.checks - last_checks) / max(now - last_time, 1e-6)
                 last_checks, last_time = self.stats.checks, now

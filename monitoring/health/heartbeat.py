@@ -1,8 +1,10 @@
 """healthd's liveness: a heartbeat in Redis that the API reads.
 
 A healthd that died leaves every backend's health as it was (nothing marks
-them down) and its heartbeat goes stale, which the API and the farms page
-show as "health checking stopped".
+them down) and its heartbeat goes stale, which the API, the farms page and the
+dashboard show as "health checking stopped". A healthd that runs but cannot
+probe (its own network is down, it has no descriptors left) changes no
+backend's health either and shows as "impaired", with the reason.
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ def encode(info: dict[str, Any]) -> str:
     return json.dumps({**info, "beat_at": time.time()})
 
 
+def impaired(last_local_error_at: float | None, now: float) -> bool:
+    """healthd failed on its own (its network, descriptors, a stall) within the last stale-after seconds."""
+    return last_local_error_at is not None and now - last_local_error_at <= settings.LBWEB_HEALTHD_STALE_SECONDS
+
+
 def read_status(client: redis.Redis | None = None) -> dict[str, Any]:
-    """The daemon's state for the API: running, stopped (stale heartbeat), never_seen, or unknown (no Redis)."""
+    """The daemon's state for the API: running, impaired (its own errors, e.g. its network, in the last
+    stale-after seconds), stopped (stale heartbeat), never_seen, or unknown (no Redis)."""
     stale_after = settings.LBWEB_HEALTHD_STALE_SECONDS
     client = client or redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     try:
@@ -34,12 +42,18 @@ def read_status(client: redis.Redis | None = None) -> dict[str, Any]:
     if raw is None:
         return {"state": "never_seen", "detail": "healthd has not run", "stale_after_seconds": stale_after}
     info = json.loads(raw)
-    age = max(0.0, time.time() - info["beat_at"])
-    running = age <= stale_after
-    detail = "health checking runs" if running else "health checking stopped: backends keep their last health"
+    now = time.time()
+    age = max(0.0, now - info["beat_at"])
+    if age > stale_after:
+        state, detail = "stopped", "health checking stopped: backends keep their last health"
+    elif impaired(info.get("last_local_error_at"), now):
+        state = "impaired"
+        detail = f"healthd cannot probe ({info['last_local_error']}): the backends concerned keep their last health"
+    else:
+        state, detail = "running", "health checking runs"
     return {
         **info,
-        "state": "running" if running else "stopped",
+        "state": state,
         "detail": detail,
         "age_seconds": round(age, 3),
         "stale_after_seconds": stale_after,

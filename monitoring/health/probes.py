@@ -2,12 +2,14 @@
 
 Every probe returns a :class:`ProbeResult`. ``local=True`` means healthd
 itself could not probe (no permission for ICMP, a command that does not
-exist): that says nothing about the backend, so it never counts as a failure.
+exist, no route of its own, no descriptors left): that says nothing about the
+backend, so it never counts as a failure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import os
 import shlex
@@ -23,6 +25,12 @@ from .icmp import Pinger
 
 BODY_LIMIT = 64 * 1024
 USER_AGENT = "lbweb-healthd"
+# Errors of this appliance, not of the backend: no route of its own, no source address, out of descriptors or
+# buffers, its own firewall refusing the probe. They never count against a backend.
+LOCAL_ERRNOS = frozenset(
+    {errno.ENETUNREACH, errno.EADDRNOTAVAIL, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EPERM}
+)
+NETWORK_ERRNOS = frozenset({errno.ENETUNREACH, errno.EADDRNOTAVAIL})  # its own network: other probes are spoilt too
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,8 @@ class ProbeResult:
     ok: bool
     reason: str
     local: bool = False
+    # healthd's own trouble that also spoils every other probe in flight: its network, a stalled event loop
+    widespread: bool = False
 
 
 def _family(address: str) -> int:
@@ -74,6 +84,9 @@ def _failure(exc: BaseException, what: str, timeout: float) -> ProbeResult:
         return ProbeResult(False, f"{what}: TLS certificate verify failed ({exc.verify_message})")
     if isinstance(exc, ssl.SSLError):
         return ProbeResult(False, f"{what}: TLS {(exc.reason or str(exc)).lower().replace('_', ' ')}")
+    if isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS:
+        reason = f"{what}: healthd's own error: {os.strerror(exc.errno).lower()}"
+        return ProbeResult(False, reason, local=True, widespread=exc.errno in NETWORK_ERRNOS)
     if isinstance(exc, OSError) and exc.errno:
         return ProbeResult(False, f"{what}: {os.strerror(exc.errno).lower()}")
     return ProbeResult(False, f"{what}: {exc!r}")
@@ -224,8 +237,11 @@ async def icmp(target: Target, pinger: Pinger) -> ProbeResult:
 async def probe(target: Target, pinger: Pinger) -> ProbeResult:
     """Probe one backend once with its farm's check."""
     kind = target.check.type
-    if kind == "icmp":
-        return await icmp(target, pinger)
-    if kind in ("http", "https"):
-        return await http(target)
-    return await {"tcp": tcp, "udp": udp, "command": command}[kind](target)
+    try:
+        if kind == "icmp":
+            return await icmp(target, pinger)
+        if kind in ("http", "https"):
+            return await http(target)
+        return await {"tcp": tcp, "udp": udp, "command": command}[kind](target)
+    except OSError as exc:  # the probe could not even start: no socket, no descriptor left
+        return ProbeResult(False, f"healthd cannot probe: {os.strerror(exc.errno or 0).lower()}", local=True)

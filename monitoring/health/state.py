@@ -5,10 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 UP, DOWN, UNKNOWN = "up", "down", "unknown"
-# After a failed probe of a backend that still takes traffic, the probe is repeated this soon
-# (not after a whole interval): a lost probe is forgotten at once, a dead backend leaves within
-# about one interval plus (fall - 1) gaps.
-RETRY_GAP = 0.05
 
 
 @dataclass
@@ -39,11 +35,6 @@ class BackendHealth:
             if self.health != DOWN and self.failures >= self.fall:
                 return self._become(DOWN)
         return None
-
-    def next_delay(self, interval: float) -> float:
-        """Seconds until the next probe: the interval, or the short gap while a failure is being confirmed."""
-        confirming = self.health != DOWN and 0 < self.failures < self.fall
-        return min(RETRY_GAP, interval) if confirming else interval
 
     def _become(self, health: str) -> str:
         self.health = health

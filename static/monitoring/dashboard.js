@@ -221,6 +221,12 @@
       warning.textContent = data.conntrack_warning
         ? "Conntrack table above " + Math.round(config.conntrackWarn * 100) + " % of its maximum: new connections will soon be dropped."
         : "";
+      const healthd = data.healthd || { state: "unknown", detail: "" };
+      text("card-healthd", healthd.state.replace("_", " "));
+      document.getElementById("card-healthd-box").classList.toggle("warn", healthd.state !== "running");
+      const healthdWarning = document.getElementById("healthd-warning");
+      healthdWarning.hidden = healthd.state === "running";
+      healthdWarning.textContent = healthd.state === "running" ? "" : "Health checking " + healthd.state.replace("_", " ") + ": " + healthd.detail + ".";
       text("card-collector", s.collector_cpu_ms == null ? "–"
         : s.collector_cpu_ms + " ms CPU/sample · census every " + s.census_interval + " s");
       farmRows(data.farms);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import subprocess
 import threading
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from farms.models import ApplyRun
+from farms.nft import compiler
 from tests.lab import CLIENT4, CLIENT6, LB_BACKSIDE4, KeepAlive, backend4, backend6, vip4, vip6
 from tests.stack import ROOT, VENV_BIN
 
@@ -207,3 +209,44 @@ def test_a_farm_the_kernel_refuses_is_failed_with_its_message_and_the_others_sti
     run = ApplyRun.objects.filter(ok=False).first()
     assert run is not None and str(bad["id"]) in run.error
     assert Farm.objects.get(id=bad["id"]).apply_status == "failed"
+
+
+def test_the_skeleton_digest_is_read_from_the_kernel_and_is_none_without_table_or_chain(lab):
+    """``Kernel.base_digest`` reads one netlink dump of lbweb's prerouting chain. Run in the client namespace,
+    where no worker can rebuild anything behind the test's back."""
+    probe = [str(VENV_BIN / "python"), "-c", "from farms.nft.applier import Kernel; print(Kernel().base_digest())"]
+    nft = functools.partial(lab.ns, lab.client, "nft")
+    try:
+        assert lab.ns(lab.client, *probe).stdout.strip() == "None"
+        nft("add", "table", "inet", "lbweb")
+        assert lab.ns(lab.client, *probe).stdout.strip() == "None"
+        nft("add", "chain", "inet", "lbweb", "prerouting")
+        nft("add", "rule", "inet", "lbweb", "prerouting", "counter", "comment", '"other"')
+        assert lab.ns(lab.client, *probe).stdout.strip() == "None"
+        nft("add", "rule", "inet", "lbweb", "prerouting", "counter", "comment", f'"{compiler.BASE_DIGEST_PREFIX}abc123"')
+        assert lab.ns(lab.client, *probe).stdout.strip() == "abc123"
+        # Another family's table of the same name is not lbweb's.
+        nft("delete", "table", "inet", "lbweb")
+        nft("add", "table", "ip", "lbweb")
+        nft("add", "chain", "ip", "lbweb", "prerouting")
+        nft("add", "rule", "ip", "lbweb", "prerouting", "counter", "comment", f'"{compiler.BASE_DIGEST_PREFIX}abc123"')
+        assert lab.ns(lab.client, *probe).stdout.strip() == "None"
+    finally:
+        nft("delete", "table", "inet", "lbweb", check=False)
+        nft("delete", "table", "ip", "lbweb", check=False)
+
+
+def test_a_write_after_the_table_was_deleted_by_hand_rebuilds_it(api, worker, lab):
+    """Without the table the worker finds no skeleton digest and rebuilds everything in one transaction.
+    The rebuild may come from a task still queued by the farm's creation (a no-op otherwise) or from the write."""
+    farm = make_farm(api, "lost", vip4(70), scheduler="weight")
+    first_run = ApplyRun.objects.order_by("-id").first().id
+    lab.ns(lab.lb, "nft", "delete", "table", "inet", "lbweb")
+    api.patch(f"backends/{farm['backends'][0]['id']}/", {"weight": 7})
+    api.wait_applied(farm["id"])
+    runs = list(ApplyRun.objects.filter(id__gt=first_run).exclude(kind="noop").order_by("id"))
+    assert runs and all(run.ok for run in runs), runs
+    assert runs[0].kind == "full" and runs[0].reason.endswith("table missing"), runs[0].reason
+    ok, report = kernel_check(lab, worker)
+    assert ok, report
+    assert lab.http_get(vip4(70), 80)[0]["backend"] in THREE

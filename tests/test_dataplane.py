@@ -216,6 +216,7 @@ def test_the_skeleton_digest_is_read_from_the_kernel_and_is_none_without_table_o
     where no worker can rebuild anything behind the test's back."""
     probe = [str(VENV_BIN / "python"), "-c", "from farms.nft.applier import Kernel; print(Kernel().base_digest())"]
     nft = functools.partial(lab.ns, lab.client, "nft")
+    digest_comment = f'"{compiler.BASE_DIGEST_PREFIX}abc123"'
     try:
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
         nft("add", "table", "inet", "lbweb")
@@ -223,13 +224,13 @@ def test_the_skeleton_digest_is_read_from_the_kernel_and_is_none_without_table_o
         nft("add", "chain", "inet", "lbweb", "prerouting")
         nft("add", "rule", "inet", "lbweb", "prerouting", "counter", "comment", '"other"')
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
-        nft("add", "rule", "inet", "lbweb", "prerouting", "counter", "comment", f'"{compiler.BASE_DIGEST_PREFIX}abc123"')
+        nft("add", "rule", "inet", "lbweb", "prerouting", "counter", "comment", digest_comment)
         assert lab.ns(lab.client, *probe).stdout.strip() == "abc123"
         # Another family's table of the same name is not lbweb's.
         nft("delete", "table", "inet", "lbweb")
         nft("add", "table", "ip", "lbweb")
         nft("add", "chain", "ip", "lbweb", "prerouting")
-        nft("add", "rule", "ip", "lbweb", "prerouting", "counter", "comment", f'"{compiler.BASE_DIGEST_PREFIX}abc123"')
+        nft("add", "rule", "ip", "lbweb", "prerouting", "counter", "comment", digest_comment)
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
     finally:
         nft("delete", "table", "inet", "lbweb", check=False)

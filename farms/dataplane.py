@@ -270,6 +270,7 @@ class Outcome:
     failed: dict[int, str] = field(default_factory=dict)
     commands: int = 0
     error: str = ""
+    writer: str = ""
 
 
 class Applier:
@@ -314,7 +315,7 @@ class Applier:
         if not changed:
             return self._record(generation, ApplyKindChoices.NOOP, reason, started, outcome, compiled)
         try:
-            self.kernel.apply(document)
+            outcome.writer = self.kernel.apply_incremental(document, compiler.incremental_context(compiled, changed))
         except ApplyError as exc:
             log.warning("incremental apply failed (%s); doing a full resync", exc.message)
             return self._resync(f"{reason}: incremental failed")
@@ -356,6 +357,7 @@ class Applier:
         units = compiler.compile_units(good, snap.policies)
         outcome.changed = sorted(units)
         outcome.commands = len(document["nftables"])
+        outcome.writer = "libnftables"
         self._store_units(units, None)
         return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
 
@@ -416,6 +418,7 @@ class Applier:
                 digest=compiler.digest_of(sorted((k, u.digest) for k, u in compiled.items())),
                 farms_changed=len(outcome.changed),
                 commands=outcome.commands,
+                writer=outcome.writer,
             )
             pending = Farm.objects.filter(config_generation__lte=g, applied_generation__lt=F("config_generation"))
             pending.exclude(id__in=list(failed)).update(applied_generation=g, apply_error="")

@@ -579,6 +579,12 @@ class ApplyRun(models.Model):
     digest = models.CharField(max_length=32, blank=True)
     farms_changed = models.IntegerField(default=0)
     commands = models.IntegerField(default=0)
+    writer = models.CharField(
+        max_length=12,
+        blank=True,
+        help_text="Who wrote the transaction: 'netlink' (lbweb's own batch, the same cost whatever the number "
+        "of farms), 'libnftables' (full applies, and changes lbweb cannot transcribe), or blank (nothing sent).",
+    )
 
     class Meta:
         ordering = ("-id",)

@@ -93,6 +93,8 @@ def test_disabled_backend_gets_no_new_connection_but_keeps_its_established_one(a
         assert victim not in fresh and len(fresh) == 2, fresh
         for _ in range(3):
             assert kept.get()["backend"] == victim  # the established connection still works
+        # the change went in as lbweb's own netlink batch, not through libnftables' whole-table cache
+        assert ApplyRun.objects.filter(kind="incremental", ok=True).first().writer == "netlink"
     finally:
         kept.close()
 
@@ -125,6 +127,7 @@ def test_deleting_a_farm_removes_its_rules_and_nothing_else(api, worker, lab):
         assert not lab.try_connect(vip4(10), 80)
         assert lab.http_get(vip4(9), 80)[0]["backend"] in THREE
         assert lab.ns(lab.lb, "nft", "-j", "-s", "list", "table", "inet", "sentinel").stdout == before
+        assert ApplyRun.objects.filter(kind="incremental", ok=True).first().writer == "netlink"
         ok, report = kernel_check(lab, worker)
         assert ok, report
     finally:

@@ -236,6 +236,7 @@ class ApplyRunSerializer(serializers.ModelSerializer):
             "digest",
             "farms_changed",
             "commands",
+            "writer",
         ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import logging
 import re
 import struct
 from collections.abc import Iterator
@@ -20,8 +21,13 @@ import nftables
 
 from lbweb import netlink
 
+from . import nfmsg
 from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from .fragments import TABLE_FAMILY, TABLE_NAME
+from .scratch import scratch
+from .transcribe import Untranscribable, transcribe
+
+log = logging.getLogger(__name__)
 
 # nf_tables netlink (include/uapi/linux/netfilter/nf_tables.h), used only to read counters.
 NFNL_SUBSYS_NFTABLES = 10
@@ -138,6 +144,24 @@ class Kernel:
         """Commit the whole document as one atomic transaction, or nothing."""
         if document.get("nftables"):
             self._run(document)
+
+    def apply_incremental(self, document: dict, context: list[dict]) -> str:
+        """Commit a change as one transaction written by lbweb itself (see ``transcribe``), so its cost
+        does not grow with the number of farms; libnftables does it when it cannot be transcribed.
+        Returns who wrote it: "netlink" or "libnftables"."""
+        if not document.get("nftables"):
+            return "none"
+        try:
+            messages = transcribe(document, context, scratch())
+        except Untranscribable as exc:
+            log.info("libnftables applies this change: %s", exc)
+            self.apply(document)
+            return "libnftables"
+        try:
+            nfmsg.commit(messages)
+        except nfmsg.BatchRefused as exc:
+            raise ApplyError(str(exc), document) from exc
+        return "netlink"
 
     def list_table(self, family: str = TABLE_FAMILY, name: str = TABLE_NAME) -> list[dict[str, Any]] | None:
         rc, out, _err = self._nft.cmd(f"list table {family} {name}")

@@ -746,6 +746,18 @@ def incremental_document(old: dict[str, UnitObjects], new: dict[str, UnitRuleset
     return document(cmds), changed
 
 
+def incremental_context(new: dict[str, UnitRuleset], changed: list[str]) -> list[Json]:
+    """What the commands for ``changed`` can refer to, for the applier's own netlink batch: the
+    skeleton, the changed units' creates, and every policy's definitions (farms match their sets)."""
+    cmds = base_commands()
+    for unit in _ordered({k: u for k, u in new.items() if k in changed or k.startswith("policy")}):
+        if unit.key in changed:
+            cmds += unit.creates
+        else:
+            cmds += [c for c in unit.creates if "element" not in c.get("add", {})]
+    return cmds
+
+
 def _kept_elements(old: UnitObjects, new: UnitRuleset) -> set[tuple[str, str, str]]:
     """The unit's shared-map elements that stay as they are: same map, key and verdict, and the chain
     they jump to stays (it is flushed and refilled, not deleted). Leaving them alone keeps the

@@ -1,0 +1,177 @@
+"""lbweb's own netlink batch does exactly what libnftables does with the same incremental document.
+
+Each case loads the same full ruleset in two throwaway namespaces, applies one change with
+``Kernel.apply_incremental`` (the worker's path) in the first and with libnftables in the
+second, and compares the two kernels' rulesets object by object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import uuid
+
+import pytest
+
+from farms.nft import compiler
+from farms.nft.spec import PolicySpec
+from tests.stack import ROOT, VENV_BIN
+from tests.test_compiler import ALL_FARMS, ALLOW, DENY, FEATURES, WEB, WEB_REWEIGHTED
+
+APPLY = """
+import json, sys
+from farms.nft.applier import ApplyError, Kernel
+job = json.load(sys.stdin)
+kernel = Kernel()
+kernel.apply(job["full"])
+try:
+    if job["writer"] == "libnftables":
+        kernel.apply(job["document"])
+        print("libnftables")
+    else:
+        print(kernel.apply_incremental(job["document"], job["context"]))
+except ApplyError as exc:
+    print("refused:", exc.message)
+"""
+
+
+@pytest.fixture
+def two_namespaces():
+    if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
+        pytest.fail("namespaces need root")
+    names = [f"lbt-tr-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    for name in names:
+        subprocess.run(["ip", "netns", "add", name], check=True)
+        # the DSR farm of FEATURES hooks ingress of d0
+        subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True)
+    yield names
+    for name in names:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def run_in(netns: str, job: dict) -> str:
+    result = subprocess.run(
+        ["ip", "netns", "exec", netns, str(VENV_BIN / "python"), "-c", APPLY],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def ruleset(netns: str) -> list[dict]:
+    """Every object of the namespace's ruleset, without the handles that number them."""
+    out = subprocess.run(["ip", "netns", "exec", netns, "nft", "-j", "list", "ruleset"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "handle"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return [strip(item) for item in json.loads(out.stdout)["nftables"] if "metainfo" not in item]
+
+
+def both_ways(namespaces, old_farms, new_farms, old_policies=(), new_policies=()) -> tuple[str, list[dict]]:
+    old = compiler.compile_units(list(old_farms), list(old_policies))
+    new = compiler.compile_units(list(new_farms), list(new_policies))
+    document, changed = compiler.incremental_document({k: u.objects for k, u in old.items()}, new)
+    assert document["nftables"], "the case must change something"
+    job = {
+        "full": compiler.full_document(list(old_farms), list(old_policies)),
+        "document": document,
+        "context": compiler.incremental_context(new, changed),
+    }
+    ours, theirs = namespaces
+    writer = run_in(ours, {**job, "writer": "netlink"})
+    assert run_in(theirs, {**job, "writer": "libnftables"}) == "libnftables"
+    mine, reference = ruleset(ours), ruleset(theirs)
+    assert mine == reference, "\n".join(
+        json.dumps(x) for x in [i for i in mine if i not in reference] + [i for i in reference if i not in mine]
+    )
+    return writer, mine
+
+
+def test_a_backend_change_is_written_by_lbweb_and_equals_libnftables(two_namespaces):
+    writer, after = both_ways(two_namespaces, ALL_FARMS, [WEB_REWEIGHTED, *ALL_FARMS[1:]])
+    assert writer == "netlink"
+    assert any("numgen" in json.dumps(item) and "farm-web" in json.dumps(item) for item in after)
+
+
+def test_a_new_farm_with_snat_port_learning_sets_and_counters(two_namespaces):
+    writer, after = both_ways(two_namespaces, ALL_FARMS[1:], ALL_FARMS)
+    assert writer == "netlink"
+    reuse = next(i["set"] for i in after if "set" in i and i["set"]["name"] == "reuse-web-1")
+    assert reuse["timeout"] == 120 and reuse["size"] == 262144
+
+
+def test_a_deleted_farm_leaves_no_element_behind(two_namespaces):
+    writer, after = both_ways(two_namespaces, ALL_FARMS, ALL_FARMS[1:])
+    assert writer == "netlink"
+    assert "farm-web" not in json.dumps(after)
+
+
+def test_a_renamed_farm_keeps_its_ports_in_the_same_transaction(two_namespaces):
+    renamed = dataclasses.replace(WEB, name="shop")
+    writer, after = both_ways(two_namespaces, ALL_FARMS, [renamed, *ALL_FARMS[1:]])
+    assert writer == "netlink"
+    text = json.dumps(after)
+    assert "farm-shop" in text and "farm-web" not in text
+
+
+def test_farms_with_policies_persistence_limits_and_helpers(two_namespaces):
+    sticky, *others = FEATURES
+    changed = dataclasses.replace(sticky, backends=sticky.backends[:2], persist_ttl=60)
+    nat_only = [f for f in others if f.mode != "dsr"]
+    writer, _after = both_ways(two_namespaces, [sticky, *nat_only], [changed, *nat_only], [DENY, ALLOW], [DENY, ALLOW])
+    assert writer == "netlink"
+
+
+def test_a_policy_whose_addresses_change(two_namespaces):
+    nat_only = [f for f in FEATURES if f.mode != "dsr"]
+    wider = PolicySpec(id=DENY.id, name=DENY.name, type=DENY.type, elements=(*DENY.elements, "198.18.7.0/24"))
+    writer, _after = both_ways(two_namespaces, nat_only, nat_only, [DENY, ALLOW], [wider, ALLOW])
+    assert writer == "netlink"
+
+
+def test_a_stateless_farm_whose_reply_chains_come_after_their_first_element(two_namespaces):
+    """Each backend's reply element jumps to a chain the document adds later: elements wait for it."""
+    syslog = next(f for f in FEATURES if f.mode == "stlsdnat")
+    writer, _after = both_ways(two_namespaces, ALL_FARMS, [*ALL_FARMS, syslog])
+    assert writer == "netlink"
+    three = dataclasses.replace(
+        syslog, backends=(*syslog.backends, dataclasses.replace(syslog.backends[0], id=99, address="198.18.1.19"))
+    )
+    writer, _after = both_ways(two_namespaces, [syslog], [three])
+    assert writer == "netlink"
+
+
+def test_a_dsr_farm_falls_back_to_libnftables_with_the_same_result(two_namespaces):
+    """A DSR farm's netdev table hooks a real interface the scratch namespace does not have."""
+    direct = next(f for f in FEATURES if f.mode == "dsr")
+    moved = dataclasses.replace(direct, backends=direct.backends[:1])
+    writer, _after = both_ways(two_namespaces, [direct], [moved])
+    assert writer == "libnftables"
+
+
+def test_a_refused_batch_changes_nothing_and_names_the_command(two_namespaces):
+    ours, untouched = two_namespaces
+    old = compiler.compile_units(ALL_FARMS, [])
+    new = compiler.compile_units([WEB_REWEIGHTED, *ALL_FARMS[1:]], [])
+    document, changed = compiler.incremental_document({k: u.objects for k, u in old.items()}, new)
+    missing = {"delete": {"chain": {"family": "inet", "table": "lbweb", "name": "no-such-chain"}}}
+    job = {
+        "full": compiler.full_document(ALL_FARMS),
+        "document": {"nftables": [*document["nftables"], missing]},
+        "context": compiler.incremental_context(new, changed),
+    }
+    answer = run_in(ours, {**job, "writer": "netlink"})
+    assert answer.startswith("refused:") and "no-such-chain" in answer and "No such file" in answer, answer
+    assert run_in(untouched, {**job, "document": {"nftables": []}, "writer": "libnftables"}) == "libnftables"
+    assert ruleset(ours) == ruleset(untouched)  # the change before the refused command was not committed either

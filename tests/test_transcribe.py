@@ -152,6 +152,17 @@ def test_a_stateless_farm_whose_reply_chains_come_after_their_first_element(two_
     assert writer == "netlink"
 
 
+def test_hundreds_of_farms_in_one_change_make_one_batch(two_namespaces):
+    """A big batch: one acknowledgement for the whole, so no answer can overflow the socket."""
+    many = [
+        dataclasses.replace(WEB, id=100 + i, name=f"bulk{i}", vip=f"198.19.{i // 200}.{i % 200 + 1}")
+        for i in range(300)
+    ]
+    writer, after = both_ways(two_namespaces, ALL_FARMS, [*ALL_FARMS, *many])
+    assert writer == "netlink"
+    assert sum(1 for item in after if "chain" in item and item["chain"]["name"].startswith("farm-bulk")) == 300
+
+
 def test_a_dsr_farm_falls_back_to_libnftables_with_the_same_result(two_namespaces):
     """A DSR farm's netdev table hooks a real interface the scratch namespace does not have."""
     direct = next(f for f in FEATURES if f.mode == "dsr")
@@ -160,7 +171,8 @@ def test_a_dsr_farm_falls_back_to_libnftables_with_the_same_result(two_namespace
     assert writer == "libnftables"
 
 
-def test_a_refused_batch_changes_nothing_and_names_the_command(two_namespaces):
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_a_refused_batch_changes_nothing_and_names_the_command(two_namespaces, where):
     ours, untouched = two_namespaces
     old = compiler.compile_units(ALL_FARMS, [])
     new = compiler.compile_units([WEB_REWEIGHTED, *ALL_FARMS[1:]], [])
@@ -168,7 +180,9 @@ def test_a_refused_batch_changes_nothing_and_names_the_command(two_namespaces):
     missing = {"delete": {"chain": {"family": "inet", "table": "lbweb", "name": "no-such-chain"}}}
     job = {
         "full": compiler.full_document(ALL_FARMS),
-        "document": {"nftables": [*document["nftables"], missing]},
+        "document": {
+            "nftables": [missing, *document["nftables"]] if where == "first" else [*document["nftables"], missing]
+        },
         "context": compiler.incremental_context(new, changed),
     }
     answer = run_in(ours, {**job, "writer": "netlink"})

@@ -161,6 +161,8 @@ class Kernel:
             nfmsg.commit(messages)
         except nfmsg.BatchRefused as exc:
             raise ApplyError(str(exc), document) from exc
+        except OSError as exc:  # not sent, or no answer: the caller rebuilds the table to be sure
+            raise ApplyError(f"netlink batch: {exc}", document) from exc
         return "netlink"
 
     def list_table(self, family: str = TABLE_FAMILY, name: str = TABLE_NAME) -> list[dict[str, Any]] | None:

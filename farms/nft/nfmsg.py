@@ -21,6 +21,7 @@ NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE, NLM_F_APPEND = 0x1, 0x4, 0x400, 0x800
 NLA_F_NESTED = 0x8000
+SO_SNDBUFFORCE = 32
 
 # NFT_MSG_*
 NEWTABLE, GETTABLE, DELTABLE = 0, 1, 2
@@ -128,9 +129,20 @@ class Element:
         return self.identity()
 
 
-def elements_payload(elements: Iterable[Element], adding: bool) -> bytes:
-    body = b"".join(nested(LIST_ELEM, e.for_add() if adding else e.for_delete()) for e in elements)
-    return nested(ELEM_LIST_ELEMENTS, body)
+ELEMENTS_PER_ATTRIBUTE = 60000  # bytes: a netlink attribute's length is 16 bits
+
+
+def elements_payloads(elements: Iterable[Element], adding: bool) -> Iterator[bytes]:
+    """The elements as ELEMENTS attributes, as many as their size needs (one message each)."""
+    body = b""
+    for e in elements:
+        item = nested(LIST_ELEM, e.for_add() if adding else e.for_delete())
+        if body and len(body) + len(item) > ELEMENTS_PER_ATTRIBUTE:
+            yield nested(ELEM_LIST_ELEMENTS, body)
+            body = b""
+        body += item
+    if body:
+        yield nested(ELEM_LIST_ELEMENTS, body)
 
 
 @dataclass
@@ -256,36 +268,47 @@ class BatchRefused(Exception):
 
 
 def commit(messages: list[Message]) -> None:
-    """Send the messages as one nf_tables transaction; every one is acknowledged or the batch is refused."""
+    """Send the messages as one nf_tables transaction: all of it is committed, or nothing and
+    :class:`BatchRefused` names the first message the kernel refused.
+
+    Only the last message asks for an acknowledgement: the kernel reports every refused message
+    anyway, in order, before that last answer, so one answer per batch is read whatever its size
+    (an acknowledgement per message could overflow the socket on a big batch)."""
     if not messages:
         return
     first = next(_sequence) & 0x7FFFFFFF
-    chunks, expected = [], {}
     header = netlink.MESSAGE_HEADER
-    begin = struct.pack("=BBH", 0, 0, socket.htons(NFNL_SUBSYS_NFTABLES))
-    chunks.append(header.pack(header.size + 4, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, first, 0) + begin)
+    subsystem = struct.pack("=BBH", 0, 0, socket.htons(NFNL_SUBSYS_NFTABLES))
+    chunks = [header.pack(header.size + 4, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, first, 0) + subsystem]
+    by_sequence = {}
     for offset, message in enumerate(messages, start=1):
         sequence = first + offset
         body = struct.pack("=BBH", FAMILIES[message.family], 0, 0) + message.payload
+        flags = message.flags | NLM_F_REQUEST | (NLM_F_ACK if offset == len(messages) else 0)
         kind = (NFNL_SUBSYS_NFTABLES << 8) | message.kind
-        chunks.append(
-            header.pack(header.size + len(body), kind, message.flags | NLM_F_REQUEST | NLM_F_ACK, sequence, 0)
-        )
-        chunks.append(body)
-        expected[sequence] = message
-    end_sequence = first + len(messages) + 1
-    chunks.append(header.pack(header.size + 4, NFNL_MSG_BATCH_END, NLM_F_REQUEST, end_sequence, 0) + begin)
+        chunks += [header.pack(header.size + len(body), kind, flags, sequence, 0), body]
+        by_sequence[sequence] = message
+    last = first + len(messages)
+    chunks.append(header.pack(header.size + 4, NFNL_MSG_BATCH_END, NLM_F_REQUEST, last + 1, 0) + subsystem)
     refused: tuple[Message, int] | None = None
+    batch = b"".join(chunks)
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_NETFILTER) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        # The kernel takes a batch from one datagram, which must fit the send buffer.
+        size = max(len(batch) * 2, 1 << 20)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size)
+        except PermissionError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
         sock.bind((0, 0))
         sock.settimeout(30)
-        sock.sendall(b"".join(chunks))
-        while expected:
+        sock.send(batch)
+        answered = False
+        while not answered:
             try:
                 data = sock.recv(1 << 20)
             except TimeoutError:
-                if refused:  # an aborted batch need not acknowledge what came after the refusal
+                if refused:  # a batch cut short by its error may leave the last message unanswered
                     break
                 raise
             offset = 0
@@ -293,16 +316,14 @@ def commit(messages: list[Message]) -> None:
                 length, kind, _flags, sequence, _port = header.unpack_from(data, offset)
                 if length < header.size:
                     break
-                if kind == netlink.NLMSG_ERROR and sequence in expected:
+                if kind == netlink.NLMSG_ERROR:
                     (code,) = netlink.ERROR_CODE.unpack_from(data, offset + header.size)
-                    message = expected.pop(sequence)
-                    if code and refused is None:
-                        refused = (message, -code)
+                    if code and sequence in by_sequence and refused is None:
+                        refused = (by_sequence[sequence], -code)
                         sock.settimeout(1)
-                elif kind == netlink.NLMSG_ERROR and sequence in (first, end_sequence):
-                    (code,) = netlink.ERROR_CODE.unpack_from(data, offset + header.size)
-                    if code:
+                    elif code and sequence not in by_sequence:
                         raise OSError(-code, f"nf_tables batch: {os.strerror(-code)}")
+                    answered = answered or sequence == last
                 offset += netlink.align(length)
     if refused:
         raise BatchRefused(*refused)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from concurrent.futures import BrokenExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,7 +100,10 @@ def transcribe(document: Json, context: list[Json], scratch: Scratch) -> list[Me
     commands = [_command(c) for c in document.get("nftables", [])]
     if not commands:
         return []
-    reads = scratch.run(_read_scratch, scratch, commands, context)
+    try:
+        reads = scratch.run(_read_scratch, scratch, commands, context)
+    except (OSError, BrokenExecutor) as exc:  # no namespace of its own (not root?): libnftables does it
+        raise Untranscribable(f"no scratch namespace: {exc}") from exc
     return _Writer(reads).messages(commands)
 
 
@@ -266,7 +270,8 @@ class _Writer:
             if not elements:
                 raise Untranscribable(f"no keys found for the elements deleted from '{c.name}'")
             payload = _attr(nfmsg.ELEM_LIST_TABLE, table) + _attr(nfmsg.ELEM_LIST_SET, c.name)
-            self._emit(nfmsg.DELSETELEM, c, payload + nfmsg.elements_payload(elements, adding=False))
+            for chunk in nfmsg.elements_payloads(elements, adding=False):
+                self._emit(nfmsg.DELSETELEM, c, payload + chunk)
         else:
             type_ = nfmsg.U32.pack(nfmsg.OBJECT_TYPES[c.kind])
             payload = _attr(nfmsg.OBJ_TABLE, table) + _attr(nfmsg.OBJ_NAME, c.name)
@@ -310,7 +315,8 @@ class _Writer:
         payload = _attr(nfmsg.ELEM_LIST_TABLE, c.where[1]) + _attr(nfmsg.ELEM_LIST_SET, set_name)
         if set_id is not None:
             payload += nfmsg.netlink.attr(nfmsg.ELEM_LIST_SET_ID, nfmsg.U32.pack(set_id))
-        self._emit(nfmsg.NEWSETELEM, c, payload + nfmsg.elements_payload(elements, adding=True), nfmsg.NLM_F_CREATE)
+        for chunk in nfmsg.elements_payloads(elements, adding=True):
+            self._emit(nfmsg.NEWSETELEM, c, payload + chunk, nfmsg.NLM_F_CREATE)
 
     def _add_elements(self, c: Command) -> None:
         key = (*c.where, c.name)

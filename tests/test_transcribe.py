@@ -189,3 +189,13 @@ def test_a_refused_batch_changes_nothing_and_names_the_command(two_namespaces, w
     assert answer.startswith("refused:") and "no-such-chain" in answer and "No such file" in answer, answer
     assert run_in(untouched, {**job, "document": {"nftables": []}, "writer": "libnftables"}) == "libnftables"
     assert ruleset(ours) == ruleset(untouched)  # the change before the refused command was not committed either
+
+
+def test_only_a_bulk_change_goes_back_to_libnftables():
+    """libnftables' cost follows the table, lbweb's batch the change: an import of many farms is cheaper
+    through libnftables, any everyday change (even several hundred units out of thousands) is not."""
+    from farms.dataplane import is_bulk
+
+    assert not is_bulk(1, 10_000) and not is_bulk(1, 1) and not is_bulk(100, 100)
+    assert not is_bulk(200, 10_000) and not is_bulk(101, 405)
+    assert is_bulk(101, 404) and is_bulk(1_000, 1_000) and is_bulk(10_000, 10_100)

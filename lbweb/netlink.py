@@ -58,48 +58,64 @@ class NetlinkError(OSError):
     """The kernel answered a dump request with an error (errno)."""
 
 
+def open_socket(protocol: int, receive_buffer: int = 4 << 20) -> socket.socket:
+    """A bound netlink socket, for callers that make many dumps in a row (closing one costs ~1 ms)."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.bind((0, 0))
+    sock.settimeout(10)
+    return sock
+
+
 def dump_chunks(
-    protocol: int, message_type: int, family: int, payload: bytes = b"", receive_buffer: int = 4 << 20
+    protocol: int,
+    message_type: int,
+    family: int,
+    payload: bytes = b"",
+    receive_buffer: int = 4 << 20,
+    sock: socket.socket | None = None,
 ) -> Iterator[tuple[bytes, list[tuple[int, int]]]]:
     """Send one dump request; yield each buffer received with the (start, end) of every answer's body in it.
 
     A body starts after the netlink and nfgen headers. The answer ends at NLMSG_DONE;
-    an NLMSG_ERROR raises :class:`NetlinkError`.
+    an NLMSG_ERROR raises :class:`NetlinkError`. ``sock`` (from :func:`open_socket`) is used
+    and left open; without it a socket is opened for this dump alone. A dump must be read to its
+    end before the socket serves another.
     """
+    if sock is None:
+        with open_socket(protocol, receive_buffer) as own:
+            yield from dump_chunks(protocol, message_type, family, payload, receive_buffer, own)
+        return
     sequence = next(_sequence) & 0x7FFFFFFF
     body = NFGEN_HEADER.pack(family, 0, 0) + payload
     flags = NLM_F_REQUEST | NLM_F_DUMP
     request = MESSAGE_HEADER.pack(MESSAGE_HEADER.size + len(body), message_type, flags, sequence, 0)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-        sock.bind((0, 0))
-        sock.settimeout(10)
-        sock.send(request + body)
-        unpack = MESSAGE_HEADER.unpack_from
-        done = False
-        while not done:
-            data = sock.recv(1 << 20)
-            spans = []
-            offset, size = 0, len(data)
-            while offset + MESSAGE_HEADER.size <= size:
-                length, kind, _flags, seq, _port = unpack(data, offset)
-                if length < MESSAGE_HEADER.size:
+    sock.send(request + body)
+    unpack = MESSAGE_HEADER.unpack_from
+    done = False
+    while not done:
+        data = sock.recv(1 << 20)
+        spans = []
+        offset, size = 0, len(data)
+        while offset + MESSAGE_HEADER.size <= size:
+            length, kind, _flags, seq, _port = unpack(data, offset)
+            if length < MESSAGE_HEADER.size:
+                done = True
+                break
+            if seq == sequence:
+                if kind == NLMSG_DONE:
                     done = True
                     break
-                if seq == sequence:
-                    if kind == NLMSG_DONE:
-                        done = True
-                        break
-                    if kind == NLMSG_ERROR:
-                        (code,) = ERROR_CODE.unpack_from(data, offset + MESSAGE_HEADER.size)
-                        if code:
-                            raise NetlinkError(-code, os.strerror(-code))
-                        done = True
-                        break
-                    spans.append((offset + MESSAGE_HEADER.size + NFGEN_HEADER_SIZE, offset + length))
-                offset += align(length)
-            if spans:
-                yield data, spans
+                if kind == NLMSG_ERROR:
+                    (code,) = ERROR_CODE.unpack_from(data, offset + MESSAGE_HEADER.size)
+                    if code:
+                        raise NetlinkError(-code, os.strerror(-code))
+                    done = True
+                    break
+                spans.append((offset + MESSAGE_HEADER.size + NFGEN_HEADER_SIZE, offset + length))
+            offset += align(length)
+        if spans:
+            yield data, spans
 
 
 def dump_raw(
@@ -155,9 +171,14 @@ def message_spans(data: bytes) -> list[tuple[int, int]]:
 
 
 def dump(
-    protocol: int, message_type: int, family: int, payload: bytes = b"", receive_buffer: int = 4 << 20
+    protocol: int,
+    message_type: int,
+    family: int,
+    payload: bytes = b"",
+    receive_buffer: int = 4 << 20,
+    sock: socket.socket | None = None,
 ) -> Iterator[tuple[bytes, int, int]]:
     """Send one dump request; yield (buffer, start, end) of each answer's body after the nfgen header."""
-    for data, spans in dump_chunks(protocol, message_type, family, payload, receive_buffer):
+    for data, spans in dump_chunks(protocol, message_type, family, payload, receive_buffer, sock):
         for start, end in spans:
             yield data, start, end

@@ -12,7 +12,7 @@ import itertools
 import os
 import socket
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from lbweb import netlink
@@ -159,35 +159,43 @@ class TableDump:
     elements: dict[str, list[Element]] = field(default_factory=dict)  # set -> elements
 
 
-def _dump(message: int, family: str, payload: bytes) -> Iterator[Obj]:
+def _dump(message: int, family: str, payload: bytes, sock: socket.socket | None) -> Iterator[Obj]:
     message_type = (NFNL_SUBSYS_NFTABLES << 8) | message
-    for data, start, end in netlink.dump(netlink.NETLINK_NETFILTER, message_type, FAMILIES[family], payload):
+    answers = netlink.dump(netlink.NETLINK_NETFILTER, message_type, FAMILIES[family], payload, sock=sock)
+    for data, start, end in answers:
         yield Obj(list(raw_attrs(data, start, end)))
 
 
-def read_table(family: str, name: str) -> TableDump:
-    """One table of the current network namespace, every object of it (raises NetlinkError)."""
+def read_table(
+    family: str,
+    name: str,
+    elements_of: Callable[[TableDump], Iterable[str]] | None = None,
+    sock: socket.socket | None = None,
+) -> TableDump:
+    """One table of the current network namespace (raises NetlinkError): its chains, rules, sets and
+    named objects, and the elements of the sets ``elements_of`` names (all without it)."""
     table_attr = netlink.attr(1, string(name))  # NFTA_{CHAIN,RULE,SET,OBJ}_TABLE are all 1
     dump = TableDump(family, name)
-    for table in _dump(GETTABLE, family, b""):
+    for table in _dump(GETTABLE, family, b"", sock):
         if table.name(TABLE_NAME) == name:
             dump.table = table
     if dump.table is None:
         return dump
-    for chain in _dump(GETCHAIN, family, table_attr):
+    for chain in _dump(GETCHAIN, family, table_attr, sock):
         if chain.name(CHAIN_TABLE) == name:
             dump.chains[chain.name(CHAIN_NAME)] = chain
             dump.rules[chain.name(CHAIN_NAME)] = []
-    for rule in _dump(GETRULE, family, table_attr):
+    for rule in _dump(GETRULE, family, table_attr, sock):
         dump.rules.setdefault(rule.name(RULE_CHAIN), []).append(rule)
-    for set_ in _dump(GETSET, family, table_attr):
+    for set_ in _dump(GETSET, family, table_attr, sock):
         dump.sets[set_.name(SET_NAME)] = set_
-    for obj in _dump(GETOBJ, family, table_attr):
+    for obj in _dump(GETOBJ, family, table_attr, sock):
         dump.objects[obj.name(OBJ_NAME)] = obj
-    for set_name in dump.sets:
+    wanted = dump.sets if elements_of is None else [n for n in elements_of(dump) if n in dump.sets]
+    for set_name in wanted:
         request = table_attr + netlink.attr(ELEM_LIST_SET, string(set_name))
         found: list[Element] = []
-        for message in _dump(GETSETELEM, family, request):
+        for message in _dump(GETSETELEM, family, request, sock):
             for kind, _whole, payload in message.attrs:
                 if kind == ELEM_LIST_ELEMENTS:
                     found += [Element(list(raw_attrs(item))) for _k, _w, item in raw_attrs(payload)]

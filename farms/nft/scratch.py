@@ -15,12 +15,15 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import nftables
+
+from lbweb import netlink
 
 from . import nfmsg
 
@@ -45,6 +48,7 @@ class Scratch:
     def __init__(self) -> None:
         self._executor = ThreadPoolExecutor(1, "nft-scratch", initializer=_enter_private_namespace)
         self._nft: nftables.Nftables | None = None
+        self._sock: socket.socket | None = None  # made on the scratch thread, so in its namespace
 
     def run(self, function: Callable[..., T], *args: Any) -> T:
         return self._executor.submit(function, *args).result()
@@ -69,8 +73,12 @@ class Scratch:
         for family, name in tables:
             self._context().cmd(f"delete table {family} {name}")
 
-    def read(self, family: str, name: str) -> nfmsg.TableDump:
-        return nfmsg.read_table(family, name)
+    def read(
+        self, family: str, name: str, elements_of: Callable[[nfmsg.TableDump], Iterable[str]] | None = None
+    ) -> nfmsg.TableDump:
+        if self._sock is None:
+            self._sock = netlink.open_socket(netlink.NETLINK_NETFILTER)
+        return nfmsg.read_table(family, name, elements_of, self._sock)
 
 
 _by_process: dict[int, Scratch] = {}

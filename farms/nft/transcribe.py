@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import BrokenExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,38 +124,48 @@ def _read_scratch(scratch: Scratch, commands: list[Command], context: list[Json]
 
     The context goes in first with its rules, as the real table got it (libnftables marks a set
     'dynamic' when a rule that feeds it comes in the same batch, and the kernel refuses a second
-    'add' that says otherwise); the chains the document refills are then emptied, and the
-    document's rules and elements added."""
+    'add' that says otherwise); then the document's rules and elements, and what it defines that
+    the context does not. Only the elements the writer needs are read back."""
     tables = {c.where for c in commands}
     definitions = _definitions(context, tables)
     loaded = _rules_and_definitions(context, tables)
     present = {_identity(d) for d in loaded if "table" not in d["add"] and "rule" not in d["add"]}
-    refilled = {(*c.where, c.name) for c in commands if c.verb == "add" and c.kind == "rule"}
     additions = [
         {"add": {c.kind: c.body}}
         for c in commands
         if c.verb == "add" and (c.kind in ("rule", "element") or (c.kind, *c.where, c.name) not in present)
     ]
+    filled = {(*c.where, c.name) for c in commands if c.verb == "add" and c.kind in ("set", "map", "element")}
+
+    def named(where: tuple[str, str]) -> Callable[[nfmsg.TableDump], set[str]]:
+        return lambda dump: {name for family, table, name in filled if (family, table) == where}
+
+    def named_and_anonymous(where: tuple[str, str]) -> Callable[[nfmsg.TableDump], set[str]]:
+        def sets(dump: nfmsg.TableDump) -> set[str]:
+            earlier = before[where].rules
+            new_rules = [r for chain, rules in dump.rules.items() for r in rules[len(earlier.get(chain, [])) :]]
+            referenced = {n for r in new_rules for n in nfmsg.rule_set_references(r)}
+            anonymous = {
+                n for n in referenced if n in dump.sets and nfmsg.set_flags(dump.sets[n]) & nfmsg.SET_ANONYMOUS
+            }
+            return named(where)(dump) | anonymous
+
+        return sets
+
     try:
         deleted_keys = _deleted_keys(scratch, commands, definitions, tables)
         scratch.reset(tables)
         scratch.load(loaded)
-        chains = {t: scratch.read(*t).chains for t in tables}
-        scratch.load(
-            [
-                {"flush": {"chain": {"family": family, "table": table, "name": chain}}}
-                for family, table, chain in sorted(refilled)
-                if chain in chains[(family, table)]
-            ]
-        )
-        before = {t: scratch.read(*t) for t in tables}
+        before = {t: scratch.read(*t, named(t)) for t in tables}
         scratch.load(additions)
-        after = {t: scratch.read(*t) for t in tables}
+        after = {t: scratch.read(*t, named_and_anonymous(t)) for t in tables}
     except ScratchError as exc:
         raise Untranscribable(f"the scratch namespace refused the document: {exc}") from exc
-    finally:
-        scratch.reset(tables)
     return _Reads(before, after, deleted_keys)
+
+
+def _is_anonymous(set_: nfmsg.Obj) -> bool:
+    return bool(nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS)
 
 
 def _rules_and_definitions(context: list[Json], tables: set[tuple[str, str]]) -> list[Json]:

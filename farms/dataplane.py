@@ -158,6 +158,10 @@ def last_handled_generation() -> int:
     return ApplyRun.objects.aggregate(g=Max("generation"))["g"] or 0
 
 
+def pending_farms() -> bool:
+    return Farm.objects.filter(applied_generation__lt=F("config_generation")).exists()
+
+
 def ensure_forwarding() -> None:
     """An LB that does not route balances nothing: turn forwarding on in this namespace."""
     if not settings.LBWEB_MANAGE_SYSCTL:
@@ -227,6 +231,8 @@ class UnitCache:
         self.farms: dict[int, tuple[int, compiler.UnitRuleset]] = {}
         self.policies: dict[int, tuple[int, compiler.UnitRuleset]] = {}
         self.kernel: dict[str, compiler.UnitObjects] | None = None
+        # (ruleset generation id, configuration generation) when the kernel was last known to match
+        self.verified: tuple[int, int] | None = None
 
     def current(self) -> tuple[int, dict[str, compiler.UnitRuleset], dict[int, str]]:
         """(generation, every compiled unit, farms that could not be compiled here and why)."""
@@ -303,15 +309,26 @@ class Applier:
         return self._apply(generation, compiled, failures, reason)
 
     def reconcile(self, reason: str = "reconcile") -> ApplyRun | None:
-        """Compare the kernel with the database; rebuild in one transaction if they differ."""
+        """Compare the kernel with the database; rebuild in one transaction if they differ.
+
+        Reading the whole table back costs seconds at 10,000 farms (and compiling every farm as
+        much), which would hold the worker's queue every 30 s. So when the kernel's ruleset
+        generation has not moved since the worker last knew the kernel right (its own commit, or a
+        comparison that matched), and no write came since, there is nothing to compare."""
+        generation_id = self.kernel.generation_id()
+        if CACHE.verified == (generation_id, ConfigGeneration.current()) and not pending_farms():
+            log.info(
+                "%s: kernel generation %d unchanged since it was verified; nothing to compare", reason, generation_id
+            )
+            return None
         snap = localise(snapshot())
         compiled = snap.compiled()
         if kernel_matches(self.kernel.observe(), compiled):
             self._store_units(compiled, None)
-            pending = Farm.objects.filter(applied_generation__lt=F("config_generation")).exists()
-            if pending or snap.failures or snap.generation > last_handled_generation():
+            if pending_farms() or snap.failures or snap.generation > last_handled_generation():
                 outcome = Outcome(failed=snap.failures)
                 return self._record(snap.generation, ApplyKindChoices.NOOP, reason, time.monotonic(), outcome, compiled)
+            CACHE.verified = (generation_id, snap.generation)
             return None
         return self._full(snap, reason=f"{reason}: kernel differs")
 
@@ -336,6 +353,8 @@ class Applier:
             log.warning("incremental apply failed (%s); doing a full resync", exc.message)
             return self._resync(f"{reason}: incremental failed")
         self._store_units(compiled, changed)
+        if not outcome.failed:
+            CACHE.verified = (self.kernel.generation_id(), generation)
         return self._record(generation, ApplyKindChoices.INCREMENTAL, reason, started, outcome, compiled)
 
     def _resync(self, reason: str) -> ApplyRun:
@@ -374,6 +393,8 @@ class Applier:
         outcome.changed = sorted(units)
         outcome.commands = len(document["nftables"])
         outcome.writer = "libnftables"
+        if not outcome.failed:
+            CACHE.verified = (self.kernel.generation_id(), snap.generation)
         self._store_units(units, None)
         return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
 

@@ -165,6 +165,10 @@ class Kernel:
             raise ApplyError(f"netlink batch: {exc}", document) from exc
         return "netlink"
 
+    def generation_id(self) -> int:
+        """The namespace's ruleset generation (moves with every committed nf_tables transaction)."""
+        return nfmsg.generation_id()
+
     def list_table(self, family: str = TABLE_FAMILY, name: str = TABLE_NAME) -> list[dict[str, Any]] | None:
         rc, out, _err = self._nft.cmd(f"list table {family} {name}")
         if rc != 0:

@@ -335,3 +335,33 @@ def commit(messages: list[Message]) -> None:
                 offset += netlink.align(length)
     if refused:
         raise BatchRefused(*refused)
+
+
+GETGEN, NEWGEN, GEN_ID = 16, 15, 1
+
+
+def generation_id() -> int:
+    """This network namespace's ruleset generation: the kernel moves it with every nf_tables
+    transaction it commits, whoever sends it (one small request, whatever the ruleset's size)."""
+    header = netlink.MESSAGE_HEADER
+    sequence = next(_sequence) & 0x7FFFFFFF
+    body = struct.pack("=BBH", 0, 0, 0)
+    request = header.pack(header.size + len(body), (NFNL_SUBSYS_NFTABLES << 8) | GETGEN, NLM_F_REQUEST, sequence, 0)
+    with netlink.open_socket(netlink.NETLINK_NETFILTER, 1 << 16) as sock:
+        sock.send(request + body)
+        while True:
+            data = sock.recv(1 << 16)
+            offset = 0
+            while offset + header.size <= len(data):
+                length, kind, _flags, seq, _port = header.unpack_from(data, offset)
+                if length < header.size:
+                    break
+                if seq == sequence and kind == netlink.NLMSG_ERROR:
+                    (code,) = netlink.ERROR_CODE.unpack_from(data, offset + header.size)
+                    raise OSError(-code, f"nf_tables generation: {os.strerror(-code)}")
+                if seq == sequence and kind == (NFNL_SUBSYS_NFTABLES << 8) | NEWGEN:
+                    start = offset + header.size + netlink.NFGEN_HEADER_SIZE
+                    for attr_kind, _whole, payload in raw_attrs(data, start, offset + length):
+                        if attr_kind == GEN_ID:
+                            return U32.unpack(payload)[0]
+                offset += netlink.align(length)

@@ -6,8 +6,8 @@ the kernel although the transaction itself is a few dozen commands. The batch bu
 costs the same whatever the number of farms:
 
 1. In the scratch namespace (``scratch.py``) libnftables loads what the document needs: the
-   definitions it refers to (the skeleton's maps, the changed units' sets and counters,
-   their chains), then the document's own additions. lbweb reads both states back.
+   skeleton, the changed units as they are compiled now (definitions and rules), the policy
+   sets they match, then the document's own rules and elements. lbweb reads both states back.
 2. Each command of the document becomes the netlink messages that add what appeared
    between the two reads (a rule is the next new rule of its chain; an element is one the
    map did not hold), or that remove an object by name. Keys of elements to delete are
@@ -95,8 +95,8 @@ def transcribe(document: Json, context: list[Json], scratch: Scratch) -> list[Me
     """The batch that does what ``document`` does; ``context`` defines what it refers to.
 
     ``context`` is a list of nftables JSON commands: the skeleton and the complete creates of
-    every unit the document touches (and of those it refers to). Only their definitions are
-    loaded (tables, chains, sets and maps, named objects): never their rules or elements.
+    every unit the document touches (and the definitions of those it refers to). Their
+    definitions and rules are loaded in scratch, never their elements.
     """
     commands = [_command(c) for c in document.get("nftables", [])]
     if not commands:
@@ -202,7 +202,7 @@ def _deleted_keys(
     definitions_only = [d for d in definitions if "table" in d["add"] or (*_where_of(d), _name_of(d)) in maps]
     scratch.reset(tables)
     scratch.load(definitions_only + adds)
-    reads = {t: scratch.read(*t) for t in tables}
+    reads = {t: scratch.read(*t, lambda dump, t=t: {m for f, tb, m in maps if (f, tb) == t}) for t in tables}
     return {(f, t, m): reads[(f, t)].elements.get(m, []) for f, t, m in maps}
 
 

@@ -152,13 +152,14 @@ def print_report(r: dict) -> None:
     print("Single-backend change (one backend's weight through the API), N farms present")
     print(
         f"{'farms':>7} {'n':>4} {'write->kernel p50':>18} {'p99':>8} {'ApplyRun p50 ms':>16} {'p99':>8} {'commands':>9}"
+        "  written by"
     )
     for s in r["scale"]:
         one = s["single"]
         k, run = one["kernel_ms"], one["apply_run_ms"]
         commands = "/".join(str(c) for c in one["commands"])
         print(f"{s['farms']:7,} {k['n']:4} {k['p50']:18.1f} {k['p99']:8.1f} {run['p50']:16.1f} {run['p99']:8.1f}"
-              f" {commands:>9}")  # fmt: skip
+              f" {commands:>9}  {'/'.join(one.get('writers', []))}")  # fmt: skip
     growth = r.get("single_growth")
     if growth:
         print(f"ratio {growth['to']:,} farms / {growth['from']:,} farms: write->kernel p50 x{growth['kernel_p50']},"

@@ -214,6 +214,7 @@ def full_apply(count: int, per_farm: int, redis_client, drain_cap: float) -> dic
                 "farms_changed": main.farms_changed,
                 "commands": main.commands,
                 "duration_s": round(main.duration_ms / 1000, 3),
+                "writer": main.writer,
             },
         }
     )
@@ -290,6 +291,7 @@ def single_changes(api: Api, netns: str, count: int, gap: float, farm_count: int
             "commands": sorted({r.commands for r in runs}),
             "farms_changed": sorted({r.farms_changed for r in runs}),
             "kinds": sorted({r.kind for r in runs}),
+            "writers": sorted({r.writer for r in runs}),
         }
     )
     return out

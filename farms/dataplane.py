@@ -8,8 +8,11 @@ thing else is read here from the database.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import gc
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,6 +282,24 @@ class Outcome:
     writer: str = ""
 
 
+def cyclic_gc_paused(function: Callable) -> Callable:
+    """Run ``function`` with Python's cyclic garbage collector off. Compiling thousands of farms
+    allocates millions of objects and no cycles worth collecting, and the collector would scan them
+    all again and again: 2.3 times the compile time at 4,000 farms (``bench/compile.py``)."""
+
+    @functools.wraps(function)
+    def paused(*args, **kwargs):
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+
+    return paused
+
+
 BULK_UNITS = 100
 
 
@@ -298,6 +319,7 @@ class Applier:
 
     # -- entry points ---------------------------------------------------------------
 
+    @cyclic_gc_paused
     def apply_pending(self, requested: int | None = None, reason: str = "change") -> ApplyRun | None:
         """Apply what changed since the last apply; a request already covered is skipped."""
         if requested is not None and requested <= last_handled_generation():
@@ -308,6 +330,7 @@ class Applier:
             return None
         return self._apply(generation, compiled, failures, reason)
 
+    @cyclic_gc_paused
     def reconcile(self, reason: str = "reconcile") -> ApplyRun | None:
         """Compare the kernel with the database; rebuild in one transaction if they differ.
 

@@ -252,7 +252,10 @@ class Kernel:
         request += netlink.attr(NFTA_RULE_CHAIN, b"prerouting\0")
         message_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE
         try:
-            for data, spans in netlink.dump_chunks(netlink.NETLINK_NETFILTER, message_type, NFPROTO_INET, request):
+            chunks = netlink.dump_chunks(
+                netlink.NETLINK_NETFILTER, message_type, NFPROTO_INET, request, sock=nfmsg.shared_socket()
+            )
+            for data, spans in chunks:
                 for start, end in spans:
                     for comment in _rule_comments(data, start, end):
                         if comment.startswith(BASE_DIGEST_PREFIX):

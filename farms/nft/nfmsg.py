@@ -275,6 +275,19 @@ class BatchRefused(Exception):
         super().__init__(f"the kernel refused {message.what}: {os.strerror(code)}")
 
 
+_sockets: dict[tuple[int, int], socket.socket] = {}
+
+
+def shared_socket() -> socket.socket:
+    """A netfilter netlink socket kept open for this process and network namespace: closing one
+    that sent a batch costs the kernel ~10 ms, more than a whole small change."""
+    key = (os.getpid(), os.stat("/proc/thread-self/ns/net").st_ino)
+    sock = _sockets.get(key)
+    if sock is None:
+        sock = _sockets[key] = netlink.open_socket(netlink.NETLINK_NETFILTER)
+    return sock
+
+
 def commit(messages: list[Message]) -> None:
     """Send the messages as one nf_tables transaction: all of it is committed, or nothing and
     :class:`BatchRefused` names the first message the kernel refused.
@@ -298,43 +311,53 @@ def commit(messages: list[Message]) -> None:
         by_sequence[sequence] = message
     last = first + len(messages)
     chunks.append(header.pack(header.size + 4, NFNL_MSG_BATCH_END, NLM_F_REQUEST, last + 1, 0) + subsystem)
-    refused: tuple[Message, int] | None = None
     batch = b"".join(chunks)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_NETFILTER) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        # The kernel takes a batch from one datagram, which must fit the send buffer.
-        size = max(len(batch) * 2, 1 << 20)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size)
-        except PermissionError:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-        sock.bind((0, 0))
-        sock.settimeout(30)
+    sock = shared_socket()
+    # The kernel takes a batch from one datagram, which must fit the send buffer.
+    size = max(len(batch) * 2, 1 << 20)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+    sock.settimeout(30)
+    try:
         sock.send(batch)
-        answered = False
-        while not answered:
-            try:
-                data = sock.recv(1 << 20)
-            except TimeoutError:
-                if refused:  # a batch cut short by its error may leave the last message unanswered
-                    break
-                raise
-            offset = 0
-            while offset + header.size <= len(data):
-                length, kind, _flags, sequence, _port = header.unpack_from(data, offset)
-                if length < header.size:
-                    break
-                if kind == netlink.NLMSG_ERROR:
-                    (code,) = netlink.ERROR_CODE.unpack_from(data, offset + header.size)
-                    if code and sequence in by_sequence and refused is None:
-                        refused = (by_sequence[sequence], -code)
-                        sock.settimeout(1)
-                    elif code and sequence not in by_sequence:
-                        raise OSError(-code, f"nf_tables batch: {os.strerror(-code)}")
-                    answered = answered or sequence == last
-                offset += netlink.align(length)
+        refused = _answers(sock, by_sequence, first, last)
+    except OSError:  # a socket in an unknown state is not used again
+        _sockets.pop(next(k for k, v in _sockets.items() if v is sock), None)
+        sock.close()
+        raise
     if refused:
         raise BatchRefused(*refused)
+
+
+def _answers(sock: socket.socket, by_sequence: dict[int, Message], first: int, last: int) -> tuple[Message, int] | None:
+    """Read the batch's answers up to the last message's acknowledgement; the first refusal, if any.
+    Answers to earlier requests on this socket (other sequence numbers) are skipped."""
+    header = netlink.MESSAGE_HEADER
+    refused = None
+    while True:
+        try:
+            data = sock.recv(1 << 20)
+        except TimeoutError:
+            if refused:  # a batch cut short by its error may leave the last message unanswered
+                return refused
+            raise
+        offset = 0
+        while offset + header.size <= len(data):
+            length, kind, _flags, sequence, _port = header.unpack_from(data, offset)
+            if length < header.size:
+                break
+            if kind == netlink.NLMSG_ERROR and first <= sequence <= last + 1:
+                (code,) = netlink.ERROR_CODE.unpack_from(data, offset + header.size)
+                if code and sequence in by_sequence and refused is None:
+                    refused = (by_sequence[sequence], -code)
+                    sock.settimeout(1)
+                elif code and sequence not in by_sequence:
+                    raise OSError(-code, f"nf_tables batch: {os.strerror(-code)}")
+                if sequence == last:
+                    return refused
+            offset += netlink.align(length)
 
 
 GETGEN, NEWGEN, GEN_ID = 16, 15, 1
@@ -347,21 +370,22 @@ def generation_id() -> int:
     sequence = next(_sequence) & 0x7FFFFFFF
     body = struct.pack("=BBH", 0, 0, 0)
     request = header.pack(header.size + len(body), (NFNL_SUBSYS_NFTABLES << 8) | GETGEN, NLM_F_REQUEST, sequence, 0)
-    with netlink.open_socket(netlink.NETLINK_NETFILTER, 1 << 16) as sock:
-        sock.send(request + body)
-        while True:
-            data = sock.recv(1 << 16)
-            offset = 0
-            while offset + header.size <= len(data):
-                length, kind, _flags, seq, _port = header.unpack_from(data, offset)
-                if length < header.size:
-                    break
-                if seq == sequence and kind == netlink.NLMSG_ERROR:
-                    (code,) = netlink.ERROR_CODE.unpack_from(data, offset + header.size)
-                    raise OSError(-code, f"nf_tables generation: {os.strerror(-code)}")
-                if seq == sequence and kind == (NFNL_SUBSYS_NFTABLES << 8) | NEWGEN:
-                    start = offset + header.size + netlink.NFGEN_HEADER_SIZE
-                    for attr_kind, _whole, payload in raw_attrs(data, start, offset + length):
-                        if attr_kind == GEN_ID:
-                            return U32.unpack(payload)[0]
-                offset += netlink.align(length)
+    sock = shared_socket()
+    sock.settimeout(10)
+    sock.send(request + body)
+    while True:
+        data = sock.recv(1 << 16)
+        offset = 0
+        while offset + header.size <= len(data):
+            length, kind, _flags, seq, _port = header.unpack_from(data, offset)
+            if length < header.size:
+                break
+            if seq == sequence and kind == netlink.NLMSG_ERROR:
+                (code,) = netlink.ERROR_CODE.unpack_from(data, offset + header.size)
+                raise OSError(-code, f"nf_tables generation: {os.strerror(-code)}")
+            if seq == sequence and kind == (NFNL_SUBSYS_NFTABLES << 8) | NEWGEN:
+                start = offset + header.size + netlink.NFGEN_HEADER_SIZE
+                for attr_kind, _whole, payload in raw_attrs(data, start, offset + length):
+                    if attr_kind == GEN_ID:
+                        return U32.unpack(payload)[0]
+            offset += netlink.align(length)

@@ -158,16 +158,21 @@ def dump_raw(
             yield data
 
 
+def messages(data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """(type, sequence, start, end) of every message in a buffer; start is where the message's
+    header ends (an error's code, an nfgen header), end where the message ends."""
+    offset = 0
+    while offset + MESSAGE_HEADER.size <= len(data):
+        length, kind, _flags, sequence, _port = MESSAGE_HEADER.unpack_from(data, offset)
+        if length < MESSAGE_HEADER.size:
+            return
+        yield kind, sequence, offset + MESSAGE_HEADER.size, offset + length
+        offset += align(length)
+
+
 def message_spans(data: bytes) -> list[tuple[int, int]]:
     """The (start, end) of every message body in a buffer from :func:`dump_raw`."""
-    spans, offset = [], 0
-    while offset + MESSAGE_HEADER.size <= len(data):
-        length = MESSAGE_HEADER.unpack_from(data, offset)[0]
-        if length < MESSAGE_HEADER.size:
-            break
-        spans.append((offset + MESSAGE_HEADER.size + NFGEN_HEADER_SIZE, offset + length))
-        offset += align(length)
-    return spans
+    return [(start + NFGEN_HEADER_SIZE, end) for _kind, _sequence, start, end in messages(data)]
 
 
 def dump(

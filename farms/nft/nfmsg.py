@@ -334,7 +334,6 @@ def commit(messages: list[Message]) -> None:
 def _answers(sock: socket.socket, by_sequence: dict[int, Message], first: int, last: int) -> tuple[Message, int] | None:
     """Read the batch's answers up to the last message's acknowledgement; the first refusal, if any.
     Answers to earlier requests on this socket (other sequence numbers) are skipped."""
-    header = netlink.MESSAGE_HEADER
     refused = None
     while True:
         try:
@@ -343,13 +342,9 @@ def _answers(sock: socket.socket, by_sequence: dict[int, Message], first: int, l
             if refused:  # a batch cut short by its error may leave the last message unanswered
                 return refused
             raise
-        offset = 0
-        while offset + header.size <= len(data):
-            length, kind, _flags, sequence, _port = header.unpack_from(data, offset)
-            if length < header.size:
-                break
+        for kind, sequence, start, _end in netlink.messages(data):
             if kind == netlink.NLMSG_ERROR and first <= sequence <= last + 1:
-                (code,) = netlink.ERROR_CODE.unpack_from(data, offset + header.size)
+                (code,) = netlink.ERROR_CODE.unpack_from(data, start)
                 if code and sequence in by_sequence and refused is None:
                     refused = (by_sequence[sequence], -code)
                     sock.settimeout(1)
@@ -357,7 +352,6 @@ def _answers(sock: socket.socket, by_sequence: dict[int, Message], first: int, l
                     raise OSError(-code, f"nf_tables batch: {os.strerror(-code)}")
                 if sequence == last:
                     return refused
-            offset += netlink.align(length)
 
 
 GETGEN, NEWGEN, GEN_ID = 16, 15, 1
@@ -375,17 +369,11 @@ def generation_id() -> int:
     sock.send(request + body)
     while True:
         data = sock.recv(1 << 16)
-        offset = 0
-        while offset + header.size <= len(data):
-            length, kind, _flags, seq, _port = header.unpack_from(data, offset)
-            if length < header.size:
-                break
+        for kind, seq, start, end in netlink.messages(data):
             if seq == sequence and kind == netlink.NLMSG_ERROR:
-                (code,) = netlink.ERROR_CODE.unpack_from(data, offset + header.size)
+                (code,) = netlink.ERROR_CODE.unpack_from(data, start)
                 raise OSError(-code, f"nf_tables generation: {os.strerror(-code)}")
             if seq == sequence and kind == (NFNL_SUBSYS_NFTABLES << 8) | NEWGEN:
-                start = offset + header.size + netlink.NFGEN_HEADER_SIZE
-                for attr_kind, _whole, payload in raw_attrs(data, start, offset + length):
+                for attr_kind, _whole, payload in raw_attrs(data, start + netlink.NFGEN_HEADER_SIZE, end):
                     if attr_kind == GEN_ID:
                         return U32.unpack(payload)[0]
-            offset += netlink.align(length)

@@ -25,7 +25,7 @@ import nftables
 
 from lbweb import netlink
 
-from . import nfmsg
+from . import nfmsg, steps
 
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
@@ -64,13 +64,16 @@ class Scratch:
     def load(self, commands: list[dict]) -> None:
         if not commands:
             return
-        rc, _out, err = self._context().cmd(json.dumps({"nftables": commands}))
+        text = json.dumps({"nftables": commands})
+        steps.enter(steps.SCRATCH, text)
+        rc, _out, err = self._context().cmd(text)
         if rc != 0:
             raise ScratchError((err or f"libnftables returned {rc}").strip())
 
     def reset(self, tables: set[tuple[str, str]]) -> None:
         """Remove the given tables (those that exist) so the next load starts from nothing."""
         for family, name in tables:
+            steps.enter(steps.SCRATCH, f"delete table {family} {name}")
             self._context().cmd(f"delete table {family} {name}")
 
     def read(

@@ -17,7 +17,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, check: bool, **options):
         snap = dataplane.localise(dataplane.snapshot())  # DSR farms compile with the MACs seen from here
-        compiled = snap.compiled()
+        isolated = dataplane.isolated_farms()  # the kernel keeps what it held of them: that is what is expected
+        compiled = dataplane.hold(snap.compiled(), isolated, dataplane.CACHE.applied())
         state = Kernel().observe()
         matches = dataplane.kernel_matches(state, compiled)
         report = {
@@ -33,6 +34,7 @@ class Command(BaseCommand):
                 for r in compiled.values()
             },
             "dispatch_entries": state.dispatch_size(),
+            "isolated_farms": {str(fid): reason for fid, reason in sorted(isolated.items())},
         }
         self.stdout.write(json.dumps(report, indent=2))
         if check and not matches:

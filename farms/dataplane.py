@@ -283,7 +283,7 @@ class UnitCache:
     """The worker's memory of compiled units and of what it put in the kernel, so that one change costs
     one farm's compilation, not all of them. A farm is recompiled when its configuration generation moved
     (every write bumps it) or when it balances by least connections (its weights live outside the farm row).
-    A full resync or a failure empties the cache; it refills from the database.
+    A full resync empties the cache; it refills from the database.
     """
 
     def __init__(self) -> None:

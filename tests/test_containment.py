@@ -77,9 +77,11 @@ def test_a_crash_in_the_kernel_writer_isolates_the_farm_and_every_other_farm_kee
     ok, report = kernel_check(lab, crashing_worker)
     assert ok, report
     assert str(boom["id"]) in json.loads(report[: report.rindex("}") + 1])["isolated_farms"]
-    # Once changed, the farm is tried again (and crashes again, contained again).
-    api.patch(f"farms/{boom['id']}/", {"description": "retry"})
-    wait_for(lambda: runs_after(before).filter(ok=False).count() == 2, what="the second attempt")
+    # An explicit retry, or a change, tries it again (and it crashes again, contained again).
+    api.post(f"farms/{boom['id']}/retry/", {}, expect=202)
+    wait_for(lambda: runs_after(before).filter(ok=False).count() == 2, what="the retry")
+    api.patch(f"farms/{boom['id']}/", {"description": "changed"})
+    wait_for(lambda: runs_after(before).filter(ok=False).count() == 3, what="the attempt after a change")
     assert after and crashing_worker.proc.poll() is None
 
 

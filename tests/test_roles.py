@@ -43,6 +43,7 @@ API_CASES = {
     "preview farm create": ("post", "farms/preview/", FARM, "admin", 200),
     "preview farm edit": ("post", "farms/{farm}/preview/", {"ports": "81"}, "admin", 200),
     "flush sessions": ("post", "farms/{farm}/sessions/flush/", {}, "operator", 202),
+    "retry farm": ("post", "farms/{farm}/retry/", {}, "operator", 202),
     "list backends": ("get", "backends/", None, "viewer", 200),
     "add backend": ("post", "backends/", {"farm": "{farm}", "address": "198.18.1.12"}, "admin", 201),
     "drain backend": ("patch", "backends/{backend}/", {"state": "drain"}, "operator", 200),

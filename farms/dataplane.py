@@ -409,7 +409,12 @@ class Applier:
         snap = localise(snapshot())
         isolated = isolated_farms()
         compiled = hold(snap.compiled(), isolated, CACHE.applied())
-        if kernel_matches(self.kernel.observe(), compiled):
+        try:
+            state = self.kernel.observe()
+        except ApplyError as exc:  # libnftables cannot even print what the table holds: replace it
+            log.warning("%s: the kernel's table cannot be read (%s)", reason, exc.message)
+            return self._full(snap, reason=f"{reason}: kernel unreadable")
+        if kernel_matches(state, compiled):
             self._store_units(compiled, None)
             if pending_farms() or snap.failures or snap.generation > last_handled_generation():
                 outcome = Outcome(failed=snap.failures, held=set(isolated))
@@ -515,7 +520,7 @@ class Applier:
         outcome = Outcome(failed=dict(snap.failures), held=set(isolated))
         stale = self.kernel.dsr_tables()
         good = [s for s in snap.specs if s.id not in outcome.failed and s.id not in isolated]
-        listing, counters = self.kernel.list_table(), self.kernel.read_counters()
+        listing, counters = self._learnt()
         document, carried = carry.carry_over(
             compiler.full_document(good, snap.policies, stale_tables=stale), listing, counters
         )
@@ -555,6 +560,15 @@ class Applier:
             CACHE.verified = (self.kernel.generation_id(), snap.generation)
         self._store_units(units, None)
         return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
+
+    def _learnt(self) -> tuple[list[dict] | None, dict]:
+        """The table as the kernel holds it and its counters, for the rebuild to carry over (nothing
+        when it cannot be read: a rebuild must still happen)."""
+        try:
+            return self.kernel.list_table(), self.kernel.read_counters()
+        except (ApplyError, OSError) as exc:
+            log.warning("the table's learnt state cannot be read (%s); the rebuild starts it afresh", exc)
+            return None, {}
 
     def _store_units(self, compiled: dict[str, compiler.UnitRuleset], changed: list[str] | None) -> None:
         keys = set(compiled) if changed is None else set(changed)

@@ -149,6 +149,7 @@ UI_CASES = {
     "edit backend form": ("get", "/backends/{backend}/edit/", None, "admin", 200),
     "drain backend": ("post", "/backends/{backend}/state/", {"state": "drain"}, "operator", 302),
     "cut backend": ("post", "/backends/{backend}/state/", {"state": "cut"}, "operator", 302),
+    "retry farm": ("post", "/farms/{farm}/retry/", {}, "operator", 302),
     "delete backend": ("post", "/backends/{backend}/delete/", {}, "admin", 302),
     "policies": ("get", "/policies/", None, "viewer", 200),
     "new policy form": ("get", "/policies/add/", None, "admin", 200),

@@ -249,7 +249,8 @@ def main() -> None:
             "sticky": farm("sticky", vip4(3), 80, scheduler="weight", persistence="srcip", persist_ttl=3600),
         }
         churn = [farm(f"churn{i}", vip4(10 + i), 8080, scheduler="weight") for i in range(args.churn_farms)]
-        for made in [*traffic_farms.values(), *churn]:
+        quiet = farm("quiet", vip4(8), 8080)  # no change touches it: only a reconcile repairs its tampering
+        for made in [*traffic_farms.values(), *churn, quiet]:
             api.wait_applied(made["id"], timeout=120)
 
         traffic = Traffic(lab.client, {name: vip4(i + 1) for i, name in enumerate(traffic_farms)}, args.keepalive)
@@ -286,6 +287,8 @@ def main() -> None:
         for k in range(args.changes):
             fault = faults.get(k)
             if fault == "kill worker":
+                for thread in restarts:  # the previous restart has finished
+                    thread.join()
                 note("kill -9 of the worker")
                 restarts.append(threading.Thread(target=restart_worker))
                 restarts[-1].start()
@@ -295,8 +298,8 @@ def main() -> None:
                 redis_server.socket.unlink(missing_ok=True)
                 redis_server.start()
             elif fault == "tamper":
-                note("ruleset tampered with: chain farm-churn3 emptied by hand")
-                lab.ns(lab.lb, "nft", "flush", "chain", "inet", "lbweb", "farm-churn3", check=False)
+                note("ruleset tampered with: chain farm-quiet emptied by hand")
+                lab.ns(lab.lb, "nft", "flush", "chain", "inet", "lbweb", "farm-quiet", check=False)
             elif fault == "refused farm":
                 note("a farm the kernel refuses submitted")
                 refused_farm = farm("refused", vip4(9), 80)
@@ -310,7 +313,7 @@ def main() -> None:
         for thread in restarts:
             thread.join()
         progress(f"{args.changes} changes sent in {changes_s:.1f} s; waiting for every valid one to be applied")
-        valid = [f["id"] for f in [*traffic_farms.values(), *churn]]
+        valid = [f["id"] for f in [*traffic_farms.values(), *churn, quiet]]
 
         def all_applied() -> bool:
             return all(api.call("GET", f"farms/{fid}/", 200)["apply_status"]["status"] == "applied" for fid in valid)
@@ -325,9 +328,10 @@ def main() -> None:
         traffic.finish()
         entries_after = persistence_entries(lab, sticky_prefix)
         weights_ok = all(Backend.objects.get(id=b).weight == w for b, w in last_weight.items())
-        statuses = Counter(Farm.objects.get(id=f).apply_status for f in valid)
-        refused_status = Farm.objects.get(id=refused_farm["id"]).apply_status if refused_farm else None
+        statuses = Counter(str(Farm.objects.get(id=f).apply_status) for f in valid)
+        refused_status = str(Farm.objects.get(id=refused_farm["id"]).apply_status) if refused_farm else None
         runs = ApplyRun.objects.filter(id__gt=first_run)
+        quiet_chain = lab.ns(lab.lb, "nft", "list", "chain", "inet", "lbweb", "farm-quiet", check=False).stdout
         lost = [c for c, where in entries_before.items() if entries_after.get(c) != where]
         moved = {c: sorted(b) for c, b in traffic.sticky_backends.items() if len(b) > 1}
         result = {
@@ -346,6 +350,8 @@ def main() -> None:
             "sticky_clients_moved": moved,
             "full_rebuilds": runs.filter(kind="full").count(),
             "full_rebuild_reasons": list(runs.filter(kind="full").values_list("reason", flat=True)),
+            "runs_by_kind": dict(Counter(runs.values_list("kind", flat=True))),
+            "tampered_chain_repaired": "lbweb:" in quiet_chain,
             "apply_runs": runs.count(),
             "failed_runs": runs.filter(ok=False).count(),
             "valid_farm_status": dict(statuses),
@@ -390,6 +396,8 @@ def print_report(r: dict) -> None:
     print(f"persistence entries lost           {r['persistence_entries_lost']} of {r['persistence_entries_before']}"
           f"; clients sent to another backend: {len(r['sticky_clients_moved'])}")  # fmt: skip
     print(f"full rebuilds during the run       {r['full_rebuilds']} {r['full_rebuild_reasons']}")
+    print(f"apply runs by kind                 {r['runs_by_kind']}")
+    print(f"tampered chain repaired            {r['tampered_chain_repaired']}")
     every = r["last_weights_applied"] and set(r["valid_farm_status"]) == {"applied"}
     print(f"every valid change applied         {every}"
           f" (farms: {r['valid_farm_status']}, after {r['every_valid_farm_applied_after_s']} s)")  # fmt: skip

@@ -25,5 +25,7 @@ export LBWEB_OWN_REDIS=$([ -z "${REDIS_URL:-}" ] && echo true || echo false)
 unset LBWEB_ADMIN_PASSWORD  # the running processes never see it
 
 bind=${LBWEB_BIND:-0.0.0.0:8000}
-echo "lbweb: open http://$( [ "${bind%:*}" = 0.0.0.0 ] && hostname -I 2>/dev/null | awk '{print $1}' || echo "${bind%:*}" ):${bind##*:}/  (API docs at /api/docs/)"
+host=${bind%:*}
+if [ "$host" = 0.0.0.0 ]; then host=$(hostname -I 2>/dev/null | awk '{print $1}'); fi
+echo "lbweb: open http://${host:-127.0.0.1}:${bind##*:}/  (API docs at /api/docs/)"
 exec .venv/bin/python -m supervisor.supervisord -c deploy/supervisord.conf

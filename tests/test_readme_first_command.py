@@ -26,6 +26,7 @@ import pytest
 import requests
 import urllib3
 
+from tests.lab import run_in_netns
 from tests.stack import ROOT
 
 pytestmark = pytest.mark.dataplane
@@ -81,7 +82,7 @@ class Proc:
             uid=int(fields["Uid"].split()[1]),
             cap_eff=int(fields["CapEff"], 16),
             cmdline=cmdline,
-            own_userns=userns != os.readlink("/proc/1/ns/user"),
+            own_userns=userns != os.readlink("/proc/self/ns/user"),
         )
 
 
@@ -160,12 +161,27 @@ class Appliance:
         supervisor = next(p for p in procs if "supervisor.supervisord" in p.cmdline)
         found = {}
         for p in procs:
-            if p.ppid != supervisor.pid:
-                continue
+            starting = ("supervisor.supervisord", "deploy/privdrop", "setpriv ")
+            if p.ppid != supervisor.pid or any(s in p.cmdline for s in starting):
+                continue  # not a program, or one being started (forked, dropping its privileges)
             names = [name for name, (pattern, _cap) in PROGRAMS.items() if pattern.search(p.cmdline)]
             assert len(names) == 1, f"unknown program under supervisord: {p.cmdline}"
             found[names[0]] = p
         return found
+
+    def orphans(self) -> list[Proc]:
+        """Processes that belong to no running program (left behind by a program that was killed)."""
+        procs = {p.pid: p for p in self.processes()}
+        programs = {p.pid for p in self.programs().values()}
+        supervisor = {p.pid for p in procs.values() if "supervisor.supervisord" in p.cmdline}
+        left = []
+        for proc in procs.values():
+            ancestor = proc
+            while ancestor.pid not in programs | supervisor and ancestor.ppid in procs:
+                ancestor = procs[ancestor.ppid]
+            if ancestor.pid not in programs | supervisor and proc.pid != self.proc.pid:
+                left.append(proc)
+        return left
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 90) -> float:
         """Signal run.sh's process (supervisord by then) and wait for the namespace to hold no process."""
@@ -189,7 +205,9 @@ class Appliance:
 
 
 class Client:
-    """A browser-like session: logs in through the login page, then uses the API with its cookie."""
+    """A browser-like session: logs in through the login page, then uses the API with its cookie.
+
+    Every request runs in a thread inside the appliance's namespace, where it listens."""
 
     def __init__(self, appliance: Appliance):
         self.appliance = appliance
@@ -198,6 +216,9 @@ class Client:
         self.session.verify = False  # the appliance's own self-signed certificate
 
     def login(self) -> None:
+        run_in_netns(self.appliance.netns, self._login)
+
+    def _login(self) -> None:
         url = f"{self.base}/accounts/login/"
         self.session.get(url, timeout=10)
         answer = self.session.post(
@@ -214,7 +235,10 @@ class Client:
 
     def request(self, method: str, path: str, **kwargs) -> requests.Response:
         headers = {"X-CSRFToken": self.session.cookies.get("csrftoken", ""), "Referer": f"{self.base}/"}
-        return self.session.request(method, f"{self.base}/api/v1/{path}", headers=headers, timeout=10, **kwargs)
+        url = f"{self.base}/api/v1/{path}"
+        return run_in_netns(
+            self.appliance.netns, lambda: self.session.request(method, url, headers=headers, timeout=10, **kwargs)
+        )
 
 
 @pytest.fixture(scope="module")
@@ -322,15 +346,18 @@ def test_a_killed_process_is_restarted_alone_while_the_api_keeps_answering(appli
         os.kill(victim.pid, signal.SIGKILL)
         killed = time.monotonic()
         outage = 0.0
+        errors = []
         deadline = killed + 60
         back = None
         while time.monotonic() < deadline:
             began = time.monotonic()
             try:
-                ok = client.request("GET", "farms/").status_code == 200
-            except requests.RequestException:
-                ok = False
+                answer = client.request("GET", "farms/")
+                ok, error = answer.status_code == 200, f"{answer.status_code} {answer.text[:200]}"
+            except requests.RequestException as exc:
+                ok, error = False, str(exc)
             if not ok:
+                errors.append(f"{time.monotonic() - killed:.1f} s: {error}")
                 outage = max(outage, time.monotonic() - killed)
                 time.sleep(0.1)
             now = {n: p for n, p in appliance.programs().items()}
@@ -342,7 +369,12 @@ def test_a_killed_process_is_restarted_alone_while_the_api_keeps_answering(appli
         if name == "web":
             assert outage < 5, f"the API was down {outage:.1f} s after the web process was killed"
         else:
-            assert outage == 0, f"the API failed while {name} was down"
+            events = [line for line in appliance.output().splitlines() if " INFO " in line or "exited" in line]
+            assert outage == 0, f"the API failed while {name} was down: {errors}\n" + "\n".join(events[-15:])
+        deadline = time.monotonic() + 30
+        while orphans := appliance.orphans():  # what the killed process left (its children) ends too
+            assert time.monotonic() < deadline, f"{name} left processes behind: {[p.cmdline for p in orphans]}"
+            time.sleep(0.2)
         after = appliance.programs()
         for other, proc in before.items():
             if other != name:

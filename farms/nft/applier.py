@@ -24,7 +24,7 @@ from lbweb import netlink
 from . import nfmsg, steps
 from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from .fragments import TABLE_FAMILY, TABLE_NAME
-from .scratch import scratch
+from .scratch import ScratchCrashed, scratch
 from .transcribe import Untranscribable, transcribe
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,8 @@ class Kernel:
             return "none"
         try:
             messages = transcribe(document, context, scratch())
+        except ScratchCrashed as exc:  # libnftables died on this input: on the real table it would too
+            raise ApplyError(str(exc), document) from exc
         except Untranscribable as exc:
             log.info("libnftables applies this change: %s", exc)
             self.apply(document)

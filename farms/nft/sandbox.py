@@ -14,16 +14,14 @@ pipe; the child is spawned (not forked), so it holds only libnftables and the sc
 Pure-Python netlink reads (the ruleset generation, the skeleton's digest, the counters) stay in the
 worker: they cannot crash it with a signal.
 
-For tests only: when ``LBWEB_TEST_CRASH_ON`` is set in the worker's environment, the child kills itself
-with ``LBWEB_TEST_CRASH_SIGNAL`` (default ABRT) before any step whose input contains that text, as
-libnftables does on the log prefix above.
+For tests only: when ``LBWEB_TEST_CRASH_ON`` is set in the worker's environment, the child (and the
+scratch process it starts) kills itself with ``LBWEB_TEST_CRASH_SIGNAL`` (default ABRT) before any step
+whose input contains that text, as libnftables does on the log prefix above (``steps.test_crash``).
 """
 
 from __future__ import annotations
 
 import os
-import resource
-import signal
 import subprocess
 import sys
 import threading
@@ -35,8 +33,7 @@ from . import nfmsg, steps
 from .applier import ApplyError, Kernel
 
 ROOT = Path(__file__).resolve().parents[2]
-CRASH_ON = "LBWEB_TEST_CRASH_ON"
-CRASH_SIGNAL = "LBWEB_TEST_CRASH_SIGNAL"
+CRASH_ON, CRASH_SIGNAL = steps.CRASH_ON, steps.CRASH_SIGNAL
 ANSWER_SECONDS = 3600  # a full apply of 10,000 farms took 16 min on 2 cores (bench/RESULTS.md); beyond this it hangs
 CALLS = {"check", "apply", "apply_incremental", "list_table", "list_set", "dsr_tables"}
 WRITES = {"apply", "apply_incremental"}
@@ -55,10 +52,7 @@ def _cause(returncode: int | None) -> str:
     if returncode is None:
         return "no answer"
     if returncode < 0:
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
+        return steps.signal_name(-returncode)
     return f"exit status {returncode}"
 
 
@@ -167,28 +161,13 @@ class IsolatedKernel(Kernel):
 # -- the child -------------------------------------------------------------------------------
 
 
-def _text(subject: Any) -> str:
-    import json
-
-    if subject is None:
-        return ""
-    if isinstance(subject, str):
-        return subject
-    if isinstance(subject, list) and subject and isinstance(subject[0], nfmsg.Message):
-        return "\n".join(m.what for m in subject)
-    return json.dumps(subject)
-
-
 def serve(requests: Connection, answers: Connection) -> None:
-    crash_on = os.environ.get(CRASH_ON, "")
-    crash_signal = signal.Signals["SIG" + os.environ.get(CRASH_SIGNAL, "ABRT").upper().removeprefix("SIG")]
-    if crash_on:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a test's crashes leave no core files behind
+    crash = steps.test_crash()
 
     def announce(step: str, subject: Any) -> None:
         answers.send(("step", step))
-        if crash_on and crash_on in _text(subject):
-            os.kill(os.getpid(), crash_signal)
+        if crash is not None:
+            crash(step, subject)
 
     steps.listen(announce)
     kernel = Kernel()

@@ -8,6 +8,10 @@ died. Outside the child nobody listens and announcing costs one test.
 
 from __future__ import annotations
 
+import json
+import os
+import resource
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +27,44 @@ ANSWERS = "netlink batch (reading the kernel's answers)"
 
 # Steps after which the kernel may hold what was sent: a crash there leaves the outcome unknown.
 SENT = {COMMIT, ANSWERS}
+
+
+CRASH_ON = "LBWEB_TEST_CRASH_ON"
+CRASH_SIGNAL = "LBWEB_TEST_CRASH_SIGNAL"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _text(subject: Any) -> str:
+    if subject is None:
+        return ""
+    if isinstance(subject, str):
+        return subject
+    if isinstance(subject, list) and subject and hasattr(subject[0], "what"):  # nfmsg.Message
+        return "\n".join(m.what for m in subject)
+    return json.dumps(subject)
+
+
+def test_crash() -> Listener | None:
+    """For tests only: with ``LBWEB_TEST_CRASH_ON`` set in the environment, a listener that kills this
+    process with ``LBWEB_TEST_CRASH_SIGNAL`` (default ABRT) before any step whose input contains that
+    text, as libnftables 1.0.6 does on a long log prefix. None otherwise."""
+    crash_on = os.environ.get(CRASH_ON, "")
+    if not crash_on:
+        return None
+    number = signal.Signals["SIG" + os.environ.get(CRASH_SIGNAL, "ABRT").upper().removeprefix("SIG")]
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a test's crashes leave no core files behind
+
+    def crash(_step: str, subject: Any) -> None:
+        if crash_on in _text(subject):
+            os.kill(os.getpid(), number)
+
+    return crash
 
 
 def listen(listener: Listener | None) -> None:

@@ -197,6 +197,15 @@ def hold(
     return held
 
 
+def written_units() -> dict[str, compiler.UnitRuleset]:
+    """What the worker last wrote to the kernel, unit by unit (its KernelUnit records). A reconcile that
+    finds the kernel so is looking at writes not applied yet, not at drift: an incremental apply, not a
+    rebuild (under a steady stream of writes every reconcile would otherwise rebuild the table)."""
+    applied = CACHE.applied()
+    names = dict(KernelUnit.objects.values_list("key", "name"))
+    return {k: compiler.UnitRuleset(k, names[k], objects) for k, objects in applied.items() if k in names}
+
+
 def bisect(items: Sequence[Hashable], attempt: Callable[[list], object], error: ApplyError) -> dict[Hashable, str]:
     """Which of ``items`` the kernel refuses (item -> its words), when ``attempt`` of all of them failed
     with ``error``: halves are attempted in turn, and a half that fails is split again, so one bad unit
@@ -394,7 +403,8 @@ class Applier:
 
     @cyclic_gc_paused
     def reconcile(self, reason: str = "reconcile") -> ApplyRun | None:
-        """Compare the kernel with the database; rebuild in one transaction if they differ.
+        """Compare the kernel with the database; apply what changed when the kernel is as the worker
+        left it, rebuild in one transaction (keeping what it learnt) when it differs from both.
 
         Reading the whole table back costs seconds at 10,000 farms (and compiling every farm as
         much), which would hold the worker's queue every 30 s. So when the kernel's ruleset
@@ -414,7 +424,7 @@ class Applier:
         except ApplyError as exc:  # libnftables cannot even print what the table holds: replace it
             log.warning("%s: the kernel's table cannot be read (%s)", reason, exc.message)
             return self._full(snap, reason=f"{reason}: kernel unreadable")
-        if kernel_matches(state, compiled):
+        if kernel_matches(state, compiled):  # also when the worker died between its commit and its record
             self._store_units(compiled, None)
             if pending_farms() or snap.failures or snap.generation > last_handled_generation():
                 outcome = Outcome(failed=snap.failures, held=set(isolated))
@@ -422,6 +432,9 @@ class Applier:
             CACHE.verified = (generation_id, snap.generation)
             log.info("%s: the kernel matches the database", reason)
             return None
+        if kernel_matches(state, written_units()):  # as the worker left it: only writes not applied yet
+            log.info("%s: the kernel is as the worker left it; applying what changed since", reason)
+            return self._apply(snap.generation, compiled, snap.failures, set(isolated), reason)
         return self._full(snap, reason=f"{reason}: kernel differs")
 
     # -- internals -------------------------------------------------------------------

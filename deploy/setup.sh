@@ -4,16 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server ${LBWEB_EXTRA_APT:-})
-missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-  echo "lbweb setup: installing ${missing[*]}"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+. deploy/lib.sh
+lbweb_install_packages
 
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
@@ -25,11 +17,6 @@ if [ ! -e "$stamp" ]; then
 fi
 
 # Front-end packages (Chart.js) from npm, pinned by package-lock.json, served as static files.
-if ! command -v npm >/dev/null 2>&1; then
-  echo "lbweb setup: installing nodejs npm"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm
-fi
 npm_stamp="node_modules/.lbweb-$(sha256sum package-lock.json | cut -c1-16)"
 if [ ! -e "$npm_stamp" ]; then
   npm ci --no-audit --no-fund --loglevel=error

@@ -139,6 +139,11 @@ def test_web_and_redirect_get_their_sockets_from_systemd(name, port):
     assert one(unit["Service"], "Type") == "notify"
 
 
+def test_redirect_points_to_the_web_sockets_port():
+    """lbweb/redirect.py takes the HTTPS port from LBWEB_BIND, which the units leave unset (the socket binds)."""
+    assert f"LBWEB_HTTPS_PORT={socket_ports()['web']}" in service("redirect")["Environment"]
+
+
 def test_redis_starts_only_without_redis_url():
     unit = service("redis")
     assert unit["ExecCondition"] == ["/bin/sh -c 'test -z \"$${REDIS_URL:-}\"'"]

@@ -7,7 +7,8 @@
 #
 #   --prefix DIR  application directory (default LBWEB_PREFIX or /opt/lbweb); the units are written with it
 #   --no-start    install only: no daemon-reload, no enable, no start
-#   LBWEB_UNIT_DIR (/etc/systemd/system), LBWEB_ETC_DIR (/etc/lbweb), LBWEB_STATE_DIR (/var/lib/lbweb): elsewhere, for tests
+#   LBWEB_UNIT_DIR (/etc/systemd/system), LBWEB_TMPFILES_DIR (/etc/tmpfiles.d), LBWEB_ETC_DIR (/etc/lbweb),
+#   LBWEB_STATE_DIR (/var/lib/lbweb): elsewhere, for tests
 #
 # The tracked files of the checkout go into a new release directory beside the prefix (PREFIX-releases/ID, ID a hash
 # of the files and of the Python version) that gets its .venv, node_modules and bytecode there, owned by root; then
@@ -17,6 +18,7 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${LBWEB_PREFIX:-/opt/lbweb}
 unit_dir=${LBWEB_UNIT_DIR:-/etc/systemd/system}
+tmpfiles_dir=${LBWEB_TMPFILES_DIR:-/etc/tmpfiles.d}
 etc_dir=${LBWEB_ETC_DIR:-/etc/lbweb}
 state_dir=${LBWEB_STATE_DIR:-/var/lib/lbweb}
 start=1
@@ -86,13 +88,17 @@ ENV
 fi
 install -d -m 0700 -o lbweb -g lbweb "$state_dir"
 
-# The units, with the application directory they run from.
-mkdir -p "$unit_dir"
+# The units, with the application directory they run from, and the prober's socket directory (made at boot).
+install_file() { # SOURCE TARGET: written beside the target, then renamed over it
+  sed "s#/opt/lbweb#$prefix#g" "$1" >"$2.new"
+  chmod 0644 "$2.new"
+  mv -f "$2.new" "$2"
+}
+mkdir -p "$unit_dir" "$tmpfiles_dir"
 for unit in "$src"/deploy/systemd/lbweb*.{service,socket,target}; do
-  sed "s#/opt/lbweb#$prefix#g" "$unit" >"$unit_dir/.$(basename "$unit").new"
-  chmod 0644 "$unit_dir/.$(basename "$unit").new"
-  mv -f "$unit_dir/.$(basename "$unit").new" "$unit_dir/$(basename "$unit")"
+  install_file "$unit" "$unit_dir/$(basename "$unit")"
 done
+install_file "$src/deploy/systemd/lbweb.tmpfiles" "$tmpfiles_dir/lbweb.conf"
 
 if ((!start)); then
   echo "lbweb install: installed in $prefix (--no-start: units not enabled)"
@@ -100,6 +106,7 @@ elif [ ! -d /run/systemd/system ]; then
   echo "lbweb install: systemd is not PID 1 here: units installed in $unit_dir, not started" \
     "(on a machine booted with systemd: systemctl enable --now lbweb.target)"
 else
+  systemd-tmpfiles --create "$tmpfiles_dir/lbweb.conf"
   systemctl daemon-reload
   systemctl enable lbweb.target
   systemctl restart lbweb.target

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.units import APP_DIR, ROOT, read_unit, setup_steps, unit_files, verify
+from tests.units import APP_DIR, ROOT, TMPFILES, read_unit, setup_steps, unit_files, verify
 
 SYSTEMD_IS_PID1 = Path("/run/systemd/system").exists()
 
@@ -35,10 +35,17 @@ def install():
         pytest.fail("deploy/install.sh creates system users and root-owned files: run the suite as root")
     base = Path(tempfile.mkdtemp(prefix="lbweb-install-test-", dir="/var/tmp"))
     base.chmod(0o755)  # lbweb must reach the application below it
-    paths = {"prefix": base / "opt" / "lbweb", "units": base / "units", "etc": base / "etc", "state": base / "state"}
+    paths = {
+        "prefix": base / "opt" / "lbweb",
+        "units": base / "units",
+        "tmpfiles": base / "tmpfiles.d",
+        "etc": base / "etc",
+        "state": base / "state",
+    }
     env = dict(
         os.environ,
         LBWEB_UNIT_DIR=str(paths["units"]),
+        LBWEB_TMPFILES_DIR=str(paths["tmpfiles"]),
         LBWEB_ETC_DIR=str(paths["etc"]),
         LBWEB_STATE_DIR=str(paths["state"]),
     )
@@ -138,6 +145,8 @@ def test_units_are_installed_for_the_prefix_and_verify(install):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644 and path.stat().st_uid == 0
         assert path.read_text() == unit.read_text().replace(APP_DIR, str(paths["prefix"]))
     assert verify(installed) == ""
+    tmpfiles = paths["tmpfiles"] / "lbweb.conf"
+    assert tmpfiles.read_text() == TMPFILES.read_text() and stat.S_IMODE(tmpfiles.stat().st_mode) == 0o644
 
 
 def test_installed_application_runs_its_checks_as_lbweb_and_cannot_change_itself(install):

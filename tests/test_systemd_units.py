@@ -4,8 +4,12 @@ verify`` and its offline security review read the files (the appliance-image iss
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import shlex
+import shutil
+import stat
 import subprocess
 
 import pytest
@@ -14,6 +18,7 @@ from tests.units import (
     APP_DIR,
     ROOT,
     STATE_DIR,
+    TMPFILES,
     UNIT_DIR,
     contract,
     prober_socket,
@@ -107,13 +112,24 @@ def test_lbweb_processes_write_only_the_state_directory(name):
 def test_prober_gets_its_runtime_directory_and_nothing_of_lbweb():
     unit, runtime = service("prober"), os.path.dirname(prober_socket())
     assert unit["ReadWritePaths"] == [runtime]
-    assert one(unit, "RuntimeDirectory") == os.path.basename(runtime)
-    # StateDirectory= would make systemd chown the state directory to lbweb-probe; lbweb.env holds lbweb's secrets.
-    assert "StateDirectory" not in unit and "EnvironmentFile" not in unit
+    # StateDirectory= would make systemd chown the state directory to lbweb-probe (RuntimeDirectory= likewise
+    # gives the runtime directory back to lbweb-probe's group); lbweb.env holds lbweb's secrets.
+    assert not {"StateDirectory", "RuntimeDirectory", "EnvironmentFile"} & unit.keys()
     assert unit["Environment"] == [f"LBWEB_PROBER_SOCKET={prober_socket()}"]
     assert f"LBWEB_PROBER_SOCKET={prober_socket()}" in service("healthd")["Environment"]
-    # The contract's directory: owner lbweb-probe, group lbweb, 0750 (setgid: the socket gets group lbweb too).
-    assert unit["ExecStartPre"] == [f"+/usr/bin/install -d -o lbweb-probe -g lbweb -m 2750 {runtime}"]
+    assert "systemd-tmpfiles-setup.service" in read_unit(UNIT_DIR / "lbweb-prober.service")["Unit"]["After"][0]
+
+
+def test_tmpfiles_makes_the_probers_directory_as_the_contract_says(tmp_path):
+    """systemd-tmpfiles itself, into a throw-away root that knows this machine's users (the suite runs as root)."""
+    (tmp_path / "etc").mkdir()
+    for name in ("passwd", "group"):
+        shutil.copy(f"/etc/{name}", tmp_path / "etc" / name)
+    subprocess.run(["systemd-tmpfiles", "--create", f"--root={tmp_path}", str(TMPFILES)], check=True, timeout=60)
+    made = (tmp_path / os.path.dirname(prober_socket()).lstrip("/")).stat()
+    # Owner lbweb-probe, group lbweb, 0750; setgid, so the socket the prober makes gets group lbweb too.
+    assert (pwd.getpwuid(made.st_uid).pw_name, grp.getgrgid(made.st_gid).gr_name) == ("lbweb-probe", "lbweb")
+    assert stat.S_IMODE(made.st_mode) == 0o2750
 
 
 def test_setup_runs_the_contracts_steps_before_the_programs():

@@ -62,8 +62,11 @@ def socket_ports() -> dict[str, int]:
     return {name: int(port) for name, port in found}
 
 
+TMPFILES = UNIT_DIR / "lbweb.tmpfiles"
+
+
 def unit_files() -> list[Path]:
-    return sorted(UNIT_DIR.glob("lbweb*"))
+    return sorted(path for path in UNIT_DIR.glob("lbweb*") if path.suffix in (".service", ".socket", ".target"))
 
 
 def read_unit(path: Path) -> dict[str, dict[str, list[str]]]:

@@ -9,11 +9,14 @@ import os
 import pwd
 import shlex
 import shutil
+import socket
 import stat
 import subprocess
 
 import pytest
+import requests
 
+from tests.conftest import wait_for
 from tests.units import (
     APP_DIR,
     ROOT,
@@ -201,3 +204,67 @@ def test_offline_security_review_rates_every_service_ok(tmp_path, name):
         timeout=60,
     )
     assert result.returncode == 0, result.stdout[-400:] + result.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [ROOT / ".venv" / "bin" / "python", "manage.py", *args],
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "status", "location"),
+    [("web", "/accounts/login/", 200, None), ("redirect", "/farms/?a=1", 301, "https://127.0.0.1/farms/?a=1")],
+)
+def test_gunicorn_serves_on_the_socket_systemd_hands_over(tmp_path, name, path, status, location):
+    """The unit's own ExecStart and Environment under systemd-socket-activate, which passes a listening socket as
+    systemd does (LISTEN_FDS, LISTEN_PID, a clean environment): gunicorn answers on it, reports READY=1 (the
+    unit is Type=notify), and binds nothing of its own. (With gunicorn's reuse_port every worker binds
+    LBWEB_BIND itself and the socket systemd holds on 443 or 80 is never answered.)"""
+    command = shlex.split(one(service(name), "ExecStart").replace(APP_DIR, str(ROOT)))
+    if not (ROOT / command[2]).exists():
+        pytest.skip(f"{command[2]} is not in this checkout yet (issue 11: TLS web)")
+    env = dict(line.split("=", 1) for line in service(name)["Environment"]) | {"LBWEB_VAR_DIR": str(tmp_path / "var")}
+    if name == "web":
+        if "ensure_tls" not in manage(env, "help", "--commands").stdout.split():
+            pytest.skip("manage.py ensure_tls is not in this checkout yet (issue 11: TLS web)")
+        for step in ("migrate", "ensure_tls"):
+            assert manage(env, step).returncode == 0, step
+    port, decoy = free_port(), free_port()
+    env |= {"LBWEB_BIND": f"127.0.0.1:{decoy}", "LBWEB_HTTP_BIND": f"127.0.0.1:{decoy}"}
+    env["NOTIFY_SOCKET"] = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(env["NOTIFY_SOCKET"])
+        notify.settimeout(60)
+        log = tmp_path / f"{name}.log"
+        server = subprocess.Popen(
+            ["systemd-socket-activate", f"--listen=127.0.0.1:{port}", *(f"-E{k}={v}" for k, v in env.items())]
+            + command,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+        )
+        try:
+            scheme = "https" if name == "web" else "http"
+            wait_for(lambda: "Listening on" in log.read_text(), timeout=10, what="systemd-socket-activate listening")
+            # The first connection makes systemd-socket-activate start gunicorn; it waits in the socket's backlog.
+            answer = requests.get(f"{scheme}://127.0.0.1:{port}{path}", verify=False, allow_redirects=False, timeout=60)
+            assert answer.status_code == status, log.read_text()[-3000:]
+            assert answer.headers.get("Location") == location
+            assert b"READY=1" in notify.recv(4096)
+            with pytest.raises(requests.ConnectionError):
+                requests.get(f"{scheme}://127.0.0.1:{decoy}/", verify=False, timeout=10)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)

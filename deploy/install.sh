@@ -80,7 +80,8 @@ if [ ! -e "$etc_dir/lbweb.env" ]; then
   install -m 0640 -o root -g lbweb /dev/null "$etc_dir/lbweb.env"
   cat >"$etc_dir/lbweb.env" <<'ENV'
 # lbweb's environment, read by every lbweb unit but lbweb-prober (README: "Environment"). root:lbweb 0640.
-# LBWEB_ADMIN_PASSWORD=   password of `admin`, applied at every start (unset: generated once, in lbweb-setup's journal)
+# LBWEB_ADMIN_PASSWORD=   password of `admin`, set by lbweb-setup at every start (unset: generated once, printed in
+#                         its journal); the running processes never see it
 # ALLOWED_HOSTS=lb.example.org
 # REDIS_URL=redis://127.0.0.1:6379/0   an external Redis: then lbweb-redis.service does not start
 # DATABASE_URL=postgres://lbweb:secret@db.example.org/lbweb

@@ -1,8 +1,9 @@
-# Shell functions shared by deploy/setup.sh (dev checkout), deploy/run.sh and deploy/install.sh (appliance).
+# Shell functions shared by deploy/setup.sh (which the README's deploy/run.sh runs) and deploy/install.sh.
 # Sourced, not run: `. deploy/lib.sh`.
 
-# Debian packages lbweb runs on (python-nftables from PyPI loads libnftables1; Redis is lbweb's own on a unix socket).
-LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server)
+# Debian packages lbweb runs on (python-nftables from PyPI loads libnftables1; Redis is lbweb's own on a unix socket;
+# util-linux: setpriv, for deploy/privdrop).
+LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux)
 
 # lbweb_apt_install PACKAGE...: install those that are missing; apt-get runs only when one is.
 lbweb_apt_install() {

@@ -110,6 +110,8 @@ def test_lbweb_processes_write_only_the_state_directory(name):
     assert one(unit, "StateDirectoryMode") == "0700"
     assert f"LBWEB_VAR_DIR={STATE_DIR}" in unit["Environment"]
     assert unit["EnvironmentFile"] == [ENV_FILE]
+    # lbweb.env may hold the admin password: for the set-up step's ensure_admin, never for a running process.
+    assert unit.get("UnsetEnvironment", []) == ([] if name == "setup" else ["LBWEB_ADMIN_PASSWORD"])
 
 
 def test_prober_gets_its_runtime_directory_and_nothing_of_lbweb():

@@ -11,7 +11,9 @@ graceful_timeout = 5
 # A master killed outright (SIGKILL, OOM) is restarted by the supervisor at once: its socket may bind beside the
 # old workers' (SO_REUSEPORT), and those workers finish what they serve and stop (SIGTERM when their master dies)
 # instead of holding the port until they notice. Without both, the API was down ~25 s after `kill -9` of it.
-reuse_port = True
+# Not under systemd: there the socket is lbweb-web.socket's (LISTEN_FDS, read before this file's settings are
+# used), and with reuse_port gunicorn ignores it and every worker binds LBWEB_BIND itself: port 443 would hang.
+reuse_port = "LISTEN_FDS" not in os.environ
 PR_SET_PDEATHSIG = 1
 
 

@@ -135,22 +135,33 @@ class Runner:
         program = _program(argv[0])
         if program is None:
             return {"error": f"cannot run {argv[0]}: not found in {SEARCH_PATH}", "local": True}
+        # stderr on a pipe of our own, not asyncio's: asyncio's wait() also waits for its pipes to close,
+        # which a child left running in the background would hold open until the deadline
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
             proc = await asyncio.create_subprocess_exec(
                 program,
                 *argv[1:],
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
+                stderr=write_end,
                 env={},
                 cwd="/",
                 start_new_session=True,  # its own session and process group: the group is killed as one
             )
         except OSError as exc:
+            os.close(read_end)
             return {"error": f"cannot run {argv[0]}: {(exc.strerror or str(exc)).lower()}", "local": True}
+        finally:
+            os.close(write_end)
         self._groups.add(proc.pid)
+        stream = asyncio.StreamReader()
+        pipe, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream),
+            open(read_end, "rb", buffering=0),  # noqa: SIM115 - the transport closes it
+        )
         tail = bytearray()
-        reader = asyncio.ensure_future(_keep_tail(proc.stderr, tail))
+        reader = asyncio.ensure_future(_keep_tail(stream, tail))
         timed_out = False
         try:
             async with asyncio.timeout_at(deadline):
@@ -158,8 +169,8 @@ class Runner:
         except TimeoutError:
             timed_out = True
         finally:
-            # At the deadline: the command and its children. After it exited: whatever it left behind.
-            # (Its pid stays reserved as a group id while any member lives, so this hits only its own.)
+            # At the deadline: the command and its children. After it exited: whatever it left behind
+            # (its pid stays reserved as the group's id while any member lives, so this reaches only them).
             _kill_group(proc.pid)
             self._groups.discard(proc.pid)
         await proc.wait()
@@ -168,6 +179,8 @@ class Runner:
                 await reader
         except TimeoutError:
             reader.cancel()
+        finally:
+            pipe.close()
         return {"exit": None if timed_out else proc.returncode, "timed_out": timed_out, "stderr": _last_line(tail)}
 
     def kill_all(self) -> None:

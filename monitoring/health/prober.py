@@ -246,7 +246,7 @@ async def ask(argv: list[str], timeout: float, path: str | None = None) -> Answe
     except TimeoutError:
         raise ProberUnavailable(f"the command prober did not answer within {timeout + ANSWER_GRACE:g}s") from None
     except (FileNotFoundError, ConnectionRefusedError):
-        raise ProberUnavailable(f"the command prober is not running (no listener on {path})") from None
+        raise ProberUnavailable(f"the command prober is not running: nothing listens on {path}") from None
     except PermissionError:
         raise ProberUnavailable(f"healthd may not connect to the command prober's socket {path}") from None
     except (OSError, ValueError) as exc:
@@ -284,7 +284,8 @@ def _prepare(path: str) -> None:
     """Make the socket's directory when missing (the supervisor makes it on the appliance); clear a stale socket."""
     directory = Path(path).parent
     if not directory.is_dir():
-        directory.mkdir(parents=True, mode=0o750)
+        directory.mkdir(parents=True)
+        directory.chmod(0o2750)  # (umask 077 is already set) its group, which new sockets inherit, may enter
     if os.path.lexists(path):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise SystemExit(f"lbweb-prober: {path} exists and is not a socket")

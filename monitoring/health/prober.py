@@ -36,6 +36,7 @@ import ctypes
 import json
 import logging
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -137,7 +138,10 @@ class Runner:
             return {"error": f"cannot run {argv[0]}: not found in {SEARCH_PATH}", "local": True}
         # stderr on a pipe of our own, not asyncio's: asyncio's wait() also waits for its pipes to close,
         # which a child left running in the background would hold open until the deadline
-        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        try:
+            read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:  # no descriptors left
+            return {"error": f"the prober cannot run {argv[0]}: {(exc.strerror or str(exc)).lower()}", "local": True}
         try:
             proc = await asyncio.create_subprocess_exec(
                 program,
@@ -209,7 +213,12 @@ def connection_handler(runner: Runner):
             except BadRequest as exc:
                 await _answer(writer, {"error": f"bad request: {exc}", "local": True})
                 return
-            await _answer(writer, await runner.run(argv, timeout))
+            try:
+                answer = await runner.run(argv, timeout)
+            except Exception as exc:  # a bug of the prober: healthd's trouble, said as such, never the backend's
+                log.exception("cannot run %s", argv[0])
+                answer = {"error": f"the prober failed: {exc!r}"[:200], "local": True}
+            await _answer(writer, answer)
         finally:
             writer.close()
 
@@ -298,7 +307,8 @@ async def serve(path: str) -> None:
     """Listen on ``path`` until SIGTERM or SIGINT; then kill what still runs and remove the socket."""
     runner = Runner()
     _prepare(path)
-    server = await asyncio.start_unix_server(connection_handler(runner), path, limit=MAX_REQUEST)
+    handler = connection_handler(runner)
+    server = await asyncio.start_unix_server(handler, path, limit=MAX_REQUEST, backlog=MAX_RUNNING)
     os.chmod(path, 0o660)  # created under umask 077 (owner only), then opened to the directory's group
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -324,6 +334,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("lbweb-prober: refusing to run commands as root; start it as the user lbweb-probe")
     _no_new_privs()
     os.umask(0o077)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # each command in flight: a connection and a pipe
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
         asyncio.run(serve(args.socket or socket_path()))
     except PermissionError as exc:  # the socket's directory is not the prober's to write

@@ -308,8 +308,11 @@ async def serve(path: str) -> None:
     runner = Runner()
     _prepare(path)
     handler = connection_handler(runner)
-    server = await asyncio.start_unix_server(handler, path, limit=MAX_REQUEST, backlog=MAX_RUNNING)
-    os.chmod(path, 0o660)  # created under umask 077 (owner only), then opened to the directory's group
+    previous = os.umask(0o117)  # the socket is born 0660: owner and the directory's group, from the first moment
+    try:
+        server = await asyncio.start_unix_server(handler, path, limit=MAX_REQUEST, backlog=MAX_RUNNING)
+    finally:
+        os.umask(previous)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

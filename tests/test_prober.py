@@ -145,11 +145,12 @@ def test_a_command_past_its_timeout_is_killed_with_its_whole_process_group(probe
 def test_many_commands_run_at_once(prober_proc):
     async def run() -> tuple[list[prober.Answer], float]:
         started = time.monotonic()
-        answers = await asyncio.gather(*(prober.ask(["sleep", "0.5"], 2, str(prober_proc.socket)) for _ in range(100)))
+        answers = await asyncio.gather(*(prober.ask(["sleep", "1"], 20, str(prober_proc.socket)) for _ in range(50)))
         return answers, time.monotonic() - started
 
     answers, took = asyncio.run(run())
-    assert {a.exit for a in answers} == {0} and took < 1.5, took  # side by side, not 100 x 0.5 s
+    # side by side, not 50 x 1 s one after another (a generous bound: the machine may be loaded)
+    assert {a.exit for a in answers} == {0} and took < 10, took
 
 
 def _connect_as(user: str, path: Path) -> subprocess.CompletedProcess:

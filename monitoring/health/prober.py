@@ -11,8 +11,10 @@ setgid bit so the socket gets group lbweb).
 Each command runs with an empty environment, cwd ``/``, stdin and stdout on /dev/null, in its
 own session (so its own process group), with ``no_new_privs`` (a set-uid or file-capability
 program gains nothing). At the request's deadline the whole group is killed with SIGKILL
-(the command and every child it did not move to a session of its own), and the group is
-killed too when the command exits before, so nothing it started outlives the check.
+(the command and every child still in its group), and the group is killed too when the
+command exits before, so nothing left in its group outlives the check. A child that leaves the
+group on purpose (setsid, setpgid) escapes this; it still runs as lbweb-probe with nothing of
+lbweb's, and the service manager ends it with the prober (systemd's control group).
 
 No ``PATH`` is given to the command: the environment is empty, as promised. A bare program name
 (``curl``) is looked up by the prober in ``SEARCH_PATH``, a fixed list, never in anything the

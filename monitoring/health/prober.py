@@ -23,7 +23,8 @@ execvp and the shells use ``/bin:/usr/bin`` and more when ``PATH`` is unset).
 
 Wire format: one request per connection, one line of JSON each way. Request
 ``{"argv": ["prog", "arg", ...], "timeout": 1.5}`` (at most ``MAX_REQUEST`` bytes); answer
-``{"exit": 0, "timed_out": false, "stderr": "last words"}`` or ``{"error": "why", "local": true}``
+``{"exit": 0, "timed_out": false, "stderr": "last words"}`` (with ``"late": seconds`` past the
+deadline when it timed out) or ``{"error": "why", "local": true}``
 when the command could not run at all (healthd's own trouble, never the backend's). The argv is
 healthd's, which read it from the database and replaced ``{address}``/``{port}``; it is never
 given to a shell. This module imports nothing of Django: ``python -m monitoring.health.prober``.
@@ -59,6 +60,7 @@ MAX_RUNNING = 512  # commands at once; more wait for a slot within their own dea
 READ_SECONDS = 5.0  # a client that connects and sends nothing is dropped after this
 STDERR_KEEP = 4096  # bytes of the command's stderr kept (the last ones); the answer carries its last line
 ANSWER_GRACE = 1.0  # healthd waits this long past the timeout for the prober's answer
+STALL_GRACE = 0.25  # a timer that fires this much later than its deadline says the process stalled
 PR_SET_NO_NEW_PRIVS = 38
 
 log = logging.getLogger("lbweb.prober")
@@ -135,6 +137,7 @@ class Runner:
             self._slots.release()
 
     async def _run(self, argv: list[str], deadline: float) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
         program = _program(argv[0])
         if program is None:
             return {"error": f"cannot run {argv[0]}: not found in {SEARCH_PATH}", "local": True}
@@ -162,18 +165,18 @@ class Runner:
             os.close(write_end)
         self._groups.add(proc.pid)
         stream = asyncio.StreamReader()
-        pipe, _ = await asyncio.get_running_loop().connect_read_pipe(
+        pipe, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(stream),
             open(read_end, "rb", buffering=0),  # noqa: SIM115 - the transport closes it
         )
         tail = bytearray()
         reader = asyncio.ensure_future(_keep_tail(stream, tail))
-        timed_out = False
+        timed_out, late = False, 0.0
         try:
             async with asyncio.timeout_at(deadline):
                 await proc.wait()
         except TimeoutError:
-            timed_out = True
+            timed_out, late = True, loop.time() - deadline
         finally:
             # At the deadline: the command and its children. After it exited: whatever it left behind
             # (its pid stays reserved as the group's id while any member lives, so this reaches only them).
@@ -187,7 +190,8 @@ class Runner:
             reader.cancel()
         finally:
             pipe.close()
-        return {"exit": None if timed_out else proc.returncode, "timed_out": timed_out, "stderr": _last_line(tail)}
+        answer = {"exit": None if timed_out else proc.returncode, "timed_out": timed_out, "stderr": _last_line(tail)}
+        return {**answer, "late": round(late, 3)} if timed_out else answer
 
     def kill_all(self) -> None:
         for pgid in list(self._groups):
@@ -241,6 +245,7 @@ class Answer:
     stderr: str = ""
     error: str = ""
     local: bool = False
+    late: float = 0.0  # how much later than the deadline the prober's timer fired (a stall of its own)
 
 
 async def ask(argv: list[str], timeout: float, path: str | None = None) -> Answer:

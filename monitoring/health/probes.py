@@ -72,6 +72,8 @@ class ProbeResult:
     local: bool = False
     # healthd's own trouble that also spoils every other probe in flight: its network, a stalled event loop
     widespread: bool = False
+    # timed by the command prober on its own clock (from when it got the request): healthd's lateness is not its
+    prober_timed: bool = False
 
 
 def _family(address: str) -> int:
@@ -210,11 +212,14 @@ async def command(target: Target) -> ProbeResult:
         return ProbeResult(False, str(exc), local=True)
     if answer.error:
         return ProbeResult(False, answer.error, local=answer.local)
+    if answer.timed_out and answer.late > prober.STALL_GRACE:  # the command may have been starved of its time
+        reason = f"the command prober stalled: a {check.timeout:g}s timeout fired {answer.late:.2f}s late"
+        return ProbeResult(False, reason, local=True)
     if answer.timed_out:
-        return ProbeResult(False, f"command still running after {check.timeout:g}s: killed")
+        return ProbeResult(False, f"command still running after {check.timeout:g}s: killed", prober_timed=True)
     if answer.exit == 0:
-        return ProbeResult(True, "command exited 0")
-    return ProbeResult(False, f"command exited {answer.exit} {answer.stderr}".strip()[:200])
+        return ProbeResult(True, "command exited 0", prober_timed=True)
+    return ProbeResult(False, f"command exited {answer.exit} {answer.stderr}".strip()[:200], prober_timed=True)
 
 
 async def icmp(target: Target, pinger: Pinger) -> ProbeResult:

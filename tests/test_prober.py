@@ -221,3 +221,37 @@ def test_a_prober_that_is_down_or_silent_is_healthds_own_trouble(tmp_path, monke
     assert not result.ok and result.local and "did not answer" in result.reason, result
     assert time.monotonic() - started < 0.3 + prober.ANSWER_GRACE + 0.3
     silent.close()
+
+
+def test_a_commands_verdict_is_timed_by_the_prober_not_by_healthds_clock(tmp_path, monkeypatch):
+    """An answer that reaches healthd late still counts (the prober timed the command); a prober whose own
+    timer fired late is its own trouble. A canned answerer stands in for the prober here: the timing is the point."""
+    from monitoring.health.icmp import Pinger
+    from monitoring.health.probes import CheckSpec, Target
+    from monitoring.health.rounds import STALL_GRACE, _timed_probe
+
+    path = tmp_path / "canned.sock"
+    monkeypatch.setenv(prober.SOCKET_ENV, str(path))
+    target = Target(1, 1, "198.18.1.11", 80, CheckSpec(type="command", timeout=0.2, command="check {address}"))
+
+    async def probe_with(answer: dict, delay: float):
+        async def handle(reader, writer):
+            await reader.readline()
+            await asyncio.sleep(delay)
+            writer.write(json.dumps(answer).encode() + b"\n")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_unix_server(handle, str(path))
+        try:
+            return await _timed_probe(target, Pinger())
+        finally:
+            server.close()
+
+    late = 0.2 + STALL_GRACE + 0.2
+    failed = asyncio.run(probe_with({"exit": 3, "timed_out": False, "stderr": "broken"}, late))
+    assert (failed.ok, failed.local, failed.reason) == (False, False, "command exited 3 broken"), failed
+    killed = asyncio.run(probe_with({"exit": None, "timed_out": True, "stderr": "", "late": 0.01}, late))
+    assert not killed.ok and not killed.local and "killed" in killed.reason, killed
+    stalled = asyncio.run(probe_with({"exit": None, "timed_out": True, "stderr": "", "late": 0.4}, 0.0))
+    assert stalled.local and "prober stalled" in stalled.reason, stalled

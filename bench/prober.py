@@ -54,7 +54,8 @@ async def measure(path: str, rounds: int, crowds: list[int]) -> None:
         answer = await prober.ask(["sh", "-c", "sleep 9 & sleep 9"], 0.5, path)
         assert answer.timed_out, answer
         late.append(time.perf_counter() - started - 0.5)
-    print(f"past a 0.5 s timeout: answered {statistics.median(late) * 1000:.1f} ms after it (max {max(late) * 1000:.1f})")
+    median, worst = statistics.median(late) * 1000, max(late) * 1000
+    print(f"past a 0.5 s timeout: answered {median:.1f} ms after it (max {worst:.1f} ms)")
 
 
 def main() -> None:

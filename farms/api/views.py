@@ -21,7 +21,7 @@ from monitoring.health import heartbeat
 from .. import config_io, health_services, preview, services
 from ..filtersets import ApplyRunFilterSet, AuditEventFilterSet, BackendFilterSet, FarmFilterSet, HealthEventFilterSet
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
-from ..roles import OPERATOR, OPERATOR_BACKEND_FIELDS
+from ..roles import ADMIN, OPERATOR, OPERATOR_BACKEND_FIELDS
 from .serializers import (
     ApplyRunSerializer,
     AuditEventSerializer,
@@ -198,6 +198,11 @@ class HealthCheckViewSet(viewsets.ModelViewSet):
     queryset = HealthCheck.objects.select_related("farm")
     serializer_class = HealthCheckSerializer
     filterset_fields = ["farm", "type"]
+
+    def role_needed(self, request) -> str | None:
+        """Every write is an admin's, whatever operators may do elsewhere: a ``command`` check runs a program
+        on the appliance (as lbweb-probe, but still a program of the author's choosing)."""
+        return None if request.method in ("GET", "HEAD", "OPTIONS") else ADMIN
 
     def perform_destroy(self, instance: HealthCheck) -> None:
         health_services.health_check_delete(health_check=instance)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django import forms
 
 from . import services
+from .fields import strict_formfield
 from .health_services import HEALTH_CHECK_FIELDS
 from .models import Backend, Farm, HealthCheck, Policy
 
@@ -54,6 +55,7 @@ class FieldsetsMixin:
 class FarmForm(FieldsetsMixin, forms.ModelForm):
     """Every option of a farm, and its access policies."""
 
+    formfield_callback = strict_formfield
     groups = FARM_GROUPS
     service_fields = services.FARM_FIELDS
 
@@ -96,6 +98,7 @@ class FarmForm(FieldsetsMixin, forms.ModelForm):
 class BackendForm(FieldsetsMixin, forms.ModelForm):
     """A backend of one farm (the farm is fixed by the page)."""
 
+    formfield_callback = strict_formfield
     groups = BACKEND_GROUPS
     service_fields = services.BACKEND_FIELDS
 

@@ -339,19 +339,36 @@ def test_snat_source_pool_and_port_range_with_reported_capacity(api, worker, lab
 
 
 def test_flow_offload_without_kernel_support_fails_that_farm_clearly(api, worker, lab):
+    """Before the worker has published what the kernel can do, the farm is accepted and its apply fails
+    with the reason, while every other farm applies."""
+    from farms import capabilities as published
+    from lbweb.redis_client import get_redis
+
     make_farm(api, "plain", vip4(217))
+    capabilities = wait_for(lambda: api._call("GET", "capabilities/", None).json(), what="capabilities")
+    if capabilities.get("flowtable"):
+        pytest.skip("this kernel has flowtables: nothing to refuse")
+    get_redis().delete(published.REDIS_KEY)  # as if the worker had not probed the kernel yet
+    published.forget()
     farm = api.farm(name="fast", vip=vip4(218), protocol="tcp", ports="80", mode="dnat", flow_offload=True)
     api.post("backends/", {"farm": farm["id"], "address": backend4("b1")})
-    capabilities = wait_for(lambda: api._call("GET", "capabilities/", None).json(), what="capabilities")
     status = wait_for(
         lambda: (s := api.get(f"farms/{farm['id']}/")["apply_status"])["status"] == "failed" and s,
         what="the offload farm to fail",
     )
-    if capabilities.get("flowtable"):
-        pytest.skip("this kernel has flowtables: nothing to refuse")
     assert "CONFIG_NF_FLOW_TABLE" in status["error"], status
     assert lab.http_get(vip4(217), 80)[0]["backend"] in THREE  # the rest is applied
     assert Farm.objects.get(name="plain").apply_status == "applied"
+
+
+def test_flow_offload_refused_at_save_where_the_worker_found_no_flowtables(api, worker):
+    capabilities = wait_for(lambda: api._call("GET", "capabilities/", None).json(), what="capabilities")
+    if capabilities.get("flowtable"):
+        pytest.skip("this kernel has flowtables: nothing to refuse")
+    body = {"name": "fast", "vip": vip4(218), "protocol": "tcp", "ports": "80", "mode": "dnat", "flow_offload": True}
+    answer = api.post("farms/", body, expect=400)
+    assert "no flowtables" in answer["flow_offload"][0]
+    assert not Farm.objects.filter(name="fast").exists()
 
 
 # -- applying without loss --------------------------------------------------------------

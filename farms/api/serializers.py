@@ -5,14 +5,37 @@ from __future__ import annotations
 import copy
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import health_services, services
 from ..choices import FarmTrafficChoices
+from ..fields import AddressField
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
+from .fields import StrictIntegerField, StrictIPAddressField
 
 HEALTH_FIELDS = ["health", "health_changed", "health_reason"]
+
+
+class StrictModelSerializer(serializers.ModelSerializer):
+    """Every model serializer: addresses keep their zone id only to refuse it, integers are ASCII digits."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        AddressField: StrictIPAddressField,
+        **{
+            kind: StrictIntegerField
+            for kind in (
+                models.IntegerField,
+                models.SmallIntegerField,
+                models.BigIntegerField,
+                models.PositiveIntegerField,
+                models.PositiveSmallIntegerField,
+                models.PositiveBigIntegerField,
+            )
+        },
+    }
 
 
 def _full_clean(instance) -> None:
@@ -61,7 +84,7 @@ class SnatCapacitySerializer(serializers.Serializer):
     per_backend = serializers.IntegerField(help_text="Concurrent connections towards one backend address:port.")
 
 
-class NestedBackendSerializer(serializers.ModelSerializer):
+class NestedBackendSerializer(StrictModelSerializer):
     class Meta:
         model = Backend
         fields = ["id", *services.BACKEND_FIELDS, *HEALTH_FIELDS]
@@ -70,7 +93,7 @@ class NestedBackendSerializer(serializers.ModelSerializer):
 HEALTH_CHECK_FIELDS = list(health_services.HEALTH_CHECK_FIELDS)
 
 
-class EffectiveHealthCheckSerializer(serializers.ModelSerializer):
+class EffectiveHealthCheckSerializer(StrictModelSerializer):
     """The check healthd runs for a farm: its own (configured) or its protocol's default."""
 
     configured = serializers.SerializerMethodField()
@@ -83,7 +106,7 @@ class EffectiveHealthCheckSerializer(serializers.ModelSerializer):
         return check.pk is not None
 
 
-class FarmSerializer(ModelCleanMixin, serializers.ModelSerializer):
+class FarmSerializer(ModelCleanMixin, StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:farm-detail")
     backends = NestedBackendSerializer(many=True, read_only=True)
     apply_status = serializers.SerializerMethodField()
@@ -151,7 +174,7 @@ class FarmSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return services.farm_update(farm=instance, actor=_actor(self), **validated_data)
 
 
-class BackendSerializer(ModelCleanMixin, serializers.ModelSerializer):
+class BackendSerializer(ModelCleanMixin, StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:backend-detail")
     farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
 
@@ -173,7 +196,7 @@ class BackendSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return services.backend_update(backend=instance, actor=_actor(self), **validated_data)
 
 
-class HealthCheckSerializer(ModelCleanMixin, serializers.ModelSerializer):
+class HealthCheckSerializer(ModelCleanMixin, StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:healthcheck-detail")
     farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
 
@@ -197,7 +220,7 @@ class HealthCheckSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return health_services.health_check_update(health_check=instance, **validated_data)
 
 
-class HealthEventSerializer(serializers.ModelSerializer):
+class HealthEventSerializer(StrictModelSerializer):
     farm = serializers.IntegerField(source="backend.farm_id", read_only=True)
     backend_name = serializers.CharField(source="backend.__str__", read_only=True)
 
@@ -221,7 +244,7 @@ class HealthStatusSerializer(serializers.Serializer):
     health_counts = serializers.DictField(child=serializers.IntegerField())
 
 
-class ApplyRunSerializer(serializers.ModelSerializer):
+class ApplyRunSerializer(StrictModelSerializer):
     class Meta:
         model = ApplyRun
         fields = [
@@ -240,7 +263,7 @@ class ApplyRunSerializer(serializers.ModelSerializer):
         ]
 
 
-class PolicySerializer(serializers.ModelSerializer):
+class PolicySerializer(StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:policy-detail")
     farms = serializers.SlugRelatedField(many=True, slug_field="name", read_only=True)
 
@@ -259,7 +282,7 @@ class PolicySerializer(serializers.ModelSerializer):
         return services.policy_update(policy=instance, actor=_actor(self), **validated_data)
 
 
-class StaticSessionSerializer(serializers.ModelSerializer):
+class StaticSessionSerializer(StrictModelSerializer):
     farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
     backend = serializers.PrimaryKeyRelatedField(queryset=Backend.objects.all())
 
@@ -284,7 +307,7 @@ class LiveSessionSerializer(serializers.Serializer):
 
 
 class SessionFlushSerializer(serializers.Serializer):
-    backend = serializers.IntegerField(required=False, allow_null=True)
+    backend = StrictIntegerField(required=False, allow_null=True)
     client = serializers.CharField(required=False, allow_blank=False)
 
 
@@ -301,7 +324,7 @@ class PreviewSerializer(serializers.Serializer):
     notes = serializers.ListField(child=serializers.CharField(), help_text="What the preview cannot know exactly.")
 
 
-class AuditEventSerializer(serializers.ModelSerializer):
+class AuditEventSerializer(StrictModelSerializer):
     class Meta:
         model = AuditEvent
         fields = [

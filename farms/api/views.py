@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from lbweb.redis_client import get_redis
 from monitoring.health import heartbeat
 
-from .. import config_io, health_services, preview, services
+from .. import capabilities, config_io, health_services, preview, services
 from ..filtersets import ApplyRunFilterSet, AuditEventFilterSet, BackendFilterSet, FarmFilterSet, HealthEventFilterSet
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
 from ..roles import OPERATOR, OPERATOR_BACKEND_FIELDS
@@ -263,7 +263,7 @@ class CapabilitiesView(APIView):
     @extend_schema(responses={200: {"type": "object", "additionalProperties": {"type": "boolean"}}})
     def get(self, request):
         try:
-            raw = get_redis().get("lbweb:capabilities")
+            raw = get_redis().get(capabilities.REDIS_KEY)
         except Exception as exc:
             return Response({"detail": f"Redis is unreachable: {exc}"}, status=503)
         if raw is None:

@@ -94,7 +94,27 @@ def parse_networks(text: str) -> list[str]:
         except ValueError:
             raise ValueError(f"'{token}' is not an address or a network like 198.18.5.0/24") from None
         out.add(str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net))
-    return sorted(out, key=lambda n: (ipaddress.ip_network(n).version, ipaddress.ip_network(n)))
+    networks = sorted(out, key=lambda n: (ipaddress.ip_network(n).version, ipaddress.ip_network(n)))
+    _refuse_overlaps([ipaddress.ip_network(n) for n in networks])
+    return networks
+
+
+def _refuse_overlaps(networks: list) -> None:
+    """The kernel's interval sets refuse overlapping elements ("conflicting intervals specified"):
+    say which two overlap rather than let the apply fail. ``networks`` are sorted (family, address)."""
+    previous = None
+    for net in networks:
+        if previous is not None and previous.version == net.version and previous.overlaps(net):
+            raise ValueError(
+                f"'{_shown(net)}' lies inside '{_shown(previous)}': the kernel refuses overlapping entries; "
+                "keep only one of them"
+            )
+        if previous is None or previous.version != net.version or net.broadcast_address > previous.broadcast_address:
+            previous = net
+
+
+def _shown(net) -> str:
+    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
 
 
 def parse_address_range(text: str, version: int) -> tuple[str, str]:

@@ -2,7 +2,8 @@
 
 Django's and DRF's address fields drop an IPv6 zone id (``fe80::1%lo`` becomes ``fe80::1``: nftables
 matches the address alone, so the operator's interface is lost without a word), and ``int()`` reads
-``"٨٠"`` (Arabic-Indic digits) and ``"8_0"`` as 80. The model field, the form fields and the API's
+``"٨٠"`` (Arabic-Indic digits) and ``"8_0"`` as 80; DRF's turns an IPv4-mapped IPv6 address into the
+IPv4 address. The model field, the form fields and the API's
 fields here and in ``farms.api.fields`` refuse both, so the UI, the API and the imports take the same input.
 """
 
@@ -16,11 +17,15 @@ from .validation import parse_address
 
 
 def address_problem(value) -> str | None:
-    if isinstance(value, str) and value.strip() and ("%" in value or not value.isascii()):
-        try:
-            parse_address(value.strip())
-        except ValueError as exc:
-            return f"{exc}."
+    """Why ``value`` must be refused before Django's address fields rewrite it, or None."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        address = parse_address(value.strip())
+    except ValueError as exc:
+        return f"{exc}." if "%" in value or not value.isascii() else None  # else Django's own words
+    if address.version == 6 and address.ipv4_mapped is not None:  # Django would turn it into the IPv4 address
+        return f"{value} is an IPv4-mapped IPv6 address (such packets arrive as IPv4): write {address.ipv4_mapped}."
     return None
 
 

@@ -55,12 +55,12 @@ class FieldsetsMixin:
 class FarmForm(FieldsetsMixin, forms.ModelForm):
     """Every option of a farm, and its access policies."""
 
-    formfield_callback = strict_formfield
     groups = FARM_GROUPS
     service_fields = services.FARM_FIELDS
 
     class Meta:
         model = Farm
+        formfield_callback = strict_formfield
         fields = [*services.FARM_FIELDS, "policies"]
         widgets = {"policies": forms.CheckboxSelectMultiple, "description": forms.TextInput}
         labels = {
@@ -98,12 +98,12 @@ class FarmForm(FieldsetsMixin, forms.ModelForm):
 class BackendForm(FieldsetsMixin, forms.ModelForm):
     """A backend of one farm (the farm is fixed by the page)."""
 
-    formfield_callback = strict_formfield
     groups = BACKEND_GROUPS
     service_fields = services.BACKEND_FIELDS
 
     class Meta:
         model = Backend
+        formfield_callback = strict_formfield
         fields = list(services.BACKEND_FIELDS)
         labels = {"est_connlimit": "Established connections", "mac": "MAC (DSR)"}
 

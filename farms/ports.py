@@ -31,7 +31,7 @@ def parse_ports(text: str) -> list[tuple[int, int]]:
             low = parse_port_number(low_s)
             high = parse_port_number(high_s) if sep else low
         except ValueError:
-            raise PortSyntaxError(f"'{raw}' is not a port or a range like 8000-8100") from None
+            raise PortSyntaxError(f"'{raw}' is not a port or a range like 8000-8100 (digits 0-9)") from None
         for port in (low, high):
             if not 1 <= port <= 65535:
                 raise PortSyntaxError(f"port {port} is out of range (1-65535)")

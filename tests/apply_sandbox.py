@@ -116,7 +116,11 @@ def _empty(nft) -> None:
     rc, out, _err = nft.cmd("list tables")
     tables = [i["table"] for i in json.loads(out)["nftables"] if "table" in i] if rc == 0 and out else []
     if tables:
-        nft.cmd(json.dumps({"nftables": [{"delete": {"table": {"family": t["family"], "name": t["name"]}}} for t in tables]}))
+        nft.cmd(
+            json.dumps(
+                {"nftables": [{"delete": {"table": {"family": t["family"], "name": t["name"]}}} for t in tables]}
+            )
+        )
 
 
 def main() -> None:
@@ -136,7 +140,9 @@ def main() -> None:
             _ensure_links(request.get("links", []))
             rc, _out, err = nft.cmd(json.dumps(request["document"]))
             answer = {"ok": rc == 0, "error": (err or "").strip()}
-            if rc == 0 and request["document"].get("nftables"):  # the worker reads the table back (reconcile, kernel --check): that must work too
+            if rc == 0 and request["document"].get(
+                "nftables"
+            ):  # the worker reads the table back (reconcile, kernel --check): that must work too
                 rc, _out, err = nft.cmd("list table inet lbweb")
                 if rc != 0:
                     answer = {"ok": False, "error": f"applied, but listing the table failed: {err.strip()}"}

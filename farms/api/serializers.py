@@ -303,7 +303,33 @@ class LiveSessionSerializer(serializers.Serializer):
     client = serializers.CharField()
     backend = serializers.IntegerField(allow_null=True)
     static = serializers.BooleanField()
-    expires_in = serializers.IntegerField(allow_null=True, help_text="Seconds left; null for a static session.")
+    expires_in = serializers.IntegerField(allow_null=True, help_text="Milliseconds left; null for a static session.")
+
+
+class LiveSessionsSerializer(serializers.Serializer):
+    read_at = serializers.DateTimeField(help_text="When the worker read them from the kernel.")
+    age = serializers.FloatField(help_text="Seconds since then (also in the Age header).")
+    sessions = LiveSessionSerializer(many=True)
+
+
+class SessionsPendingSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    asked_seconds_ago = serializers.FloatField(help_text="When the worker was asked to read them (it has not yet).")
+    retry_after = serializers.IntegerField(help_text="Seconds to wait before asking again (also in Retry-After).")
+
+
+class SessionsQuerySerializer(serializers.Serializer):
+    max_age = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=3600,
+        default=5,
+        help_text="The oldest snapshot, in seconds, the caller accepts; older ones are read again (202).",
+    )
+
+
+class DetailSerializer(serializers.Serializer):
+    detail = serializers.CharField()
 
 
 class SessionFlushSerializer(serializers.Serializer):

@@ -160,7 +160,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["farms.filtersets.FilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "farms.api.pagination.Pagination",
     "PAGE_SIZE": 100,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "lbweb.api_schema.AutoSchema",
     "EXCEPTION_HANDLER": "farms.api.exceptions.exception_handler",
 }
 

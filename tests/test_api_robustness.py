@@ -72,3 +72,15 @@ def test_a_limit_beyond_64_bits_is_cut_to_the_maximum_page(client, endpoint):
     response = client.get(f"/api/v1/{endpoint}/?limit=9223372036854775808")
     assert response.status_code == 200, response.content
     assert response.json()["count"] == len(response.json()["results"]) >= 3
+
+
+def test_an_api_path_that_names_nothing_is_a_json_404(client):
+    for url in ("/api/v1/farms/null/", "/api/v1/farms/0.05/preview/", "/api/v1/nothing/"):
+        response = client.get(url)
+        assert response.status_code == 404 and response.json() == {"detail": "Not found."}, url
+    assert "text/html" in client.get("/no-such-page/")["Content-Type"]
+
+
+def test_a_metrics_since_beyond_a_redis_stream_id_is_a_400_not_a_503(client):
+    response = client.get("/api/v1/metrics/system/?since=2.8671918373624822e%2B48")
+    assert response.status_code == 400 and "since" in response.json()

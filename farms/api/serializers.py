@@ -96,6 +96,7 @@ HEALTH_CHECK_FIELDS = list(health_services.HEALTH_CHECK_FIELDS)
 class EffectiveHealthCheckSerializer(StrictModelSerializer):
     """The check healthd runs for a farm: its own (configured) or its protocol's default."""
 
+    id = serializers.IntegerField(read_only=True, allow_null=True, help_text="null: the protocol's default, not saved.")
     configured = serializers.SerializerMethodField()
 
     class Meta:

@@ -273,7 +273,12 @@ class ConfigImportView(APIView):
 class CapabilitiesView(APIView):
     """What the kernel under the worker can do, as the worker probed it at start (dry runs)."""
 
-    @extend_schema(responses={200: {"type": "object", "additionalProperties": {"type": "boolean"}}})
+    @extend_schema(
+        responses={
+            200: {"type": "object", "additionalProperties": {"type": "boolean"}},
+            503: OpenApiResponse(DetailSerializer, description="Redis is down, or the worker has not probed yet."),
+        }
+    )
     def get(self, request):
         try:
             raw = get_redis().get(capabilities.REDIS_KEY)

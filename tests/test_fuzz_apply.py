@@ -6,7 +6,8 @@ and applied by libnftables in a throwaway network namespace, in a child process 
 a refusal or a crash fails the test with the configuration that caused it. Validation reads the kernel's
 capabilities as the worker would publish them, probed in the same kind of namespace.
 
-A short run here (bounded to about a minute); ``bench/fuzz_apply.py`` runs thousands of examples.
+A short run here: 80 examples, about 40 s on a loaded 2-core machine (0.45 s each, measured beside
+the long run), checked to stay under a minute; ``bench/fuzz_apply.py`` runs thousands of examples.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from farms import capabilities
 from tests.apply_sandbox import Sandbox
 from tests.fuzz_farms import Stats, build_and_apply
 
-EXAMPLES = int(os.environ.get("LBWEB_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("LBWEB_FUZZ_EXAMPLES", "80"))
 BUDGET_SECONDS = 60
 
 
@@ -56,5 +57,5 @@ def test_what_validation_accepts_the_kernel_applies(sandbox, db, monkeypatch):
 
     example()
     print(stats.as_dict())
-    assert time.monotonic() - started < BUDGET_SECONDS * 2, "the short run outgrew its budget: lower EXAMPLES"
+    assert time.monotonic() - started < BUDGET_SECONDS, "the short run outgrew its budget: lower EXAMPLES"
     assert stats.farms >= 20, f"too few farms got through validation to prove anything: {stats.as_dict()}"

@@ -182,9 +182,11 @@ def publish_capabilities() -> dict[str, bool]:
 
     from lbweb.redis_client import get_redis
 
+    from .capabilities import REDIS_KEY
+
     capabilities = Kernel().capabilities()
     try:
-        get_redis().set("lbweb:capabilities", json.dumps(capabilities))
+        get_redis().set(REDIS_KEY, json.dumps(capabilities))
     except Exception as exc:  # Redis down: the capabilities are only shown, never needed to apply
         log.warning("capabilities not published: %s", exc)
     return capabilities

@@ -157,10 +157,10 @@ REST_FRAMEWORK = {
     ],
     # Roles (admin, operator, viewer) by Django group: farms/roles.py.
     "DEFAULT_PERMISSION_CLASSES": ["farms.api.permissions.RolePermission"],
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_FILTER_BACKENDS": ["farms.filtersets.FilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "farms.api.pagination.Pagination",
     "PAGE_SIZE": 100,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "lbweb.api_schema.AutoSchema",
     "EXCEPTION_HANDLER": "farms.api.exceptions.exception_handler",
 }
 

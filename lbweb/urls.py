@@ -1,5 +1,8 @@
+"""The site's URLs. A path under /api/ that names nothing answers 404 in JSON, like the API's own 404s."""
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import (
     SpectacularAPIView,
@@ -21,3 +24,15 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
 ]
+
+
+def not_found(request, exception=None):
+    """API clients parse every answer as JSON (the schema says so); pages keep Django's HTML 404."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+handler404 = not_found

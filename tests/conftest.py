@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -71,6 +72,17 @@ def worker(lab, worker_env, request):
     proc = Worker(lab.lb, worker_env, OUTPUT / "logs" / f"worker-{request.node.name}.log").start()
     yield proc
     proc.stop()
+    forget_capabilities()
+
+
+def forget_capabilities() -> None:
+    """What a test's worker published about its kernel stays with that test (validation reads it)."""
+    from farms import capabilities
+    from lbweb.redis_client import get_redis
+
+    with contextlib.suppress(Exception):  # no Redis: nothing was published
+        get_redis().delete(capabilities.REDIS_KEY)
+    capabilities.forget()
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from . import nfmsg
 from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from .fragments import TABLE_FAMILY, TABLE_NAME
 from .scratch import scratch
+from .spec import HELPERS, TCP_HELPERS
 from .transcribe import Untranscribable, transcribe
 
 log = logging.getLogger(__name__)
@@ -199,9 +200,14 @@ class Kernel:
             "flowtable": [{"add": {"flowtable": {"family": "inet", "table": "lbweb-probe", "name": "ft",
                                                   "hook": "ingress", "prio": 0, "dev": []}}}],
         }  # fmt: skip
-        for helper, proto in (("ftp", "tcp"), ("tftp", "udp"), ("sip", "udp"), ("pptp", "tcp"), ("snmp", "udp")):
+        for helper in HELPERS:
+            proto = "tcp" if helper in TCP_HELPERS else "udp"
             body = {"family": "inet", "table": "lbweb-probe", "name": "h", "type": helper, "protocol": proto}
             probes[f"helper-{helper}"] = [{"add": {"ct helper": body}}]
+        # A farm without an active backend, and limit verdict 'reject', reject in the nat prerouting hook.
+        nat = {"family": "inet", "table": "lbweb-probe", "name": "n", "type": "nat", "hook": "prerouting", "prio": -100}
+        rule = {"family": "inet", "table": "lbweb-probe", "chain": "n", "expr": [{"reject": {"type": "tcp reset"}}]}
+        probes["reject-nat"] = [{"add": {"chain": nat}}, {"add": {"rule": rule}}]
         result = {}
         for name, commands in probes.items():
             doc = {"nftables": [{"add": {"table": {"family": "inet", "name": "lbweb-probe"}}}, *commands]}

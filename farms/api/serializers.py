@@ -237,6 +237,7 @@ class ApplyRunSerializer(serializers.ModelSerializer):
             "farms_changed",
             "commands",
             "writer",
+            "drift",
         ]
 
 

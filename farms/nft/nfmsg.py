@@ -8,6 +8,7 @@ counts, expirations). Nothing here knows nftables syntax: that is libnftables' j
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import socket
@@ -164,6 +165,34 @@ def _dump(message: int, family: str, payload: bytes, sock: socket.socket | None)
     answers = netlink.dump(netlink.NETLINK_NETFILTER, message_type, FAMILIES[family], payload, sock=sock)
     for data, start, end in answers:
         yield Obj(list(raw_attrs(data, start, end)))
+
+
+def dump_objects(message: int, family: str, payload: bytes, sock: socket.socket | None = None) -> list[Obj]:
+    """Every object one dump answers (the caller's payload names the table, chain or set)."""
+    return list(_dump(message, family, payload, sock))
+
+
+def get_one(message: int, family: str, payload: bytes, sock: socket.socket | None = None) -> Obj | None:
+    """One object asked for by name (a GET without DUMP): the kernel answers with that object alone,
+    whatever the size of the table; None when it has no such object."""
+    sock = sock or shared_socket()
+    header = netlink.MESSAGE_HEADER
+    sequence = next(_sequence) & 0x7FFFFFFF
+    body = struct.pack("=BBH", FAMILIES[family], 0, 0) + payload
+    kind = (NFNL_SUBSYS_NFTABLES << 8) | message
+    sock.settimeout(10)
+    sock.send(header.pack(header.size + len(body), kind, NLM_F_REQUEST, sequence, 0) + body)
+    while True:
+        data = sock.recv(1 << 20)
+        for answer, seq, start, end in netlink.messages(data):
+            if seq != sequence:
+                continue
+            if answer == netlink.NLMSG_ERROR:
+                (code,) = netlink.ERROR_CODE.unpack_from(data, start)
+                if -code == errno.ENOENT:
+                    return None
+                raise netlink.NetlinkError(-code, os.strerror(-code))
+            return Obj(list(raw_attrs(data, start + netlink.NFGEN_HEADER_SIZE, end)))
 
 
 def read_table(

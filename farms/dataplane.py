@@ -202,7 +202,10 @@ def anchor(unit: compiler.UnitRuleset) -> str | None:
 
 
 def kernel_matches(state: KernelState, compiled: dict[str, compiler.UnitRuleset]) -> bool:
-    """True when the kernel's tables are exactly what the compiled configuration describes."""
+    """True when the kernel's tables carry the compiled configuration's digests, names and dispatch entries.
+
+    The comparison of a table lbweb wrote before it kept fingerprints (``find_drift`` sees more: every
+    rule, element and definition); when it holds, that table's fingerprints are taken as they are."""
     if not state.table_present or state.base_digest != compiler.base_digest():
         return False
     expected_digests: dict[str, str] = {}

@@ -7,7 +7,8 @@ is left out: a quiet reconcile adds two small queries (the configuration generat
 
     ip netns exec is not needed: ``python -m bench.drift --farms 1000,10000`` makes its namespace.
 
-Printed per farm count: the full write (libnftables, as a boot), fingerprinting all units after it,
+Wall times on a shared machine follow its load (printed with them); CPU times (this process, user and
+system) do not. Printed per farm count: the full write (libnftables, as a boot), fingerprinting all units after it,
 a quiet reconcile (the ruleset generation read: nothing else is read when it did not move), and a
 reconcile that finds one farm's deny rule deleted by hand: the generation read, the whole read and
 comparison, the repair batch, and reading the repaired unit back.
@@ -22,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,9 +62,10 @@ def measure(count: int) -> dict:
     units = compiler.compile_units(specs, [policy])
     applied = {k: u.objects for k, u in units.items()}
 
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     expected = drift.read_kernel(applied).records
     figures["fingerprint_all_s"] = time.monotonic() - started
+    figures["fingerprint_all_cpu_s"] = time.process_time() - cpu
 
     quiet = []
     for _ in range(200):
@@ -77,6 +80,7 @@ def measure(count: int) -> dict:
     handle = next(line.split("# handle ")[1] for line in listing.stdout.splitlines() if "@policy-deny-v4" in line)
     subprocess.run(["nft", "delete", "rule", "inet", "lbweb", chain, "handle", handle.strip()], check=True)
 
+    c0 = time.process_time()
     t0 = time.monotonic()
     kernel.generation_id()
     t1 = time.monotonic()
@@ -99,6 +103,7 @@ def measure(count: int) -> dict:
     touched = {c["add"]["element"]["name"] for c in commands if "element" in c.get("add", {})}
     records = drift.probe_records(reading.owners, wanted, touched, expected)
     t5 = time.monotonic()
+    c5 = time.process_time()
     again = drift.read_kernel(applied).records
     assert all(not drift.differences({**expected, **records}.get(k, {}), again.get(k, {})) for k in again), (
         "not repaired"
@@ -112,6 +117,7 @@ def measure(count: int) -> dict:
         repair_batch_ms=(t4 - t3) * 1000,
         fingerprint_unit_ms=(t5 - t4) * 1000,
         drift_reconcile_s=t5 - t0,
+        drift_reconcile_cpu_s=c5 - c0,
         batch_messages=len(removals),
     )
     nfmsg.commit([])
@@ -142,11 +148,13 @@ def main() -> None:
         print(
             f"{r['farms']:>6} farms: full write {r['full_write_s']:.1f} s, fingerprints of all units "
             f"{r['fingerprint_all_s']:.2f} s; quiet reconcile {r['quiet_reconcile_ms']:.3f} ms; one drifted farm: "
-            f"{r['drift_reconcile_s']:.2f} s in all (read {r['read_s']:.2f} s, compare {r['compare_s']:.2f} s, "
+            f"{r['drift_reconcile_s']:.2f} s in all, {r['drift_reconcile_cpu_s']:.2f} s of CPU "
+            f"(read {r['read_s']:.2f} s, compare {r['compare_s']:.2f} s, "
             f"repair batch {r['repair_batch_ms']:.0f} ms, unit read back {r['fingerprint_unit_ms']:.0f} ms)",
             flush=True,
         )
         print("        found:", r["drifted"], flush=True)
+        print("        load average:", Path("/proc/loadavg").read_text().split()[:3], flush=True)
 
 
 if __name__ == "__main__":

@@ -466,13 +466,20 @@ class Applier:
                 raise drift.CannotRepair(f"{len(rewrite)} units drifted")
             wanted = {k: compiled[k].objects for k in units if k in compiled}
             removals, kept = drift.removal_messages(report.reading, report.reading.owners, rewrite, wanted, expected)
+            # DSR units own whole tables, re-made by their own creates (libnftables: lbweb does not transcribe them)
+            dsr = [k for k in units if k in compiled and compiled[k].objects.tables]
+            inet = [k for k in units if k in compiled and k not in dsr]
             commands = drift.without_kept(compiler.base_commands(), kept) if drift.SKELETON in rewrite else []
-            for unit in compiler.ordered({k: compiled[k] for k in units if k in compiled}):
+            for unit in compiler.ordered({k: compiled[k] for k in inet}):
                 commands += drift.without_kept(unit.creates, kept)
             document = compiler.document(commands)
-            context = compiler.incremental_context(compiled, [k for k in units if k in compiled])
-            outcome.writer = self.kernel.repair(removals, document, context)
-            outcome.commands = len(removals) + len(commands)
+            outcome.writer = self.kernel.repair(removals, document, compiler.incremental_context(compiled, inet))
+            if dsr:
+                tables = compiler.document([c for k in dsr for c in compiled[k].creates])
+                self.kernel.apply(tables)
+                outcome.writer = "libnftables" if not removals and not commands else outcome.writer
+                document = compiler.document(commands + tables["nftables"])
+            outcome.commands = len(removals) + len(document["nftables"])
         except (drift.CannotRepair, Untranscribable, ApplyError) as exc:
             log.warning("drift not repaired unit by unit (%s); rebuilding the table", exc)
             return self._full(localise(snapshot()), reason=f"{reason}: kernel differs", found=outcome.drift)

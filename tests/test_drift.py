@@ -14,6 +14,7 @@ from farms.models import ApplyRun
 from tests.conftest import wait_for
 from tests.lab import CLIENT4, vip4
 from tests.test_dataplane import kernel_check, make_farm
+from tests.test_dsr_stateless import l2lab, l2worker  # noqa: F401 (the one-segment lab's fixtures)
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
@@ -174,3 +175,54 @@ def test_an_extra_chain_in_lbwebs_table(api, worker, lab, farms):
 def test_a_rule_added_to_a_base_chain(api, worker, lab, farms):
     script = "insert rule inet lbweb prerouting ip saddr 198.18.0.2 accept"
     tamper_and_repair(api, worker, lab, farms, script, "skeleton", ["chain prerouting: 1 rule(s) added at position 1"])
+
+
+def test_a_dsr_table_tampered_is_rewritten_alone(api, l2worker, l2lab):  # noqa: F811
+    """A DSR farm owns a netdev table: a rule added to it is drift of that farm; the next reconcile re-makes
+    that table and leaves the other DSR farm's table (and its counter) as it was."""
+    from farms.tasks import reconcile
+    from tests import lab_l2 as l2
+    from tests.test_dsr_stateless import dsr_farm
+    from tests.test_dsr_stateless import kernel_check as l2_check
+
+    victim = api.wait_applied(
+        dsr_farm(api, "dsr-victim", l2.vip4(5), ["b1"], scheduler="hash", sched_param="srcip")["id"]
+    )
+    bystander = dsr_farm(api, "dsr-bystander", l2.vip4(6), ["b2"], scheduler="hash", sched_param="srcip")
+    api.wait_applied(bystander["id"])
+    assert l2lab.http_get(l2.vip4(6), 80)[0]["backend"] == "b2"
+    table = "lbweb-dsr-dsr-bystander"
+    counted = json.loads(
+        l2lab.ns(l2lab.lb, "nft", "-j", "list", "counter", "netdev", table, "farm-dsr-bystander").stdout
+    )
+    before = next(i["counter"]["packets"] for i in counted["nftables"] if "counter" in i)
+    assert before > 0
+    ok, report = l2_check(l2lab, l2worker)
+    assert ok, report
+    l2lab.ns(
+        l2lab.lb,
+        "nft",
+        "insert",
+        "rule",
+        "netdev",
+        "lbweb-dsr-dsr-victim",
+        "ingress",
+        "ip",
+        "saddr",
+        "198.18.0.2",
+        "drop",
+    )
+    ok, report = l2_check(l2lab, l2worker)
+    assert not ok and f"farm:{victim['id']}" in report, report
+    assert "chain netdev lbweb-dsr-dsr-victim:ingress: 1 rule(s) added at position 1" in report, report
+    reconcile.apply_async(kwargs={"reason": "tamper test"})
+    run = wait_for(lambda: ApplyRun.objects.filter(reason__startswith="tamper test").first(), what="the repair")
+    assert run.ok and run.kind == "repair", (run.kind, run.error)
+    assert [d["unit"] for d in run.drift] == [f"farm:{victim['id']}"], run.drift
+    ok, report = l2_check(l2lab, l2worker)
+    assert ok, report
+    counted = json.loads(
+        l2lab.ns(l2lab.lb, "nft", "-j", "list", "counter", "netdev", table, "farm-dsr-bystander").stdout
+    )
+    assert next(i["counter"]["packets"] for i in counted["nftables"] if "counter" in i) >= before  # not re-made
+    assert l2lab.http_get(l2.vip4(5), 80)[0]["backend"] == "b1"

@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# Fresh Debian 12 -> running appliance: set up, then web + worker + beat + healthd (+ its own Redis) under honcho.
-# Ctrl-C stops every process.
+# Fresh Debian 12 -> running appliance, in the foreground: set up (deploy/setup.sh), then every lbweb process
+# under supervisord (deploy/supervisord.conf), each as the unprivileged user lbweb with only the capabilities it
+# needs. A process that dies is restarted alone; Ctrl-C (SIGINT) or SIGTERM stops them all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-deploy/setup.sh
-.venv/bin/python manage.py ensure_admin
+app=$(pwd -P)
 
-procs=(web worker beat healthd collector)
-if [ -z "${REDIS_URL:-}" ]; then
-  procs=(redis "${procs[@]}")   # lbweb's own Redis on a unix socket under var/
+# lbweb must read the application. A checkout under a private directory (/root, a 0700 temporary directory) is
+# out of its reach: then everything runs in a mount namespace of its own where the checkout is also seen at
+# /run/lbweb-app, a path lbweb can reach; nothing changes outside, and the namespace ends with the processes.
+if [ "${LBWEB_REEXEC:-}" != bound ] && ! setpriv --reuid=nobody --regid=nogroup --clear-groups \
+  test -r "$app/manage.py" -a -x "$app/deploy" 2>/dev/null; then
+  mkdir -p /run/lbweb-app
+  exec env LBWEB_REEXEC=bound unshare --mount --propagation private -- \
+    sh -c 'mount --bind "$1" /run/lbweb-app && exec /run/lbweb-app/deploy/run.sh' run.sh "$app"
 fi
+unset LBWEB_REEXEC
+
+deploy/setup.sh
+var=$(realpath -m "${LBWEB_VAR_DIR:-var}")
+export LBWEB_APP="$app" LBWEB_VAR_DIR="$var"
+export LBWEB_OWN_REDIS=$([ -z "${REDIS_URL:-}" ] && echo true || echo false)
+(umask 077 && deploy/privdrop lbweb "" .venv/bin/python manage.py ensure_admin)
+unset LBWEB_ADMIN_PASSWORD  # the running processes never see it
+
 bind=${LBWEB_BIND:-0.0.0.0:8000}
-echo "lbweb: open http://$( [ "${bind%:*}" = 0.0.0.0 ] && hostname -I 2>/dev/null | awk '{print $1}' || echo "${bind%:*}" ):${bind##*:}/  (API docs at /api/docs/)"
-exec .venv/bin/honcho -f Procfile start "${procs[@]}"
+host=${bind%:*}
+if [ "$host" = 0.0.0.0 ]; then host=$(hostname -I 2>/dev/null | awk '{print $1}'); fi
+echo "lbweb: open http://${host:-127.0.0.1}:${bind##*:}/  (API docs at /api/docs/)"
+exec .venv/bin/python -m supervisor.supervisord -c deploy/supervisord.conf

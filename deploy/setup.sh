@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Bring this machine to an installed lbweb: Debian packages, virtualenv, database, admin account, static files.
+# Bring this machine to an installed lbweb: Debian packages, the system users, virtualenv, front-end packages, and
+# the state directory (database, static files, admin account), owned by the unprivileged user lbweb.
 # Idempotent: every step checks before it acts, so running it again is safe.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+umask 022  # code, virtualenv and static files are read by lbweb; the state directory is made private below
 
-APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server ${LBWEB_EXTRA_APT:-})
+APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux
+  ${LBWEB_EXTRA_APT:-})
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -15,7 +18,20 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-PYTHON=${PYTHON:-python3}
+# lbweb's processes run as the system user lbweb; `command` health checks as lbweb-probe (nothing of lbweb's).
+getent group lbweb >/dev/null || groupadd --system lbweb
+id -u lbweb >/dev/null 2>&1 ||
+  useradd --system --gid lbweb --home-dir /var/lib/lbweb --no-create-home --shell /usr/sbin/nologin lbweb
+id -u lbweb-probe >/dev/null 2>&1 ||
+  useradd --system --user-group --home-dir / --no-create-home --shell /usr/sbin/nologin lbweb-probe
+
+# Debian's interpreter: lbweb must be able to execute it (an interpreter under /root, e.g. pyenv's, is out of its
+# reach), so a virtualenv made from another one is made again.
+PYTHON=${PYTHON:-/usr/bin/python3}
+if [ -e .venv/pyvenv.cfg ] && ! grep -qx "home = $(dirname "$PYTHON")" .venv/pyvenv.cfg; then
+  echo "lbweb setup: .venv was made with another Python than $PYTHON: making it again"
+  rm -rf .venv
+fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 REQS=${LBWEB_REQUIREMENTS:-requirements.txt}
 stamp=".venv/.installed-$(cat requirements*.txt | sha256sum | cut -c1-16)-$(basename "$REQS")"
@@ -36,6 +52,12 @@ if [ ! -e "$npm_stamp" ]; then
   touch "$npm_stamp"
 fi
 
-mkdir -p "${LBWEB_VAR_DIR:-var}"
-.venv/bin/python manage.py migrate --noinput -v0
-.venv/bin/python manage.py collectstatic --noinput -v0
+# The state directory holds the database (with API tokens), the secret key and the TLS key: lbweb's alone.
+var=$(realpath -m "${LBWEB_VAR_DIR:-var}")
+mkdir -p "$var"
+chown -R lbweb:lbweb "$var"
+chmod -R go= "$var"
+export LBWEB_VAR_DIR="$var"
+as_lbweb() { (umask 077 && deploy/privdrop lbweb "" "$@"); }
+as_lbweb .venv/bin/python manage.py migrate --noinput -v0
+as_lbweb .venv/bin/python manage.py collectstatic --noinput -v0

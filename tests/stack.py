@@ -132,7 +132,7 @@ class Healthd(NetnsProcess):
 
 
 class Collector:
-    """``manage.py collector`` inside the LB namespace, as Procfile runs it next to the worker."""
+    """``manage.py collector`` inside the LB namespace, as deploy/run.sh runs it next to the worker."""
 
     def __init__(self, netns: str, env: dict[str, str], log_path: Path, interval: float):
         self.netns = netns

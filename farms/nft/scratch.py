@@ -5,9 +5,15 @@ element (its cache); with 10,000 farms that alone takes seconds. Here it works o
 that holds only what one change needs, and lbweb reads the objects back as netlink
 messages (``nfmsg.read_table``) to send them to the real table itself.
 
-The namespace belongs to one thread of this process (``unshare(CLONE_NEWNET)`` moves only
-the calling thread), so nothing is created on the host, nothing needs a name, and it
-disappears with the process. Every call runs on that thread.
+The namespace is a child process's own: it starts as ``python -m farms.nft.scratch``,
+unshares a user namespace and a network namespace (``CLONE_NEWUSER | CLONE_NEWNET``),
+and serves calls over a socket pair. Why a process and a user namespace: the worker runs
+as the unprivileged user ``lbweb`` with CAP_NET_ADMIN only, and a network namespace of its
+own would need CAP_SYS_ADMIN; a user namespace needs no privilege, and inside it the
+child holds CAP_NET_ADMIN over its own network namespace only. It must be a fresh process
+because the kernel refuses ``CLONE_NEWUSER`` to a multithreaded one (the worker is).
+Nothing is created on the host, nothing needs a name, and a crash of libnftables in
+scratch ends the child, not the worker: the next call starts a new one.
 """
 
 from __future__ import annotations
@@ -16,17 +22,16 @@ import ctypes
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
 from typing import Any, TypeVar
-
-import nftables
-
-from lbweb import netlink
 
 from . import nfmsg
 
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
 
@@ -35,50 +40,77 @@ class ScratchError(Exception):
     """libnftables refused a document in the scratch namespace."""
 
 
-def _enter_private_namespace() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"unshare(CLONE_NEWNET): {os.strerror(code)}")
+class ScratchUnavailable(OSError):
+    """The scratch process could not start, or died during a call (the reason says which)."""
 
 
 class Scratch:
-    """libnftables and netlink dumps on a kernel of lbweb's own, one call at a time."""
+    """Calls run in the scratch process, one at a time: ``run(f, *args)`` is ``f(kernel, *args)`` there.
+
+    ``f`` must be a module-level function (it travels by name) and its arguments and result must
+    pickle; ``kernel`` is the child's :class:`ScratchKernel`.
+    """
 
     def __init__(self) -> None:
-        self._executor = ThreadPoolExecutor(1, "nft-scratch", initializer=_enter_private_namespace)
-        self._nft: nftables.Nftables | None = None
-        self._sock: socket.socket | None = None  # made on the scratch thread, so in its namespace
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
 
     def run(self, function: Callable[..., T], *args: Any) -> T:
-        return self._executor.submit(function, *args).result()
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.send((function, args))
+                ok, value = conn.recv()
+            except (EOFError, OSError) as exc:
+                self._stop()
+                raise ScratchUnavailable(f"the scratch process ended during a call ({exc or 'no answer'})") from exc
+        if not ok:
+            raise value
+        return value
 
-    # Everything below runs on the scratch thread.
+    def _connection(self) -> Connection:
+        if self._proc is not None and self._proc.poll() is None and self._conn is not None:
+            return self._conn
+        self._stop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "farms.nft.scratch", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                cwd=_project_root(),
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        self._conn = Connection(ours.detach())
+        try:
+            ready = self._conn.recv()
+        except EOFError as exc:
+            self._stop()
+            raise ScratchUnavailable("the scratch process ended before it was ready") from exc
+        if ready != "ready":
+            self._stop()
+            raise ScratchUnavailable(str(ready))
+        return self._conn
 
-    def _context(self) -> nftables.Nftables:
-        if self._nft is None:
-            self._nft = nftables.Nftables()
-            self._nft.set_json_output(True)
-        return self._nft
+    def _stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            self._proc = None
 
-    def load(self, commands: list[dict]) -> None:
-        if not commands:
-            return
-        rc, _out, err = self._context().cmd(json.dumps({"nftables": commands}))
-        if rc != 0:
-            raise ScratchError((err or f"libnftables returned {rc}").strip())
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
 
-    def reset(self, tables: set[tuple[str, str]]) -> None:
-        """Remove the given tables (those that exist) so the next load starts from nothing."""
-        for family, name in tables:
-            self._context().cmd(f"delete table {family} {name}")
 
-    def read(
-        self, family: str, name: str, elements_of: Callable[[nfmsg.TableDump], Iterable[str]] | None = None
-    ) -> nfmsg.TableDump:
-        if self._sock is None:
-            self._sock = netlink.open_socket(netlink.NETLINK_NETFILTER)
-        return nfmsg.read_table(family, name, elements_of, self._sock)
+def _project_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 _by_process: dict[int, Scratch] = {}
@@ -86,8 +118,116 @@ _lock = threading.Lock()
 
 
 def scratch() -> Scratch:
-    """This process's scratch namespace, made on first use (a forked worker makes its own)."""
+    """This process's scratch, its child started on first use (a forked worker makes its own)."""
     with _lock:
         if os.getpid() not in _by_process:
             _by_process[os.getpid()] = Scratch()
         return _by_process[os.getpid()]
+
+
+# Everything below runs in the scratch process.
+
+
+class ScratchKernel:
+    """libnftables and netlink dumps on the scratch process's own kernel namespace."""
+
+    def __init__(self) -> None:
+        import nftables  # only the child loads libnftables for scratch work
+
+        self._nft = nftables.Nftables()
+        self._nft.set_json_output(True)
+        _raise_netlink_buffers()
+        self._sock: socket.socket | None = None
+
+    def load(self, commands: list[dict]) -> None:
+        if not commands:
+            return
+        rc, _out, err = self._nft.cmd(json.dumps({"nftables": commands}))
+        if rc != 0:
+            raise ScratchError((err or f"libnftables returned {rc}").strip())
+
+    def reset(self, tables: set[tuple[str, str]]) -> None:
+        """Remove the given tables (those that exist) so the next load starts from nothing."""
+        for family, name in tables:
+            self._nft.cmd(f"delete table {family} {name}")
+
+    def read(
+        self, family: str, name: str, elements_of: Callable[[nfmsg.TableDump], Iterable[str]] | None = None
+    ) -> nfmsg.TableDump:
+        from lbweb import netlink
+
+        if self._sock is None:
+            self._sock = netlink.open_socket(netlink.NETLINK_NETFILTER)
+        return nfmsg.read_table(family, name, elements_of, self._sock)
+
+
+def _raise_netlink_buffers() -> None:
+    """Give libnftables' netlink socket the largest buffers an unprivileged process may set.
+
+    libnftables grows them for a large batch with SO_SNDBUFFORCE/SO_RCVBUFFORCE only, which need
+    CAP_NET_ADMIN in the first user namespace: here they fail silently and a batch of a few hundred
+    farms came back "Message too long". Plain SO_SNDBUF/SO_RCVBUF up to net.core.[wr]mem_max need
+    no privilege; the context opened its socket when it was made, and it is this process's only
+    netlink socket so far."""
+    limits = {}
+    for option, name in ((socket.SO_SNDBUF, "wmem_max"), (socket.SO_RCVBUF, "rmem_max")):
+        with open(f"/proc/sys/net/core/{name}") as f:
+            limits[option] = int(f.read())
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+        except OSError:  # the descriptor that listed the directory, closed since
+            continue
+        sock = socket.socket(fileno=int(fd))
+        try:
+            if sock.family == socket.AF_NETLINK:
+                for option, limit in limits.items():
+                    sock.setsockopt(socket.SOL_SOCKET, option, limit)
+        finally:
+            sock.detach()
+
+
+def _enter_private_namespaces() -> None:
+    """A user namespace where this process is root, and a network namespace it owns."""
+    uid, gid = os.getuid(), os.getgid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"unshare(CLONE_NEWUSER|CLONE_NEWNET): {os.strerror(code)}")
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"0 {uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"0 {gid} 1")
+
+
+def _serve(fd: int) -> None:
+    conn = Connection(fd)
+    try:
+        _enter_private_namespaces()
+        kernel = ScratchKernel()
+    except Exception as exc:  # the parent reports it and falls back to libnftables on the real table
+        conn.send(f"no scratch namespace: {exc}")
+        return
+    conn.send("ready")
+    while True:
+        try:
+            function, args = conn.recv()
+        except EOFError:  # the worker went away
+            return
+        try:
+            result = (True, function(kernel, *args))
+        except Exception as exc:
+            result = (False, exc)
+        try:
+            conn.send(result)
+        except Exception as exc:  # a result or an exception that does not pickle
+            conn.send((False, ScratchError(f"scratch call failed: {result[1]!r} ({exc})")))
+
+
+if __name__ == "__main__":  # served by the module proper, so that what it pickles names farms.nft.scratch
+    from farms.nft.scratch import _serve as serve
+
+    serve(int(sys.argv[1]))

@@ -25,13 +25,12 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import BrokenExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import nfmsg
 from .nfmsg import Message
-from .scratch import Scratch, ScratchError
+from .scratch import Scratch, ScratchError, ScratchKernel
 
 Json = dict[str, Any]
 
@@ -102,8 +101,8 @@ def transcribe(document: Json, context: list[Json], scratch: Scratch) -> list[Me
     if not commands:
         return []
     try:
-        reads = scratch.run(_read_scratch, scratch, commands, context)
-    except (OSError, BrokenExecutor) as exc:  # no namespace of its own (not root?): libnftables does it
+        reads = scratch.run(_read_scratch, commands, context)
+    except OSError as exc:  # no scratch process (no user namespaces?): libnftables does it
         raise Untranscribable(f"no scratch namespace: {exc}") from exc
     return _Writer(reads).messages(commands)
 
@@ -119,8 +118,8 @@ def _definitions(context: list[Json], tables: set[tuple[str, str]]) -> list[Json
     return defined
 
 
-def _read_scratch(scratch: Scratch, commands: list[Command], context: list[Json]) -> _Reads:
-    """Runs on the scratch thread: the loads and reads the writer needs.
+def _read_scratch(scratch: ScratchKernel, commands: list[Command], context: list[Json]) -> _Reads:
+    """Runs in the scratch process: the loads and reads the writer needs.
 
     The context goes in first with its rules, as the real table got it (libnftables marks a set
     'dynamic' when a rule that feeds it comes in the same batch, and the kernel refuses a second
@@ -175,7 +174,7 @@ def _rules_and_definitions(context: list[Json], tables: set[tuple[str, str]]) ->
 
 
 def _deleted_keys(
-    scratch: Scratch, commands: list[Command], definitions: list[Json], tables: set[tuple[str, str]]
+    scratch: ScratchKernel, commands: list[Command], definitions: list[Json], tables: set[tuple[str, str]]
 ) -> dict[tuple[str, str, str], list[nfmsg.Element]]:
     """The kernel's form of every element the document deletes, by (family, table, map)."""
     deletions = [c for c in commands if c.verb == "delete" and c.kind == "element"]

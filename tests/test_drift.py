@@ -4,11 +4,14 @@ which rewrites only the drifted unit: another farm's persistence entries and cou
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 
 from farms.models import ApplyRun
 from tests.conftest import wait_for
@@ -96,9 +99,13 @@ def tamper_and_repair(api, worker, lab, farms, script: str, unit: str, differenc
     assert persistence_entries(lab, "other") and any(CLIENT4 in e for e in persistence_entries(lab, "other"))
     assert counter_packets(lab, "farm-other") >= packets
     assert {a["backend"] for a in lab.http_get(TARGET_VIP, 80, count=3)} == {"b1", "b2", "b3"}
-    # the apply history says what differed, through the API too
+    # the apply history says what differed, through the API and on its page
     listed = api.get("apply-runs/?limit=1")["results"][0]
     assert listed["kind"] == "repair" and listed["drift"] == run.drift
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="admin"))
+    page = client.get("/apply-runs/").content.decode()
+    assert all(html.escape(text) in page for d in run.drift for text in d["differences"]), page
     return run
 
 

@@ -623,6 +623,18 @@ class KernelUnit(models.Model):
         return f"{self.name} ({self.digest})"
 
 
+class KernelFingerprint(models.Model):
+    """What the kernel held of one unit (a farm, a policy, or "skeleton") right after lbweb wrote it, as
+    normalised hashes of its objects (``farms/nft/drift.py``): the reference a reconcile compares with."""
+
+    key = models.CharField(max_length=40, primary_key=True)
+    record = models.JSONField(default=dict)
+    written_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"fingerprint of {self.key}"
+
+
 class ApplyRun(models.Model):
     """One attempt of the worker to bring the kernel to a configuration generation."""
 
@@ -641,6 +653,12 @@ class ApplyRun(models.Model):
         blank=True,
         help_text="Who wrote the transaction: 'netlink' (lbweb's own batch, the same cost whatever the number "
         "of farms), 'libnftables' (full applies, and changes lbweb cannot transcribe), or blank (nothing sent).",
+    )
+    drift = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="What a reconcile found changed in the kernel behind lbweb's back: one entry per unit "
+        "(unit, name, differences), repaired by this run.",
     )
 
     class Meta:

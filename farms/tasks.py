@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import beat_init, worker_ready
+
+from monitoring.health import heartbeat
 
 from . import dataplane, sessions
 
@@ -62,6 +64,13 @@ def cut_backend_connections(backend_id: int) -> int:
 @worker_ready.connect
 def restore_at_boot(sender=None, **_kwargs) -> None:
     """When the worker starts (boot, restart), make the kernel match the database."""
+    heartbeat.start_publisher("worker")
     dataplane.ensure_forwarding()
     dataplane.publish_capabilities()
     reconcile.apply_async(kwargs={"reason": "worker start"})
+
+
+@beat_init.connect
+def beat_heartbeat(sender=None, **_kwargs) -> None:
+    """beat's liveness: without it no reconcile runs, and nothing else would tell."""
+    heartbeat.start_publisher("beat")

@@ -75,6 +75,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "farms.roles.role_context",
+                "farms.liveness.liveness_context",
             ],
         },
     },
@@ -190,3 +191,7 @@ LOGGING = {
 
 # healthd's heartbeat older than this shows as "health checking stopped".
 LBWEB_HEALTHD_STALE_SECONDS = float(os.environ.get("LBWEB_HEALTHD_STALE_SECONDS", "5"))
+# A worker's, beat's or collector's heartbeat older than this shows as "<process> not running" on every page.
+LBWEB_PROCESS_STALE_SECONDS = float(os.environ.get("LBWEB_PROCESS_STALE_SECONDS", "5"))
+# Changes waiting longer than this for the worker show as "N changes waiting for X s" on every page.
+LBWEB_APPLY_STALL_SECONDS = float(os.environ.get("LBWEB_APPLY_STALL_SECONDS", "10"))

@@ -245,6 +245,28 @@ class HealthStatusSerializer(serializers.Serializer):
     health_counts = serializers.DictField(child=serializers.IntegerField())
 
 
+class ProcessStateSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=["running", "stopped", "never_seen", "unknown"])
+    detail = serializers.CharField()
+    age_seconds = serializers.FloatField(required=False, help_text="Seconds since its last heartbeat.")
+
+
+class PendingChangesSerializer(serializers.Serializer):
+    changes = serializers.IntegerField(help_text="Farms whose configuration the kernel does not have yet.")
+    waiting_seconds = serializers.FloatField(help_text="How long the oldest of them has waited.")
+    stalled = serializers.BooleanField(help_text="Waiting longer than LBWEB_APPLY_STALL_SECONDS.")
+
+
+class StatusSerializer(serializers.Serializer):
+    """Liveness of every process (worker, beat, collector, healthd) and of the apply pipeline."""
+
+    processes = serializers.DictField(child=ProcessStateSerializer())
+    pending = PendingChangesSerializer()
+    alerts = serializers.ListField(
+        child=serializers.CharField(), help_text="What a person must see, e.g. 'worker not running'; empty if well."
+    )
+
+
 class ApplyRunSerializer(StrictModelSerializer):
     class Meta:
         model = ApplyRun
@@ -261,6 +283,7 @@ class ApplyRunSerializer(StrictModelSerializer):
             "farms_changed",
             "commands",
             "writer",
+            "drift",
         ]
 
 

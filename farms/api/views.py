@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 from lbweb.redis_client import get_redis
 from monitoring.health import heartbeat
 
-from .. import capabilities, config_io, health_services, preview, services, session_snapshots
+from .. import capabilities, config_io, health_services, liveness, preview, services, session_snapshots
 from ..filtersets import ApplyRunFilterSet, AuditEventFilterSet, BackendFilterSet, FarmFilterSet, HealthEventFilterSet
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
 from ..roles import ADMIN, OPERATOR, OPERATOR_BACKEND_FIELDS
@@ -39,6 +39,7 @@ from .serializers import (
     SessionsPendingSerializer,
     SessionsQuerySerializer,
     StaticSessionSerializer,
+    StatusSerializer,
 )
 
 
@@ -235,6 +236,15 @@ class HealthStatusView(APIView):
         counts = dict(Backend.objects.values_list("health").annotate(n=Count("id")))
         status = {**heartbeat.read_status(), "health_counts": counts}
         return Response(HealthStatusSerializer(status).data)
+
+
+class StatusView(APIView):
+    """Is every process running, and are changes reaching the kernel? ("worker not running",
+    "3 changes waiting for 42 s"): the same alerts as the banner of every page."""
+
+    @extend_schema(responses=StatusSerializer)
+    def get(self, request: Request) -> Response:
+        return Response(StatusSerializer(liveness.status()).data)
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):

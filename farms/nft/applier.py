@@ -166,6 +166,20 @@ class Kernel:
             raise ApplyError(f"netlink batch: {exc}", document) from exc
         return "netlink"
 
+    def repair(self, removals: list[nfmsg.Message], document: dict, context: list[dict]) -> str:
+        """Remove what the kernel holds of drifted units (``removals``, made from what it dumped) and
+        write them again (``document``), in one transaction. Raises :class:`Untranscribable` when the
+        document needs libnftables (the caller rebuilds instead) and :class:`ApplyError` when the
+        kernel refuses the batch (nothing changed)."""
+        messages = transcribe(document, context, scratch()) if document.get("nftables") else []
+        try:
+            nfmsg.commit(removals + messages)
+        except nfmsg.BatchRefused as exc:
+            raise ApplyError(str(exc), document) from exc
+        except OSError as exc:
+            raise ApplyError(f"netlink batch: {exc}", document) from exc
+        return "netlink"
+
     def generation_id(self) -> int:
         """The namespace's ruleset generation (moves with every committed nf_tables transaction)."""
         return nfmsg.generation_id()

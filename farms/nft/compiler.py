@@ -663,6 +663,19 @@ def _ordered(units: dict[str, UnitRuleset]) -> list[UnitRuleset]:
     return sorted(units.values(), key=lambda u: (u.key.split(":")[0] != "policy", int(u.key.split(":")[1])))
 
 
+def skeleton_objects() -> tuple[list[str], list[str]]:
+    """The skeleton's base chains and its maps, by name."""
+    cmds = _base_parts()[0]
+    chains = [c["add"]["chain"]["name"] for c in cmds if "chain" in c["add"]]
+    maps = [c["add"]["map"]["name"] for c in cmds if "map" in c["add"]]
+    return chains, maps
+
+
+def ordered(units: dict[str, UnitRuleset]) -> list[UnitRuleset]:
+    """The units in the order their creates must be sent (policies first)."""
+    return _ordered(units)
+
+
 def shared_maps() -> set[str]:
     """The skeleton's maps, where farms own elements."""
     return {c["add"]["map"]["name"] for c in _base_parts()[0] if "map" in c.get("add", {})}

@@ -22,7 +22,11 @@ urlpatterns = [
     path("monitoring/", include("monitoring.urls")),
     path("system/", include("system.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api_docs/swagger_ui.html"), name="api-docs"),
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api_docs/swagger_ui.html"),
+        name="api-docs",
+    ),
     path(
         "api/redoc/",
         # Redoc renders with styled-components (<style> elements it makes) and parses in a blob: worker;

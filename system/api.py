@@ -157,7 +157,10 @@ class CertificateUploadSerializer(serializers.Serializer):
         trim_whitespace=False, help_text="PEM: the certificate, optionally followed by its chain."
     )
     chain = serializers.CharField(
-        trim_whitespace=False, required=False, allow_blank=True, help_text="PEM: the chain, each followed by its issuer."
+        trim_whitespace=False,
+        required=False,
+        allow_blank=True,
+        help_text="PEM: the chain, each followed by its issuer.",
     )
     key = serializers.CharField(trim_whitespace=False, write_only=True, help_text="PEM: the private key, unencrypted.")
 

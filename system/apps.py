@@ -6,3 +6,6 @@ class SystemConfig(AppConfig):
 
     name = "system"
     verbose_name = "System"
+
+    def ready(self):
+        from . import schema  # noqa: F401 - registers the OpenAPI extension

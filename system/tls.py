@@ -16,6 +16,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -124,8 +125,10 @@ def _load_key(text: str, errors: dict[str, list[str]]):
     except TypeError:
         errors.setdefault("key", []).append("The key is protected by a passphrase: upload it without one.")
         return None
-    except (ValueError, serialization.UnsupportedAlgorithm):
-        errors.setdefault("key", []).append("Not a PEM private key: expected a '-----BEGIN ... PRIVATE KEY-----' block.")
+    except (ValueError, UnsupportedAlgorithm):
+        errors.setdefault("key", []).append(
+            "Not a PEM private key: expected a '-----BEGIN ... PRIVATE KEY-----' block."
+        )
         return None
     if isinstance(key, rsa.RSAPrivateKey) and key.key_size < MIN_RSA_BITS:
         errors.setdefault("key", []).append(f"An RSA key of {key.key_size} bits is too weak: {MIN_RSA_BITS} at least.")
@@ -150,7 +153,7 @@ def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
         return False
     try:
         cert.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, x509.InvalidSignature):
+    except (ValueError, TypeError, InvalidSignature):
         return False
     return True
 

@@ -29,7 +29,10 @@ class CertificateView(RoleRequiredMixin, View):
         if form.is_valid():
             try:
                 new = services.certificate_replace(
-                    certificate=form.pem("certificate"), chain=form.pem("chain"), key=form.pem("key"), actor=request.user
+                    certificate=form.pem("certificate"),
+                    chain=form.pem("chain"),
+                    key=form.pem("key"),
+                    actor=request.user,
                 )
             except tls.CertificateError as error:
                 for field, problems in error.errors.items():

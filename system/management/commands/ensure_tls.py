@@ -59,7 +59,9 @@ class Command(BaseCommand):
         reason = "--force" if force else tls.needs_new_self_signed()
         if reason is None:
             current = tls.current()
-            self.stdout.write(f"TLS certificate {tls_cert_path()}: {current.subject}, until {current.not_after:%Y-%m-%d}")
+            self.stdout.write(
+                f"TLS certificate {tls_cert_path()}: {current.subject}, until {current.not_after:%Y-%m-%d}"
+            )
             return
         names = certificate_names()
         cert, key = tls.self_signed(names)

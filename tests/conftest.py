@@ -232,5 +232,19 @@ def browser_page():
         browser.close()
 
 
+@pytest.fixture
+def csp_violations(browser_page) -> list[str]:
+    """Every Content-Security-Policy violation of the page (chromium logs each one on the console).
+
+    A browser test that takes this fixture ends with ``assert csp_violations == []``: a page whose
+    script or style the policy blocks may look fine in a screenshot and still be broken.
+    """
+    found: list[str] = []
+    browser_page.on(
+        "console", lambda message: found.append(message.text) if "Content Security Policy" in message.text else None
+    )
+    return found
+
+
 def pytest_sessionstart(session):
     Path(OUTPUT).mkdir(exist_ok=True)

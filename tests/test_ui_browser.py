@@ -57,7 +57,9 @@ def live_figures(page, lab) -> tuple[float, int] | None:
     return None
 
 
-def test_operator_journey_in_a_browser(live_server, admin_user, role_users, worker, collector, lab, browser_page):
+def test_operator_journey_in_a_browser(
+    live_server, admin_user, role_users, worker, collector, lab, browser_page, csp_violations
+):
     page, base = browser_page, live_server.url
     log_in(page, base, "admin", "admin-password")
     page.get_by_role("link", name="New farm").click()
@@ -121,3 +123,4 @@ def test_operator_journey_in_a_browser(live_server, admin_user, role_users, work
     )
     assert refused == 403
     assert set(backends_answering(lab)) == {"b2"}  # still serving: nothing changed
+    assert csp_violations == []  # every page's scripts and styles ran under the Content-Security-Policy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import ipaddress
 import os
 import socket
@@ -13,11 +14,19 @@ from system import tls
 
 
 def interface_addresses() -> list[str]:
-    """The machine's own addresses, loopback and link-local left out (read with netlink, no privilege)."""
+    """The machine's own addresses, loopback and link-local left out (read with netlink, no privilege).
+
+    pyroute2 runs an asyncio loop of its own: in a thread of its own, so that a caller whose thread already
+    runs a loop is no obstacle.
+    """
     from pyroute2 import IPRoute
 
-    with IPRoute() as ipr:
-        found = [m.get_attr("IFA_ADDRESS") for m in ipr.get_addr()]
+    def read() -> list[str]:
+        with IPRoute() as ipr:
+            return [m.get_attr("IFA_ADDRESS") for m in ipr.get_addr()]
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        found = pool.submit(read).result()
     usable = []
     for address in filter(None, found):
         ip = ipaddress.ip_address(address)

@@ -152,17 +152,22 @@ class CertificateInfoSerializer(serializers.Serializer):
     chain = serializers.ListField(child=serializers.CharField(), help_text="Subjects of the chain, in order.")
 
 
+class PemField(serializers.CharField):
+    """PEM text: a JSON string, a form field, or an uploaded file (``curl -F key=@my.key``)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data):
+        if hasattr(data, "read"):
+            data = data.read(1 << 20).decode("utf-8", errors="replace")
+        return super().to_internal_value(data)
+
+
 class CertificateUploadSerializer(serializers.Serializer):
-    certificate = serializers.CharField(
-        trim_whitespace=False, help_text="PEM: the certificate, optionally followed by its chain."
-    )
-    chain = serializers.CharField(
-        trim_whitespace=False,
-        required=False,
-        allow_blank=True,
-        help_text="PEM: the chain, each followed by its issuer.",
-    )
-    key = serializers.CharField(trim_whitespace=False, write_only=True, help_text="PEM: the private key, unencrypted.")
+    certificate = PemField(help_text="PEM: the certificate, optionally followed by its chain.")
+    chain = PemField(required=False, allow_blank=True, help_text="PEM: the chain, each followed by its issuer.")
+    key = PemField(write_only=True, help_text="PEM: the private key, unencrypted.")
 
 
 class CertificateView(APIView):

@@ -117,6 +117,21 @@ def test_api_shows_the_certificate_to_every_role_and_only_admins_replace_it(role
     assert event.before["serial"] == shown["serial"] and event.after["serial"] == leaf.serial
 
 
+def test_api_takes_the_pem_files_as_a_multipart_upload(role_users):
+    """What the README's `curl -F certificate=@my.crt -F chain=@my-chain.pem -F key=@my.key` sends."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    _root, intermediate, leaf = certs.chain()
+    files = {
+        "certificate": SimpleUploadedFile("my.crt", leaf.pem.encode()),
+        "chain": SimpleUploadedFile("my-chain.pem", intermediate.pem.encode()),
+        "key": SimpleUploadedFile("my.key", leaf.key_pem.encode()),
+    }
+    answer = api_as(role_users["admin"]).put(URL, files, format="multipart")
+    assert answer.status_code == 200, answer.content
+    assert tls.current().serial == leaf.serial and tls.current().chain == ["CN=lbweb test intermediate"]
+
+
 @pytest.mark.parametrize("problem", ["not pem", "wrong key", "expired", "chain order", "no key"])
 def test_an_invalid_upload_is_a_field_level_400_and_changes_nothing(role_users, problem):
     root, intermediate, leaf = certs.chain()

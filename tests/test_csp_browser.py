@@ -29,13 +29,15 @@ def test_every_page_runs_under_the_content_security_policy(
     live_server, redis_server, farm, browser_page, csp_violations
 ):
     page, base = browser_page, live_server.url
+    # wait_for_function gets functions: Playwright polls a bare expression with eval() in the page, which
+    # the policy forbids (and reports as a violation).
 
     page.goto(f"{base}/admin/login/?next=/")  # the admin site's login page, then lbweb's pages
     page.fill("#id_username", "admin")
     page.fill("#id_password", "admin-password")
     page.click("input[type=submit]")
     page.wait_for_url(f"{base}/")
-    page.wait_for_function("document.querySelector('[data-rate-for]') !== null")
+    page.wait_for_function("() => document.querySelector('[data-rate-for]') !== null")
 
     page.goto(f"{base}/farms/{farm.id}/edit/")
     page.get_by_role("button", name="Preview the kernel change").click()
@@ -43,9 +45,11 @@ def test_every_page_runs_under_the_content_security_policy(
     assert page.evaluate("document.activeElement.id") == "preview"  # static/lbweb/edit.js ran
 
     page.goto(f"{base}/monitoring/")
-    page.wait_for_function("window.Chart && Chart.getChart('chart-conns') !== undefined")  # dashboard-start.js ran
+    page.wait_for_function(
+        "() => window.Chart && Chart.getChart('chart-conns') !== undefined"
+    )  # dashboard-start.js ran
     page.goto(f"{base}/monitoring/farms/{farm.id}/")
-    page.wait_for_function("window.Chart && Chart.getChart('chart-throughput') !== undefined")
+    page.wait_for_function("() => window.Chart && Chart.getChart('chart-throughput') !== undefined")
 
     for path in (f"/farms/{farm.id}/", "/policies/", "/apply-runs/", "/audit-events/", "/config/", "/system/tls/"):
         page.goto(base + path)

@@ -18,7 +18,9 @@ from tests.lab import backend4, vip4
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
 VIP = vip4(120)
-APPLIED = "document.getElementById('apply-status').textContent.trim() === 'applied'"
+# A function, not an expression: Playwright polls an expression with eval() in the page, which the
+# Content-Security-Policy forbids (no 'unsafe-eval'); a function is called through the DevTools protocol.
+APPLIED = "() => document.getElementById('apply-status').textContent.trim() === 'applied'"
 
 
 def shot(page, name: str) -> None:

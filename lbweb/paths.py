@@ -26,33 +26,25 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a temporary file renamed over it), mode 0600 from the start.
+def stage_private(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a new temporary file beside ``path``, mode 0600 from the start, flushed to disk.
 
-    A reader sees the old content or the new, never a half-written file; the secret is never readable
-    by others, not even between its creation and a chmod.
+    ``os.replace(staged, path)`` then swaps it in atomically. The secret is never readable by others, not
+    even between its creation and a chmod.
     """
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
-    tmp = Path(name)
+    staged = Path(name)
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
         raise
+    return staged
 
 
-def tls_dir() -> Path:
-    return var_dir() / "tls"
-
-
-def tls_cert_path() -> Path:
-    """The certificate the web server presents: the leaf first, then its chain (PEM)."""
-    return tls_dir() / "lbweb.crt"
-
-
-def tls_key_path() -> Path:
-    return tls_dir() / "lbweb.key"
+def write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (a reader sees the old content or the new), mode 0600."""
+    os.replace(stage_private(path, data), path)

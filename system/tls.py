@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 from dataclasses import dataclass, field
 
 from cryptography import x509
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from lbweb.paths import ensure_private_dir, tls_cert_path, tls_dir, tls_key_path, write_private
+from lbweb.paths import ensure_private_dir, stage_private, tls_cert_path, tls_dir, tls_key_path
 
 # 825 days: the longest validity Apple's platforms accept for a TLS server certificate, even one the user
 # trusts by hand; the set-up makes a new one when a self-signed certificate has less than RENEW_BEFORE left.
@@ -205,14 +206,21 @@ def key_pem(key) -> bytes:
 
 
 def install(certs: list[x509.Certificate], key) -> None:
-    """Write the key, then the certificate, each atomically (0600 in a 0700 directory).
+    """Put the key and the certificate in place: both written in full first, then each renamed over the old.
 
-    Between the two renames the pair does not match; the web server's loader keeps its last good pair
-    when a load fails (``lbweb/gunicorn_conf.py``), so no handshake sees the mix.
+    A failure while writing (a full disk) leaves the old pair untouched. Between the two renames the
+    pair does not match; the web server's loader keeps its last good pair when a load fails
+    (``lbweb/gunicorn_conf.py``), so no handshake sees the mix.
     """
     ensure_private_dir(tls_dir())
-    write_private(tls_key_path(), key_pem(key))
-    write_private(tls_cert_path(), pem_of(certs))
+    staged_key = stage_private(tls_key_path(), key_pem(key))
+    try:
+        staged_cert = stage_private(tls_cert_path(), pem_of(certs))
+    except BaseException:
+        staged_key.unlink(missing_ok=True)
+        raise
+    os.replace(staged_key, tls_key_path())
+    os.replace(staged_cert, tls_cert_path())
 
 
 def current() -> CertificateInfo | None:

@@ -48,3 +48,16 @@ def stage_private(path: Path, data: bytes) -> Path:
 def write_private(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (a reader sees the old content or the new), mode 0600."""
     os.replace(stage_private(path, data), path)
+
+
+def tls_dir() -> Path:
+    return var_dir() / "tls"
+
+
+def tls_cert_path() -> Path:
+    """The certificate the web server presents: the leaf first, then its chain (PEM)."""
+    return tls_dir() / "lbweb.crt"
+
+
+def tls_key_path() -> Path:
+    return tls_dir() / "lbweb.key"

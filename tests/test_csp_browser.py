@@ -45,11 +45,11 @@ def test_every_page_runs_under_the_content_security_policy(
     assert page.evaluate("document.activeElement.id") == "preview"  # static/lbweb/edit.js ran
 
     page.goto(f"{base}/monitoring/")
-    page.wait_for_function(
-        "() => window.Chart && Chart.getChart('chart-conns') !== undefined"
-    )  # dashboard-start.js ran
+    # the charts exist once dashboard-start.js ran (polled by a timer: requestAnimationFrame, the default,
+    # was seen to stall on this page when other tests ran before)
+    page.wait_for_function("() => window.Chart && Chart.getChart('chart-conns') !== undefined", polling=100)
     page.goto(f"{base}/monitoring/farms/{farm.id}/")
-    page.wait_for_function("() => window.Chart && Chart.getChart('chart-throughput') !== undefined")
+    page.wait_for_function("() => window.Chart && Chart.getChart('chart-throughput') !== undefined", polling=100)
 
     for path in (f"/farms/{farm.id}/", "/policies/", "/apply-runs/", "/audit-events/", "/config/", "/system/tls/"):
         page.goto(base + path)

@@ -293,7 +293,7 @@ def test_every_process_holds_only_its_privilege(appliance):
     import pwd
 
     programs = appliance.programs()
-    expected = {"redis", "web", "worker", "beat", "healthd", "collector"}
+    expected = set(PROGRAMS)
     assert expected <= set(programs), f"programs running: {sorted(programs)}"
     table = []
     for name, proc in sorted(programs.items()):

@@ -6,60 +6,91 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('farms', '0007_apply_run_writer'),
+        ("farms", "0007_apply_run_writer"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='backend',
-            name='address',
+            model_name="backend",
+            name="address",
             field=farms.fields.AddressField(db_index=True),
         ),
         migrations.AlterField(
-            model_name='backend',
-            name='est_connlimit',
-            field=models.PositiveIntegerField(default=0, help_text='Established connections allowed (0: off).', validators=[django.core.validators.MaxValueValidator(2147483647)]),
+            model_name="backend",
+            name="est_connlimit",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="Established connections allowed (0: off).",
+                validators=[django.core.validators.MaxValueValidator(2147483647)],
+            ),
         ),
         migrations.AlterField(
-            model_name='farm',
-            name='est_connlimit',
-            field=models.PositiveIntegerField(default=0, help_text='Established connections of the farm (0: off).', validators=[django.core.validators.MaxValueValidator(2147483647)]),
+            model_name="farm",
+            name="est_connlimit",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="Established connections of the farm (0: off).",
+                validators=[django.core.validators.MaxValueValidator(2147483647)],
+            ),
         ),
         migrations.AlterField(
-            model_name='farm',
-            name='fallback_address',
-            field=farms.fields.AddressField(blank=True, help_text="With 'fallback': where new connections go when no backend is active.", null=True),
+            model_name="farm",
+            name="fallback_address",
+            field=farms.fields.AddressField(
+                blank=True, help_text="With 'fallback': where new connections go when no backend is active.", null=True
+            ),
         ),
         migrations.AlterField(
-            model_name='farm',
-            name='log_prefix',
-            field=models.CharField(blank=True, help_text="At most 127 bytes in UTF-8 (the kernel's limit), no control characters.", max_length=60),
+            model_name="farm",
+            name="log_prefix",
+            field=models.CharField(
+                blank=True,
+                help_text="At most 127 bytes in UTF-8 (the kernel's limit), no control characters.",
+                max_length=60,
+            ),
         ),
         migrations.AlterField(
-            model_name='farm',
-            name='log_rtlimit',
-            field=models.PositiveIntegerField(default=10, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(2147483647)]),
+            model_name="farm",
+            name="log_rtlimit",
+            field=models.PositiveIntegerField(
+                default=10,
+                validators=[
+                    django.core.validators.MinValueValidator(1),
+                    django.core.validators.MaxValueValidator(2147483647),
+                ],
+            ),
         ),
         migrations.AlterField(
-            model_name='farm',
-            name='new_rtlimit',
-            field=models.PositiveIntegerField(default=0, help_text='New connections per second per client (0: off).', validators=[django.core.validators.MaxValueValidator(2147483647)]),
+            model_name="farm",
+            name="new_rtlimit",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="New connections per second per client (0: off).",
+                validators=[django.core.validators.MaxValueValidator(2147483647)],
+            ),
         ),
         migrations.AlterField(
-            model_name='farm',
-            name='new_rtlimit_burst',
-            field=models.PositiveIntegerField(default=0, validators=[django.core.validators.MaxValueValidator(2147483647)]),
+            model_name="farm",
+            name="new_rtlimit_burst",
+            field=models.PositiveIntegerField(
+                default=0, validators=[django.core.validators.MaxValueValidator(2147483647)]
+            ),
         ),
         migrations.AlterField(
-            model_name='farm',
-            name='rst_rtlimit',
-            field=models.PositiveIntegerField(default=0, help_text='TCP resets per second (0: off).', validators=[django.core.validators.MaxValueValidator(2147483647)]),
+            model_name="farm",
+            name="rst_rtlimit",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="TCP resets per second (0: off).",
+                validators=[django.core.validators.MaxValueValidator(2147483647)],
+            ),
         ),
         migrations.AlterField(
-            model_name='farm',
-            name='vip',
-            field=farms.fields.AddressField(help_text='Virtual IPv4 or IPv6 address clients connect to.', verbose_name='VIP'),
+            model_name="farm",
+            name="vip",
+            field=farms.fields.AddressField(
+                help_text="Virtual IPv4 or IPv6 address clients connect to.", verbose_name="VIP"
+            ),
         ),
     ]

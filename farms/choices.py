@@ -119,3 +119,4 @@ class ApplyKindChoices(models.TextChoices):
     INCREMENTAL = "incremental", "Incremental"
     FULL = "full", "Full resync"
     NOOP = "noop", "Nothing to change"
+    REPAIR = "repair", "Drift repaired"

@@ -30,11 +30,12 @@ from .choices import (
     FarmSchedulerChoices,
     FarmStateChoices,
 )
-from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelUnit, Policy
-from .nft import carry, compiler
+from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFingerprint, KernelUnit, Policy
+from .nft import carry, compiler, drift
 from .nft.applier import ApplyError, KernelState
 from .nft.sandbox import IsolatedKernel, writer
 from .nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
+from .nft.transcribe import Untranscribable
 from .validation import parse_port_range, session_key_parts
 
 log = logging.getLogger("lbweb.dataplane")
@@ -197,15 +198,6 @@ def hold(
     return held
 
 
-def written_units() -> dict[str, compiler.UnitRuleset]:
-    """What the worker last wrote to the kernel, unit by unit (its KernelUnit records). A reconcile that
-    finds the kernel so is looking at writes not applied yet, not at drift: an incremental apply, not a
-    rebuild (under a steady stream of writes every reconcile would otherwise rebuild the table)."""
-    applied = CACHE.applied()
-    names = dict(KernelUnit.objects.values_list("key", "name"))
-    return {k: compiler.UnitRuleset(k, names[k], objects) for k, objects in applied.items() if k in names}
-
-
 def bisect(items: Sequence[Hashable], attempt: Callable[[list], object], error: ApplyError) -> dict[Hashable, str]:
     """Which of ``items`` the kernel refuses (item -> its words), when ``attempt`` of all of them failed
     with ``error``: halves are attempted in turn, and a half that fails is split again, so one bad unit
@@ -249,10 +241,12 @@ def publish_capabilities() -> dict[str, bool]:
 
     from lbweb.redis_client import get_redis
 
+    from .capabilities import REDIS_KEY
+
     capabilities = IsolatedKernel().capabilities()
     writer().close()  # this is Celery's main process: its pool processes start kernel writers of their own
     try:
-        get_redis().set("lbweb:capabilities", json.dumps(capabilities))
+        get_redis().set(REDIS_KEY, json.dumps(capabilities))
     except Exception as exc:  # Redis down: the capabilities are only shown, never needed to apply
         log.warning("capabilities not published: %s", exc)
     return capabilities
@@ -269,7 +263,10 @@ def anchor(unit: compiler.UnitRuleset) -> str | None:
 
 
 def kernel_matches(state: KernelState, compiled: dict[str, compiler.UnitRuleset]) -> bool:
-    """True when the kernel's tables are exactly what the compiled configuration describes."""
+    """True when the kernel's tables carry the compiled configuration's digests, names and dispatch entries.
+
+    The comparison of a table lbweb wrote before it kept fingerprints (``find_drift`` sees more: every
+    rule, element and definition); when it holds, that table's fingerprints are taken as they are."""
     if not state.table_present or state.base_digest != compiler.base_digest():
         return False
     expected_digests: dict[str, str] = {}
@@ -286,6 +283,54 @@ def kernel_matches(state: KernelState, compiled: dict[str, compiler.UnitRuleset]
     if state.farm_digests != expected_digests:
         return False
     return state.shared_elements == expected_elements
+
+
+def load_fingerprints() -> dict[str, drift.Record]:
+    return dict(KernelFingerprint.objects.values_list("key", "record"))
+
+
+def store_fingerprints(records: dict[str, drift.Record], removed: list[str] = (), replace: bool = False) -> None:
+    rows = [KernelFingerprint(key=k, record=r) for k, r in sorted(records.items())]
+    with transaction.atomic():
+        if replace:
+            KernelFingerprint.objects.exclude(key__in=list(records)).delete()
+        elif removed:
+            KernelFingerprint.objects.filter(key__in=list(removed)).delete()
+        KernelFingerprint.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["key"], update_fields=["record", "written_at"], batch_size=500
+        )
+
+
+@dataclass
+class DriftReport:
+    """What a comparison of the kernel with lbweb's records found, unit by unit."""
+
+    present: bool
+    units: dict[str, list[str]]  # unit key -> what differs
+    names: dict[str, str]
+    reading: drift.Reading | None = None
+
+    def as_list(self) -> list[dict]:
+        return [{"unit": k, "name": self.names.get(k, k), "differences": d} for k, d in sorted(self.units.items())]
+
+    def summary(self) -> str:
+        return "; ".join(f"{self.names.get(k, k)}: {', '.join(d)}" for k, d in sorted(self.units.items()))
+
+
+def find_drift(applied: dict[str, compiler.UnitObjects], expected: dict[str, drift.Record]) -> DriftReport:
+    """Read lbweb's tables whole and compare every unit with what the kernel held right after lbweb
+    wrote it (its fingerprint). A unit lbweb wrote but kept no fingerprint of counts as drifted."""
+    reading = drift.read_kernel(applied)
+    found = {}
+    for key in sorted(set(applied) | {drift.SKELETON}):
+        if key not in expected:
+            found[key] = ["no fingerprint of what lbweb wrote"]
+            continue
+        differences = drift.differences(expected[key], reading.records.get(key, {}))
+        if differences:
+            found[key] = differences
+    names = dict(KernelUnit.objects.filter(key__in=list(found)).values_list("key", "name"))
+    return DriftReport(reading.present, found, names, reading)
 
 
 class UnitCache:
@@ -351,6 +396,7 @@ class Outcome:
     commands: int = 0
     error: str = ""
     writer: str = ""
+    drift: list[dict] = field(default_factory=list)
 
 
 def cyclic_gc_paused(function: Callable) -> Callable:
@@ -403,39 +449,51 @@ class Applier:
 
     @cyclic_gc_paused
     def reconcile(self, reason: str = "reconcile") -> ApplyRun | None:
-        """Compare the kernel with the database; apply what changed when the kernel is as the worker
-        left it, rebuild in one transaction (keeping what it learnt) when it differs from both.
+        """Compare the kernel with what lbweb wrote there, unit by unit, and repair the units that drifted.
 
-        Reading the whole table back costs seconds at 10,000 farms (and compiling every farm as
-        much), which would hold the worker's queue every 30 s. So when the kernel's ruleset
-        generation has not moved since the worker last knew the kernel right (its own commit, or a
-        comparison that matched), and no write came since, there is nothing to compare."""
+        Reading the whole table back costs about a second at 10,000 farms, which would hold the
+        worker's queue every 30 s. So when the kernel's ruleset generation has not moved since the
+        worker last knew the kernel right (its own commit, or a comparison that matched), and no write
+        came since, nothing is read. Otherwise lbweb's tables are read as netlink messages and each
+        unit's objects compared with the fingerprint kept when it was written (``nft/drift.py``); only
+        the units that differ are removed and written again, in one transaction that keeps their
+        counters and dynamic sets (persistence) when these are as lbweb wrote them."""
         generation_id = self.kernel.generation_id()
         if CACHE.verified == (generation_id, ConfigGeneration.current()) and not pending_farms():
             log.info(
                 "%s: kernel generation %d unchanged since it was verified; nothing to compare", reason, generation_id
             )
             return None
+        expected = load_fingerprints()
+        if drift.SKELETON not in expected and not self._take_baseline():
+            return self._full(localise(snapshot()), reason=f"{reason}: kernel differs")
+        generation, compiled, failures, isolated = CACHE.current()
+        report = find_drift(CACHE.applied(), load_fingerprints())
+        if not report.present:
+            return self._resync(f"{reason}: table missing")
+        if report.units:
+            log.warning("%s: the kernel differs from what lbweb wrote: %s", reason, report.summary())
+            return self._repair(generation, compiled, failures, set(isolated), report, reason)
+        if pending_farms() or failures or generation > last_handled_generation():
+            return self._apply(generation, compiled, failures, set(isolated), reason)
+        CACHE.verified = (generation_id, generation)
+        log.info("%s: the kernel is as lbweb wrote it", reason)
+        return None
+
+    def _take_baseline(self) -> bool:
+        """A table written before lbweb kept fingerprints: compared the old way (digests, names), and
+        when it matches, what it holds now becomes the reference."""
         snap = localise(snapshot())
-        isolated = isolated_farms()
-        compiled = hold(snap.compiled(), isolated, CACHE.applied())
+        compiled = hold(snap.compiled(), isolated_farms(), CACHE.applied())
         try:
             state = self.kernel.observe()
-        except ApplyError as exc:  # libnftables cannot even print what the table holds: replace it
-            log.warning("%s: the kernel's table cannot be read (%s)", reason, exc.message)
-            return self._full(snap, reason=f"{reason}: kernel unreadable")
-        if kernel_matches(state, compiled):  # also when the worker died between its commit and its record
-            self._store_units(compiled, None)
-            if pending_farms() or snap.failures or snap.generation > last_handled_generation():
-                outcome = Outcome(failed=snap.failures, held=set(isolated))
-                return self._record(snap.generation, ApplyKindChoices.NOOP, reason, time.monotonic(), outcome, compiled)
-            CACHE.verified = (generation_id, snap.generation)
-            log.info("%s: the kernel matches the database", reason)
-            return None
-        if kernel_matches(state, written_units()):  # as the worker left it: only writes not applied yet
-            log.info("%s: the kernel is as the worker left it; applying what changed since", reason)
-            return self._apply(snap.generation, compiled, snap.failures, set(isolated), reason)
-        return self._full(snap, reason=f"{reason}: kernel differs")
+        except ApplyError as exc:  # libnftables cannot even print what the table holds: rebuild it
+            log.warning("the kernel's table cannot be read (%s)", exc.message)
+            return False
+        if not kernel_matches(state, compiled):
+            return False
+        self._fingerprint_all()
+        return True
 
     # -- internals -------------------------------------------------------------------
 
@@ -482,6 +540,7 @@ class Applier:
             outcome.writer = self.kernel.apply_incremental(document, context)
         outcome.commands += len(document["nftables"])
         self._store_units(compiled, changed)
+        self._fingerprint_units(changed, document)
 
     def _retry_alone(self, compiled: dict, refused: dict[str, str], outcome: Outcome) -> dict[str, str]:
         """A unit refused before the rest of its change went in (a port another farm frees in the same
@@ -511,6 +570,82 @@ class Applier:
         if others:
             outcome.error = "\n".join([*others, *(f"farm {fid}: {m}" for fid, m in sorted(outcome.failed.items()))])
 
+    def _repair(
+        self,
+        generation: int,
+        compiled: dict,
+        failures: dict[int, str],
+        held: set[int],
+        report: DriftReport,
+        reason: str,
+    ) -> ApplyRun:
+        """Write again the drifted units (and any unit with a pending change) from what the kernel holds of
+        them; a full rebuild when that cannot be done unit by unit."""
+        started = time.monotonic()
+        # An isolated farm that drifted is not written again (nothing of it can be): it leaves the kernel.
+        compiled = {
+            k: u for k, u in compiled.items() if not (k in report.units and k.startswith("farm:") and _id(k) in held)
+        }
+        applied = CACHE.applied()
+        rewrite = set(report.units) | set(compiler.changed_units(applied, compiled))
+        units = sorted(k for k in rewrite if k != drift.SKELETON)
+        expected = load_fingerprints()
+        outcome = Outcome(changed=units, failed=dict(failures), held=held, drift=report.as_list())
+        try:
+            if is_bulk(len(rewrite), len(compiled)):
+                raise drift.CannotRepair(f"{len(rewrite)} units drifted")
+            wanted = {k: compiled[k].objects for k in units if k in compiled}
+            removals, kept = drift.removal_messages(report.reading, report.reading.owners, rewrite, wanted, expected)
+            # DSR units own whole tables, re-made by their own creates (libnftables: lbweb does not transcribe them)
+            dsr = [k for k in units if k in compiled and compiled[k].objects.tables]
+            inet = [k for k in units if k in compiled and k not in dsr]
+            commands = drift.without_kept(compiler.base_commands(), kept) if drift.SKELETON in rewrite else []
+            for unit in compiler.ordered({k: compiled[k] for k in inet}):
+                commands += drift.without_kept(unit.creates, kept)
+            document = compiler.document(commands)
+            outcome.writer = self.kernel.repair(removals, document, compiler.incremental_context(compiled, inet))
+            if dsr:
+                tables = compiler.document([c for k in dsr for c in compiled[k].creates])
+                self.kernel.apply(tables)
+                outcome.writer = "libnftables" if not removals and not commands else outcome.writer
+                document = compiler.document(commands + tables["nftables"])
+            outcome.commands = len(removals) + len(document["nftables"])
+        except (drift.CannotRepair, Untranscribable, ApplyError) as exc:
+            log.warning("drift not repaired unit by unit (%s); rebuilding the table", exc)
+            return self._full(localise(snapshot()), reason=f"{reason}: kernel differs", found=outcome.drift)
+        self._store_units(compiled, units)
+        self._fingerprint_units(rewrite, document, all_maps=drift.SKELETON in rewrite)
+        if not outcome.failed:
+            CACHE.verified = (self.kernel.generation_id(), generation)
+        return self._record(generation, ApplyKindChoices.REPAIR, f"{reason}: drift", started, outcome, compiled)
+
+    def _fingerprint_all(self) -> None:
+        """After a full write: lbweb's tables read whole, every unit's fingerprint replaced."""
+        try:
+            reading = drift.read_kernel(CACHE.applied())
+        except OSError as exc:  # the write stands; the next reconcile finds units without fingerprints
+            log.warning("fingerprints not taken: %s", exc)
+            return
+        store_fingerprints(reading.records, replace=True)
+
+    def _fingerprint_units(self, keys: set[str] | list[str], document: dict, all_maps: bool = False) -> None:
+        """After an incremental write: the written units read back by name (their cost, not the table's)."""
+        applied = CACHE.applied()
+        owners = drift.owners_of(applied)
+        units = {k: applied[k] for k in keys if k in applied}
+        if drift.SKELETON in keys:
+            units[drift.SKELETON] = compiler.UnitObjects()
+        elements = [body.get("element") for command in document["nftables"] for body in command.values()]
+        touched = owners.shared if all_maps else {e["name"] for e in elements if e}
+        previous = dict(KernelFingerprint.objects.filter(key__in=list(units)).values_list("key", "record"))
+        try:
+            records = drift.probe_records(owners, units, touched, previous)
+        except OSError as exc:
+            log.warning("fingerprints not taken: %s", exc)
+            KernelFingerprint.objects.filter(key__in=list(units)).delete()
+            return
+        store_fingerprints(records, removed=[k for k in keys if k not in units])
+
     def _resync(self, reason: str) -> ApplyRun:
         CACHE.reset()
         return self._full(localise(snapshot()), reason=reason)
@@ -524,13 +659,13 @@ class Applier:
             if wait > 0:
                 time.sleep(min(wait, window))
 
-    def _full(self, snap: Snapshot, reason: str) -> ApplyRun:
+    def _full(self, snap: Snapshot, reason: str, found: list[dict] | None = None) -> ApplyRun:
         """Rebuild lbweb's table in one transaction, carrying over what the kernel learnt (``carry.py``).
         Isolated farms stay out; farms the kernel refuses now are found, isolated and left out."""
         CACHE.reset()
         started = time.monotonic()
         isolated = isolated_farms()
-        outcome = Outcome(failed=dict(snap.failures), held=set(isolated))
+        outcome = Outcome(failed=dict(snap.failures), held=set(isolated), drift=found or [])
         stale = self.kernel.dsr_tables()
         good = [s for s in snap.specs if s.id not in outcome.failed and s.id not in isolated]
         listing, counters = self._learnt()
@@ -572,6 +707,7 @@ class Applier:
         if not outcome.failed and not outcome.error:
             CACHE.verified = (self.kernel.generation_id(), snap.generation)
         self._store_units(units, None)
+        self._fingerprint_all()
         return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
 
     def _learnt(self) -> tuple[list[dict] | None, dict]:
@@ -630,6 +766,7 @@ class Applier:
                 farms_changed=len(outcome.changed),
                 commands=outcome.commands,
                 writer=outcome.writer,
+                drift=outcome.drift,
             )
             pending = Farm.objects.filter(config_generation__lte=g, applied_generation__lt=F("config_generation"))
             pending.exclude(id__in=[*failed, *outcome.held]).update(applied_generation=g, apply_error="")

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from .audit import audited
 from .choices import BackendStateChoices, FarmModeChoices
@@ -94,7 +95,7 @@ def request_apply(generation: int) -> None:
 def mark_farms_changed(farm_ids: Iterable[int]) -> int:
     """Give these farms one new generation and ask for one apply (inside the caller's transaction)."""
     generation = ConfigGeneration.bump()
-    Farm.objects.filter(pk__in=list(farm_ids)).update(config_generation=generation)
+    Farm.objects.filter(pk__in=list(farm_ids)).update(config_generation=generation, updated=timezone.now())
     request_apply(generation)
     return generation
 
@@ -243,7 +244,7 @@ def policy_delete(*, policy: Policy) -> None:
 def _policy_changed(policy: Policy) -> None:
     generation = ConfigGeneration.bump()
     Policy.objects.filter(pk=policy.pk).update(config_generation=generation)
-    policy.farms.update(config_generation=generation)
+    policy.farms.update(config_generation=generation, updated=timezone.now())
     request_apply(generation)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import beat_init, worker_ready
+
+from monitoring.health import heartbeat
 
 from . import dataplane, sessions
 
@@ -39,14 +41,18 @@ def cut_backend(backend_id: int) -> int:
 
 @shared_task(name="farms.tasks.flush_sessions")
 def flush_sessions(farm_id: int, backend_id: int | None = None, client: str | None = None) -> int:
-    """Forget learnt persistence entries of a farm: one backend's, one client's, or all."""
-    return sessions.flush_learnt(farm_id, backend_id, client)
+    """Forget learnt persistence entries of a farm: one backend's, one client's, or all.
+
+    The farm's sessions are read again right after, so the API never shows what was just forgotten."""
+    flushed = sessions.flush_learnt(farm_id, backend_id, client)
+    sessions.publish_live(farm_id)
+    return flushed
 
 
 @shared_task(name="farms.tasks.report_sessions")
-def report_sessions(farm_id: int, request_id: str) -> None:
-    """Publish a farm's live persistence entries for the API (which waits on Redis for them)."""
-    sessions.publish_live(farm_id, request_id)
+def report_sessions(farm_id: int) -> None:
+    """Publish a farm's live persistence entries for the API (which answers from them, never waiting)."""
+    sessions.publish_live(farm_id)
 
 
 @shared_task(name="farms.tasks.cut_backend_connections")
@@ -58,6 +64,13 @@ def cut_backend_connections(backend_id: int) -> int:
 @worker_ready.connect
 def restore_at_boot(sender=None, **_kwargs) -> None:
     """When the worker starts (boot, restart), make the kernel match the database."""
+    heartbeat.start_publisher("worker")
     dataplane.ensure_forwarding()
     dataplane.publish_capabilities()
     reconcile.apply_async(kwargs={"reason": "worker start"})
+
+
+@beat_init.connect
+def beat_heartbeat(sender=None, **_kwargs) -> None:
+    """beat's liveness: without it no reconcile runs, and nothing else would tell."""
+    heartbeat.start_publisher("beat")

@@ -15,6 +15,7 @@ from .views import (
     HealthStatusView,
     PolicyViewSet,
     StaticSessionViewSet,
+    StatusView,
 )
 
 app_name = "farms-api"
@@ -31,6 +32,7 @@ router.register("audit-events", AuditEventViewSet)
 
 urlpatterns = [
     path("health-status/", HealthStatusView.as_view(), name="health-status"),
+    path("status/", StatusView.as_view(), name="status"),
     path("capabilities/", CapabilitiesView.as_view(), name="capabilities"),
     path("nftlb/import/", NftlbImportView.as_view(), name="nftlb-import"),
     path("nftlb/export/", NftlbExportView.as_view(), name="nftlb-export"),

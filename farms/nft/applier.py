@@ -25,6 +25,7 @@ from . import nfmsg, steps
 from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from .fragments import TABLE_FAMILY, TABLE_NAME
 from .scratch import ScratchCrashed, scratch
+from .spec import HELPERS, TCP_HELPERS
 from .transcribe import Untranscribable, transcribe
 
 log = logging.getLogger(__name__)
@@ -185,6 +186,24 @@ class Kernel:
             raise ApplyError(f"netlink batch: {exc}", document, uncertain=True) from exc
         return "netlink"
 
+    def repair(self, removals: list[nfmsg.Message], document: dict, context: list[dict]) -> str:
+        """Remove what the kernel holds of drifted units (``removals``, made from what it dumped) and
+        write them again (``document``), in one transaction. Raises :class:`Untranscribable` when the
+        document needs libnftables (the caller rebuilds instead) and :class:`ApplyError` when the
+        kernel refuses the batch (nothing changed)."""
+        try:
+            messages = transcribe(document, context, scratch()) if document.get("nftables") else []
+        except ScratchCrashed as exc:  # libnftables died on this input: on the real table it would too
+            raise ApplyError(str(exc), document) from exc
+        steps.enter(steps.BATCH, removals + messages)
+        try:
+            nfmsg.commit(removals + messages)
+        except nfmsg.BatchRefused as exc:
+            raise ApplyError(str(exc), document) from exc
+        except OSError as exc:
+            raise ApplyError(f"netlink batch: {exc}", document) from exc
+        return "netlink"
+
     def generation_id(self) -> int:
         """The namespace's ruleset generation (moves with every committed nf_tables transaction)."""
         return nfmsg.generation_id()
@@ -219,9 +238,14 @@ class Kernel:
             "flowtable": [{"add": {"flowtable": {"family": "inet", "table": "lbweb-probe", "name": "ft",
                                                   "hook": "ingress", "prio": 0, "dev": []}}}],
         }  # fmt: skip
-        for helper, proto in (("ftp", "tcp"), ("tftp", "udp"), ("sip", "udp"), ("pptp", "tcp"), ("snmp", "udp")):
+        for helper in HELPERS:
+            proto = "tcp" if helper in TCP_HELPERS else "udp"
             body = {"family": "inet", "table": "lbweb-probe", "name": "h", "type": helper, "protocol": proto}
             probes[f"helper-{helper}"] = [{"add": {"ct helper": body}}]
+        # A farm without an active backend, and limit verdict 'reject', reject in the nat prerouting hook.
+        nat = {"family": "inet", "table": "lbweb-probe", "name": "n", "type": "nat", "hook": "prerouting", "prio": -100}
+        rule = {"family": "inet", "table": "lbweb-probe", "chain": "n", "expr": [{"reject": {"type": "tcp reset"}}]}
+        probes["reject-nat"] = [{"add": {"chain": nat}}, {"add": {"rule": rule}}]
         result = {}
         for name, commands in probes.items():
             doc = {"nftables": [{"add": {"table": {"family": "inet", "name": "lbweb-probe"}}}, *commands]}

@@ -62,7 +62,8 @@ from typing import Any
 
 from . import dsr
 from . import fragments as f
-from .spec import BackendSpec, FarmSpec, PolicySpec
+from .limits import LOG_PREFIX_BYTES, truncate_utf8
+from .spec import TCP_HELPERS, BackendSpec, FarmSpec, PolicySpec
 from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, canonical, digest_of
 from .units import Builder as _Builder
 
@@ -347,11 +348,12 @@ def _farm_guards(b: _Builder, farm: FarmSpec, chain: str) -> None:
             [{"ct count": {"val": farm.est_connlimit, "inv": True}}, f.counter_ref(f"{chain}-limit"), _verdict(farm)],
         )
     if farm.log:
-        prefix = (farm.log_prefix or f"lbweb {farm.name} ")[:127]
+        # The kernel keeps 127 bytes (not characters); libnftables 1.0.6 crashes on ~140 (see limits.py).
+        prefix = truncate_utf8(farm.log_prefix or f"lbweb {farm.name} ", LOG_PREFIX_BYTES)
         b.rule(chain, [{"limit": {"rate": farm.log_rtlimit or 10, "per": "second"}}, {"log": {"prefix": prefix}}])
     if farm.helper:
         helper = f"helper-{farm.name}-{farm.helper}"
-        protocol = "tcp" if farm.helper in ("ftp", "pptp", "irc", "h323") else "udp"
+        protocol = "tcp" if farm.helper in TCP_HELPERS else "udp"
         b.obj("ct helper", {**f.counter(helper), "type": farm.helper, "protocol": protocol, "l3proto": "inet"})
         b.rule(chain, [{"ct helper": helper}])
 
@@ -659,6 +661,19 @@ def document(commands: list[Json]) -> Json:
 def _ordered(units: dict[str, UnitRuleset]) -> list[UnitRuleset]:
     """Policies before the farms that reference their sets; then by id."""
     return sorted(units.values(), key=lambda u: (u.key.split(":")[0] != "policy", int(u.key.split(":")[1])))
+
+
+def skeleton_objects() -> tuple[list[str], list[str]]:
+    """The skeleton's base chains and its maps, by name."""
+    cmds = _base_parts()[0]
+    chains = [c["add"]["chain"]["name"] for c in cmds if "chain" in c["add"]]
+    maps = [c["add"]["map"]["name"] for c in cmds if "map" in c["add"]]
+    return chains, maps
+
+
+def ordered(units: dict[str, UnitRuleset]) -> list[UnitRuleset]:
+    """The units in the order their creates must be sent (policies first)."""
+    return _ordered(units)
 
 
 def shared_maps() -> set[str]:

@@ -8,6 +8,7 @@ counts, expirations). Nothing here knows nftables syntax: that is libnftables' j
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import socket
@@ -23,6 +24,7 @@ NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE, NLM_F_APPEND = 0x1, 0x4, 0x400, 0x800
 NLA_F_NESTED = 0x8000
+NLA_TYPE_MASK = 0x3FFF
 SO_SNDBUFFORCE = 32
 
 # NFT_MSG_*
@@ -74,19 +76,20 @@ def string(value: str) -> bytes:
     return value.encode() + b"\0"
 
 
-def raw_attrs(data: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes, bytes]]:
-    """(type without flags, the whole attribute as sent, its payload) of each attribute in a span."""
+def raw_attrs(data: bytes, start: int = 0, end: int | None = None) -> list[tuple[int, bytes, bytes]]:
+    """(type without flags, the whole attribute as sent, its payload) of each attribute in a span.
+    A list built in one loop: this runs for every attribute of every object a table dump returns."""
     end = len(data) if end is None else end
+    unpack = netlink.ATTR_HEADER.unpack_from
+    found = []
     while start + 4 <= end:
-        length, kind = netlink.ATTR_HEADER.unpack_from(data, start)
+        length, kind = unpack(data, start)
         if length < 4:
-            return
-        yield (
-            kind & netlink.NLA_TYPE_MASK,
-            data[start : start + netlink.align(length)],
-            data[start + 4 : start + length],
-        )
-        start += netlink.align(length)
+            break
+        following = start + ((length + 3) & ~3)
+        found.append((kind & NLA_TYPE_MASK, data[start:following], data[start + 4 : start + length]))
+        start = following
+    return found
 
 
 def nested(kind: int, payload: bytes) -> bytes:
@@ -168,14 +171,44 @@ def _dump(message: int, family: str, payload: bytes, sock: socket.socket | None)
         yield Obj(list(raw_attrs(data, start, end)))
 
 
+def dump_objects(message: int, family: str, payload: bytes, sock: socket.socket | None = None) -> list[Obj]:
+    """Every object one dump answers (the caller's payload names the table, chain or set)."""
+    return list(_dump(message, family, payload, sock))
+
+
+def get_one(message: int, family: str, payload: bytes, sock: socket.socket | None = None) -> Obj | None:
+    """One object asked for by name (a GET without DUMP): the kernel answers with that object alone,
+    whatever the size of the table; None when it has no such object."""
+    sock = sock or shared_socket()
+    header = netlink.MESSAGE_HEADER
+    sequence = next(_sequence) & 0x7FFFFFFF
+    body = struct.pack("=BBH", FAMILIES[family], 0, 0) + payload
+    kind = (NFNL_SUBSYS_NFTABLES << 8) | message
+    sock.settimeout(10)
+    sock.send(header.pack(header.size + len(body), kind, NLM_F_REQUEST, sequence, 0) + body)
+    while True:
+        data = sock.recv(1 << 20)
+        for answer, seq, start, end in netlink.messages(data):
+            if seq != sequence:
+                continue
+            if answer == netlink.NLMSG_ERROR:
+                (code,) = netlink.ERROR_CODE.unpack_from(data, start)
+                if -code == errno.ENOENT:
+                    return None
+                raise netlink.NetlinkError(-code, os.strerror(-code))
+            return Obj(list(raw_attrs(data, start + netlink.NFGEN_HEADER_SIZE, end)))
+
+
 def read_table(
     family: str,
     name: str,
     elements_of: Callable[[TableDump], Iterable[str]] | None = None,
     sock: socket.socket | None = None,
+    rules: bool = True,
 ) -> TableDump:
-    """One table of the current network namespace (raises NetlinkError): its chains, rules, sets and
-    named objects, and the elements of the sets ``elements_of`` names (all without it)."""
+    """One table of the current network namespace (raises NetlinkError): its chains, rules (unless
+    ``rules`` is false: the caller reads them its own way), sets and named objects, and the elements
+    of the sets ``elements_of`` names (all without it)."""
     table_attr = netlink.attr(1, string(name))  # NFTA_{CHAIN,RULE,SET,OBJ}_TABLE are all 1
     dump = TableDump(family, name)
     for table in _dump(GETTABLE, family, b"", sock):
@@ -187,7 +220,7 @@ def read_table(
         if chain.name(CHAIN_TABLE) == name:
             dump.chains[chain.name(CHAIN_NAME)] = chain
             dump.rules[chain.name(CHAIN_NAME)] = []
-    for rule in _dump(GETRULE, family, table_attr, sock):
+    for rule in _dump(GETRULE, family, table_attr, sock) if rules else ():
         dump.rules.setdefault(rule.name(RULE_CHAIN), []).append(rule)
     for set_ in _dump(GETSET, family, table_attr, sock):
         dump.sets[set_.name(SET_NAME)] = set_

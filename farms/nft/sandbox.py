@@ -35,8 +35,8 @@ from .applier import ApplyError, Kernel
 ROOT = Path(__file__).resolve().parents[2]
 CRASH_ON, CRASH_SIGNAL = steps.CRASH_ON, steps.CRASH_SIGNAL
 ANSWER_SECONDS = 3600  # a full apply of 10,000 farms took 16 min on 2 cores (bench/RESULTS.md); beyond this it hangs
-CALLS = {"check", "apply", "apply_incremental", "list_table", "list_set", "dsr_tables"}
-WRITES = {"apply", "apply_incremental"}
+CALLS = {"check", "apply", "apply_incremental", "repair", "list_table", "list_set", "dsr_tables"}
+WRITES = {"apply", "apply_incremental", "repair"}
 
 
 class KernelCrash(ApplyError):
@@ -96,7 +96,7 @@ class Writer:
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self._start()
-        document = args[0] if args and isinstance(args[0], dict) else None
+        document = next((a for a in args if isinstance(a, dict)), None)
         generation = nfmsg.generation_id() if method in WRITES else None
         step = "the call"
         try:
@@ -147,6 +147,9 @@ class IsolatedKernel(Kernel):
         if not document.get("nftables"):
             return "none"
         return writer().call("apply_incremental", document, context)
+
+    def repair(self, removals: list[nfmsg.Message], document: dict, context: list[dict]) -> str:
+        return writer().call("repair", removals, document, context)
 
     def list_table(self, family: str | None = None, name: str | None = None) -> list[dict[str, Any]] | None:
         return writer().call("list_table", *(a for a in (family, name) if a is not None))

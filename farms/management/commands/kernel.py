@@ -1,41 +1,59 @@
-"""``manage.py kernel``: what lbweb's table in this namespace holds, compared with the database."""
+"""``manage.py kernel``: what lbweb's tables in this namespace hold, compared with the database.
+
+Two comparisons, both needed for "matches": every unit's objects as the kernel holds them now
+against the fingerprint the worker kept when it wrote them (drift: a rule, chain, set, element,
+counter or DSR table changed, deleted or added behind lbweb's back), and what the worker wrote
+against what the database wants now (pending: a change not applied yet, or a farm that failed).
+"""
 
 import json
 
 from django.core.management.base import BaseCommand, CommandError
 
 from farms import dataplane
-from farms.nft import compiler
+from farms.models import KernelUnit
+from farms.nft import compiler, drift
 from farms.nft.applier import Kernel
+from farms.nft.units import UnitObjects
 
 
 class Command(BaseCommand):
-    help = "Compare the kernel's lbweb table with the database (run it where the worker runs)."
+    help = "Compare the kernel's lbweb tables with the database (run it where the worker runs)."
 
     def add_arguments(self, parser):
         parser.add_argument("--check", action="store_true", help="exit with status 1 when they differ")
 
     def handle(self, *args, check: bool, **options):
         snap = dataplane.localise(dataplane.snapshot())  # DSR farms compile with the MACs seen from here
+        rows = list(KernelUnit.objects.all())
+        applied = {u.key: UnitObjects.from_json(u.objects_json) for u in rows}
         isolated = dataplane.isolated_farms()  # the kernel keeps what it held of them: that is what is expected
-        compiled = dataplane.hold(snap.compiled(), isolated, dataplane.CACHE.applied())
-        state = Kernel().observe()
-        matches = dataplane.kernel_matches(state, compiled)
-        report = {
+        compiled = dataplane.hold(snap.compiled(), isolated, applied)
+        names = {u.key: u.name for u in rows} | {k: u.name for k, u in compiled.items()}
+        expected = dataplane.load_fingerprints()
+        if drift.SKELETON in expected:
+            report = dataplane.find_drift(applied, expected)
+            present, found = report.present, report.units
+        else:  # a table written before fingerprints were kept: digests and names only
+            state = Kernel().observe()
+            present = state.table_present
+            found = {} if dataplane.kernel_matches(state, compiled) else {"table": ["digests or names differ"]}
+        pending = compiler.changed_units(applied, compiled)
+        failed = {names.get(compiler.farm_key(fid), fid): message for fid, message in snap.failures.items()}
+        matches = present and not found and not pending and not failed
+        result = {
             "generation": snap.generation,
             "matches": matches,
-            "table_present": state.table_present,
-            "base_ok": state.base_digest == compiler.base_digest(),
-            "farms": {
-                r.name: {
-                    "expected": r.digest if dataplane.anchor(r) else None,
-                    "kernel": state.farm_digests.get(dataplane.anchor(r)) if dataplane.anchor(r) else None,
-                }
-                for r in compiled.values()
-            },
-            "dispatch_entries": state.dispatch_size(),
+            "table_present": present,
+            "base_ok": Kernel().base_digest() == compiler.base_digest(),
+            "drift": [{"unit": k, "name": names.get(k, k), "differences": d} for k, d in sorted(found.items())],
+            "pending": [{"unit": k, "name": names.get(k, k)} for k in pending],
+            "failed": failed,
+            "units": len(applied),
             "isolated_farms": {str(fid): reason for fid, reason in sorted(isolated.items())},
         }
-        self.stdout.write(json.dumps(report, indent=2))
+        self.stdout.write(json.dumps(result, indent=2))
         if check and not matches:
-            raise CommandError("the kernel differs from the database")
+            what = [f"{d['name']} ({d['unit']}): {'; '.join(d['differences'])}" for d in result["drift"]]
+            what += [f"{p['name']} ({p['unit']}): not applied" for p in result["pending"]]
+            raise CommandError("the kernel differs from the database: " + " | ".join(what or ["table missing"]))

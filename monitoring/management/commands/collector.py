@@ -18,6 +18,7 @@ from django.db import close_old_connections, connection
 from django.db.utils import Error as DatabaseError
 
 from monitoring.farm_index import FarmIndex, load_index
+from monitoring.health import heartbeat
 from monitoring.sampler import Sampler
 from monitoring.store import MetricStore, client
 
@@ -40,6 +41,7 @@ class Command(BaseCommand):
         index = FarmIndex()
         tick = time.monotonic()
         done = 0
+        heartbeat.start_publisher("collector")
         log.info("collector: sampling every %.1f s into %s", interval, settings.REDIS_URL)
         try:
             while not stopping and (not count or done < count):

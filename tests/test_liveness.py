@@ -1,0 +1,58 @@
+"""Liveness of every process, with the real worker and collector: stopping the worker shows on the API and
+on every page within the stale time, with the changes that wait for it; starting it again clears the banner
+and applies them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.test import Client
+
+from tests.conftest import wait_for
+from tests.lab import vip4
+from tests.test_dataplane import make_farm
+
+pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
+
+STALE = 2.0
+
+
+def banner(admin_user) -> str:
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/").content.decode()
+    start = page.find('id="liveness-banner"')
+    return page[start : page.find("</div>", start)] if start >= 0 else ""
+
+
+def test_a_stopped_worker_and_the_changes_it_leaves_waiting_show_until_it_runs_again(
+    api, worker, collector, lab, admin_user, settings
+):
+    settings.LBWEB_PROCESS_STALE_SECONDS = STALE
+    settings.LBWEB_APPLY_STALL_SECONDS = 1
+    farm = make_farm(api, "alive", vip4(90), scheduler="weight")
+    status = wait_for(lambda: (s := api.get("status/"))["processes"]["collector"]["state"] == "running" and s)
+    assert status["processes"]["worker"]["state"] == "running", status
+    assert "worker not running" not in status["alerts"]
+    assert "beat not running" in status["alerts"]  # no beat runs in this test: it says so
+    assert "worker not running" not in banner(admin_user)
+
+    worker.stop()
+    stopped = time.monotonic()
+    api.patch(f"backends/{farm['backends'][0]['id']}/", {"weight": 5})  # saved, and now waits for the worker
+    status = wait_for(lambda: (s := api.get("status/"))["pending"]["stalled"] and s, what="the stall")
+    assert time.monotonic() - stopped <= STALE + 3
+    assert status["processes"]["worker"]["state"] == "stopped"
+    assert "worker not running" in status["alerts"], status
+    assert any(a.startswith("1 change waiting for ") for a in status["alerts"]), status
+    text = banner(admin_user)
+    assert "worker not running" in text and "1 change waiting for" in text, text
+
+    worker.start()
+    wait_for(lambda: api.get(f"farms/{farm['id']}/")["apply_status"]["status"] == "applied", what="the apply")
+    status = wait_for(lambda: (s := api.get("status/"))["processes"]["worker"]["state"] == "running" and s)
+    assert status["pending"] == {"changes": 0, "waiting_seconds": 0.0, "stalled": False}, status
+    assert not any("worker" in a or "waiting" in a for a in status["alerts"]), status
+    text = banner(admin_user)
+    assert "worker not running" not in text and "waiting" not in text, text

@@ -11,7 +11,8 @@ from .choices import FarmSchedulerChoices, FarmStateChoices
 from .models import Backend, BackendLoad, Farm, KernelUnit
 from .nft import compiler
 from .nft import fragments as f
-from .nft.applier import ApplyError, Kernel
+from .nft.applier import ApplyError
+from .nft.sandbox import IsolatedKernel as Kernel
 
 log = logging.getLogger("lbweb.sessions")
 LEASTCONN_MAX_WEIGHT = 100

@@ -49,7 +49,7 @@ class FarmViewSet(viewsets.ModelViewSet):
     filterset_class = FarmFilterSet
 
     def role_needed(self, request) -> str | None:
-        return OPERATOR if self.action == "flush_sessions" else None
+        return OPERATOR if self.action in ("flush_sessions", "retry") else None
 
     def perform_destroy(self, instance: Farm) -> None:
         services.farm_delete(farm=instance, actor=self.request.user)
@@ -111,6 +111,14 @@ class FarmViewSet(viewsets.ModelViewSet):
             detail = f"The dataplane worker was asked {asked:.0f} s ago and has not answered: is it running?"
         body = {"detail": detail, "asked_seconds_ago": round(asked, 3), "retry_after": retry}
         return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Retry-After": str(retry)})
+
+    @extend_schema(request=None, responses={202: FarmSerializer})
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        """Apply the farm again as it is: a farm the kernel refused (or whose apply crashed the kernel
+        writer) is isolated, and otherwise tried again only when it changes."""
+        farm = services.farm_retry(farm=self.get_object(), actor=request.user)
+        return Response(self.get_serializer(farm).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=SessionFlushSerializer, responses={202: None})
     @action(detail=True, methods=["post"], url_path="sessions/flush")

@@ -57,7 +57,7 @@ itself tells which version of a farm it runs.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from . import dsr
@@ -735,16 +735,21 @@ def changed_units(old: dict[str, UnitObjects], new: dict[str, UnitRuleset]) -> l
     return sorted(k for k in set(old) | set(new) if digest(old, k) != digest(new, k))
 
 
-def incremental_document(old: dict[str, UnitObjects], new: dict[str, UnitRuleset]) -> tuple[Json, list[str]]:
-    """Commands for the units whose digest changed, and those unit keys.
+def incremental_document(
+    old: dict[str, UnitObjects], new: dict[str, UnitRuleset], only: Collection[str] | None = None
+) -> tuple[Json, list[str]]:
+    """Commands for the units whose digest changed (those of ``only``, when given), and those unit keys.
 
     Only the changed units' chains, sets, counters and map elements are
     named, so every other farm (and every established connection) is left
     alone. Farms are unhooked before the policies they use, and all removals
     come before all creations, so a renamed farm or a port moved between
-    farms is re-added within the same transaction.
+    farms is re-added within the same transaction. ``only`` lets the applier
+    send part of a change when the kernel refused the whole (to find which unit it refuses).
     """
     changed = changed_units(old, new)
+    if only is not None:
+        changed = [k for k in changed if k in only]
     keep: set[tuple[str, str]] = set()
     for key in changed:
         if key in new:

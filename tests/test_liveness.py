@@ -41,8 +41,13 @@ def test_a_stopped_worker_and_the_changes_it_leaves_waiting_show_until_it_runs_a
     worker.stop()
     stopped = time.monotonic()
     api.patch(f"backends/{farm['backends'][0]['id']}/", {"weight": 5})  # saved, and now waits for the worker
-    status = wait_for(lambda: (s := api.get("status/"))["pending"]["stalled"] and s, what="the stall")
-    assert time.monotonic() - stopped <= STALE + 3
+
+    def stalled_and_stopped():
+        s = api.get("status/")
+        return s["pending"]["stalled"] and s["processes"]["worker"]["state"] == "stopped" and s
+
+    status = wait_for(stalled_and_stopped, what="the stall")
+    assert time.monotonic() - stopped <= STALE + 5
     assert status["processes"]["worker"]["state"] == "stopped"
     assert "worker not running" in status["alerts"], status
     assert any(a.startswith("1 change waiting for ") for a in status["alerts"]), status

@@ -13,7 +13,7 @@ from axes.handlers.proxy import AxesProxyHandler
 from axes.helpers import get_cool_off
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from knox import views as knox_views
 from knox.auth import TokenAuthentication
 from knox.models import AuthToken
@@ -128,7 +128,18 @@ class TokenRevokeView(APIView):
     authentication_classes = [TokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "token_key",
+                str,
+                OpenApiParameter.PATH,
+                pattern="^[0-9a-f]{15}$",
+                description="The token's first 15 characters (hexadecimal), as the token list shows them.",
+            )
+        ],
+        responses={204: None},
+    )
     def delete(self, request, token_key: str):
         tokens = AuthToken.objects.filter(user=request.user, token_key=token_key)
         get_object_or_404(tokens)  # a 404 also for another user's token: its existence is not told

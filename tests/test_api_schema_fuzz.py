@@ -28,6 +28,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from farms import services
+from tests.conftest import new_token
 from tests.test_api import farm_data
 
 EXAMPLES = int(os.environ.get("LBWEB_SCHEMA_EXAMPLES", "6"))
@@ -71,10 +72,8 @@ def empty_redis(redis_server):
 
 
 def test_every_operation_answers_as_the_schema_says_and_never_5xx(live_server, admin_user, empty_redis):
-    from rest_framework.authtoken.models import Token
-
     seed(empty_redis.url)
-    headers = {"Authorization": f"Token {Token.objects.create(user=admin_user).key}"}
+    headers = {"Authorization": f"Token {new_token(admin_user)}"}
     session = requests.Session()
     document = session.get(f"{live_server.url}/api/schema/?format=json", headers=headers, timeout=30)
     assert document.status_code == 200, document.text

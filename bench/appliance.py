@@ -21,10 +21,10 @@ from tests.stack import ROOT, VENV_BIN, RedisServer, Worker
 API_PORT = 8000
 MAKE_TOKEN = """
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 user = get_user_model().objects.filter(username="bench").first()
 user = user or get_user_model().objects.create_superuser("bench", "", None)
-print(Token.objects.get_or_create(user=user)[0].key)
+print(AuthToken.objects.create(user=user)[1])
 """
 
 

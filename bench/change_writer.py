@@ -6,8 +6,10 @@ As root. For each count a throw-away network namespace gets the compiler's full 
 scale farms (bench/compile.py's, ``--backends`` each; nothing is sent to their addresses), then
 ``--changes`` weight changes of one farm, each applied three ways side by side, alternating:
 
-* lbweb: ``Kernel.apply_incremental`` (the worker's path): transcription in the scratch
-  namespace, then one netlink batch; both parts timed;
+* lbweb: ``Kernel.apply_incremental``: transcription in the scratch namespace, then one
+  netlink batch; both parts timed;
+* in writer: the same through ``sandbox.IsolatedKernel`` (the worker's path: the kernel writer
+  child process does it; the difference to lbweb is the cost of crash containment);
 * libnftables: the same incremental document through libnftables (python-nftables, as the
   worker did before; it reads the whole ruleset first);
 * the kernel's floor: one batch of a single rule with a jump, and of a single rule without
@@ -37,6 +39,7 @@ sys.path.insert(0, "bench")
 from compile import scale_farms
 from farms.nft import compiler, nfmsg
 from farms.nft.applier import Kernel
+from farms.nft.sandbox import IsolatedKernel
 from farms.nft.scratch import scratch
 from farms.nft.transcribe import transcribe
 
@@ -51,7 +54,9 @@ target = farms[count // 2]
 key = compiler.farm_key(target.id)
 chain = f"farm-{target.name}"
 other = next(c for c in units[key].objects.chains if c != chain)
-times = {name: [] for name in ("lbweb", "transcribe", "commit", "libnftables", "floor_jump", "floor_plain")}
+times = {name: [] for name in ("lbweb", "transcribe", "commit", "writer", "libnftables", "floor_jump", "floor_plain")}
+isolated = IsolatedKernel()
+isolated.check({"nftables": []})  # the kernel writer starts before the first timed change
 
 
 def changed(weight):
@@ -70,7 +75,8 @@ def one_rule(expr):
     return (time.monotonic() - begin) * 1000
 
 
-for i in range(changes):
+def direct(i):
+    global units, messages
     new, document, keys = changed(2 + 2 * i)
     begin = time.monotonic()
     messages = transcribe(document, compiler.incremental_context(new, keys), scratch())
@@ -81,6 +87,21 @@ for i in range(changes):
     times["commit"].append((end - middle) * 1000)
     times["lbweb"].append((end - begin) * 1000)
     units = new
+
+
+def in_writer(i):
+    global units
+    new, document, keys = changed(1000 + i)
+    begin = time.monotonic()
+    isolated.apply_incremental(document, compiler.incremental_context(new, keys))
+    times["writer"].append((time.monotonic() - begin) * 1000)
+    units = new
+
+
+for i in range(changes):
+    # in turn first: a commit right after another pays part of the kernel's clean-up of the previous one
+    for run in (direct, in_writer) if i % 2 == 0 else (in_writer, direct):
+        run(i)
     new, document, _keys = changed(3 + 2 * i)
     begin = time.monotonic()
     kernel.apply(document)
@@ -119,14 +140,15 @@ def main() -> None:
     base = rows[0]
     print()
     print(f"One farm's weight change, N farms x {args.backends} backends present (medians of {args.changes}, ms)")
-    header = ("farms", "lbweb", "transcribe", "commit", "libnftables", "kernel: jump", "no jump", "x lbweb", "x libnft")
-    print(f"{header[0]:>7} {header[1]:>8} {header[2]:>11} {header[3]:>8} {header[4]:>12} {header[5]:>13}"
-          f" {header[6]:>8} {header[7]:>8} {header[8]:>9}")  # fmt: skip
+    header = ("farms", "lbweb", "transcribe", "commit", "in writer", "libnftables", "kernel: jump", "no jump",
+              "x lbweb", "x libnft")  # fmt: skip
+    print(f"{header[0]:>7} {header[1]:>8} {header[2]:>11} {header[3]:>8} {header[4]:>10} {header[5]:>12}"
+          f" {header[6]:>13} {header[7]:>8} {header[8]:>8} {header[9]:>9}")  # fmt: skip
     for row in rows:
         growth = row["lbweb"] / base["lbweb"]
         growth_libnft = row["libnftables"] / base["libnftables"]
         print(f"{row['farms']:7,} {row['lbweb']:8.1f} {row['transcribe']:11.1f} {row['commit']:8.1f}"
-              f" {row['libnftables']:12.1f} {row['floor_jump']:13.2f} {row['floor_plain']:8.2f}"
+              f" {row['writer']:10.1f} {row['libnftables']:12.1f} {row['floor_jump']:13.2f} {row['floor_plain']:8.2f}"
               f" {growth:8.2f} {growth_libnft:9.2f}")  # fmt: skip
     print("(x: each count's median over the smallest count's, per writer; kernel: one batch of a single rule)")
     print(json.dumps({"rows": rows, "args": vars(args)}))

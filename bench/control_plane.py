@@ -259,7 +259,7 @@ def main() -> None:
         import redis
         from django.conf import settings
         from django.contrib.auth import get_user_model
-        from rest_framework.authtoken.models import Token
+        from knox.models import AuthToken
 
         from farms.models import ApplyRun
 
@@ -267,7 +267,7 @@ def main() -> None:
         env["LBWEB_APPLY_COALESCE_SECONDS"] = str(coalesce)
         gap = coalesce + 0.05  # an isolated change finds the worker idle and outside its coalescing window
         user = get_user_model().objects.create_superuser("bench", "", "bench-password")
-        token = Token.objects.create(user=user).key
+        token = AuthToken.objects.create(user=user)[1]
         redis_client = redis.Redis.from_url(redis_server.url)
 
         progress("building the namespace lab")

@@ -449,9 +449,10 @@ def run(args: argparse.Namespace) -> dict:
     cases = select(args)
     if os.geteuid() != 0:
         sys.exit("the benchmark builds network namespaces: run it as root")
-    # Under var/ (ignored by git), not /tmp: nothing else on the machine cleans it up under our feet.
-    (ROOT / "var").mkdir(exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-dataplane-", dir=ROOT / "var"))
+    # Under bench/results/ (ignored by git), not /tmp: nothing else on the machine cleans it up under our feet;
+    # not under var/ either, lbweb's private state directory (0700), which the clients' uids cannot enter.
+    (ROOT / "bench" / "results").mkdir(exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="work-", dir=ROOT / "bench" / "results"))
     workdir.chmod(0o755)  # the clients run wrk under their own uids and read its script from here
     shutil.copy(ROOT / "bench" / "wrk_report.lua", workdir / "wrk_report.lua")
     bench = Bench(workdir)

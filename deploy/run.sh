@@ -21,11 +21,16 @@ deploy/setup.sh
 var=$(realpath -m "${LBWEB_VAR_DIR:-var}")
 export LBWEB_APP="$app" LBWEB_VAR_DIR="$var"
 export LBWEB_OWN_REDIS=$([ -z "${REDIS_URL:-}" ] && echo true || echo false)
+# The command prober's socket: in a directory only lbweb's group may enter (healthd connects, lbweb-probe
+# listens), one socket per state directory so that two checkouts running side by side keep their own.
+install -d -o lbweb-probe -g lbweb -m 2750 /run/lbweb-prober
+export LBWEB_PROBER_SOCKET=${LBWEB_PROBER_SOCKET:-/run/lbweb-prober/prober-$(printf %s "$var" | sha256sum | cut -c1-8).sock}
 (umask 077 && deploy/privdrop lbweb "" .venv/bin/python manage.py ensure_admin)
+(umask 077 && deploy/privdrop lbweb "" .venv/bin/python manage.py ensure_tls)  # self-signed, when var/tls/ has none
 unset LBWEB_ADMIN_PASSWORD  # the running processes never see it
 
 bind=${LBWEB_BIND:-0.0.0.0:8000}
 host=${bind%:*}
 if [ "$host" = 0.0.0.0 ]; then host=$(hostname -I 2>/dev/null | awk '{print $1}'); fi
-echo "lbweb: open http://${host:-127.0.0.1}:${bind##*:}/  (API docs at /api/docs/)"
+echo "lbweb: open https://${host:-127.0.0.1}:${bind##*:}/  (API docs at /api/docs/)"
 exec .venv/bin/python -m supervisor.supervisord -c deploy/supervisord.conf

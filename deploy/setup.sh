@@ -6,24 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 umask 022  # code, virtualenv and static files are read by lbweb; the state directory is made private below
 
-APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux
-  ${LBWEB_EXTRA_APT:-})
-missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-  echo "lbweb setup: installing ${missing[*]}"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+. deploy/lib.sh
+lbweb_install_packages
 
 # lbweb's processes run as the system user lbweb; `command` health checks as lbweb-probe (nothing of lbweb's).
-getent group lbweb >/dev/null || groupadd --system lbweb
-id -u lbweb >/dev/null 2>&1 ||
-  useradd --system --gid lbweb --home-dir /var/lib/lbweb --no-create-home --shell /usr/sbin/nologin lbweb
-id -u lbweb-probe >/dev/null 2>&1 ||
-  useradd --system --user-group --home-dir / --no-create-home --shell /usr/sbin/nologin lbweb-probe
+lbweb_create_users /var/lib/lbweb
 
 # Debian's interpreter: lbweb must be able to execute it (an interpreter under /root, e.g. pyenv's, is out of its
 # reach), so a virtualenv made from another one is made again.
@@ -41,11 +28,6 @@ if [ ! -e "$stamp" ]; then
 fi
 
 # Front-end packages (Chart.js) from npm, pinned by package-lock.json, served as static files.
-if ! command -v npm >/dev/null 2>&1; then
-  echo "lbweb setup: installing nodejs npm"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm
-fi
 npm_stamp="node_modules/.lbweb-$(sha256sum package-lock.json | cut -c1-16)"
 if [ ! -e "$npm_stamp" ]; then
   npm ci --no-audit --no-fund --loglevel=error

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from . import audit, services
@@ -119,7 +119,9 @@ class _Importer:
 
     # -- structure ------------------------------------------------------------------------
 
-    def items(self, document: Json, key: str, allowed: set[str], required: tuple[str, ...]) -> list[tuple[str, Json]]:
+    def items(
+        self, document: Json, key: str, allowed: set[str], required: tuple[str, ...], model=None, parts=None
+    ) -> list[tuple[str, Json]]:
         raw = document.get(key, [])
         if not isinstance(raw, list):
             self.error(key, "__all__", f"'{key}' must be a list.")
@@ -127,11 +129,14 @@ class _Importer:
         good = []
         for index, item in enumerate(raw):
             location = f"{key}[{index}]"
-            if self.check_object(location, item, allowed, required):
+            ok = self.check_object(location, item, allowed, required, model)
+            if parts is not None and isinstance(item, dict):
+                ok = parts(location, item) and ok  # every error is reported, not only the first object's
+            if ok:
                 good.append((location, item))
         return good
 
-    def check_object(self, location: str, item: Any, allowed: set[str], required: tuple[str, ...]) -> bool:
+    def check_object(self, location: str, item: Any, allowed: set[str], required: tuple[str, ...], model=None) -> bool:
         if not isinstance(item, dict):
             self.error(location, "__all__", "Must be an object.")
             return False
@@ -142,6 +147,48 @@ class _Importer:
             if item.get(name) in (None, ""):
                 self.error(location, name, "This field is required.")
                 ok = False
+        if model is not None:
+            for name, message in type_errors(model, item):
+                self.error(location, name, message)
+                ok = False
+        return ok
+
+    def check_farm_parts(self, location: str, item: Json) -> bool:
+        """The lists inside a farm, typed before anything is matched by them (names, addresses, ports)."""
+        ok = True
+        names = item.get("policies", [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            self.error(location, "policies", "Must be a list of policy names.")
+            ok = False
+        for key, model in (("backends", Backend), ("static_sessions", None)):
+            entries = item.get(key, [])
+            if not isinstance(entries, list):
+                self.error(location, key, f"'{key}' must be a list.")
+                ok = False
+                continue
+            for index, entry in enumerate(entries):
+                where = f"{location}.{key}[{index}]"
+                if not isinstance(entry, dict):
+                    continue  # reported with the farm's other objects, once it is saved
+                if model is None:
+                    ok = self.check_session(where, entry) and ok
+                for name, message in type_errors(model, entry) if model is not None else ():
+                    self.error(where, name, message)
+                    ok = False
+        return ok
+
+    def check_session(self, location: str, entry: Json) -> bool:
+        ref = entry.get("backend")
+        ok = isinstance(entry.get("client", ""), str)
+        if not ok:
+            self.error(location, "client", "Must be a string.")
+        if ref is not None and not (
+            isinstance(ref, dict)
+            and isinstance(ref.get("address"), str)
+            and (ref.get("port") is None or _is_integer(ref.get("port")))
+        ):
+            self.error(location, "backend", 'Must name a backend of this farm: {"address": ..., "port": ...}.')
+            ok = False
         return ok
 
     def duplicates(self, entries: list[tuple[str, Json]], key, what: str) -> list[tuple[str, Json]]:
@@ -302,10 +349,10 @@ class _Importer:
             return
         for name in sorted(set(document) - {FORMAT_KEY, "exported_at", "policies", "farms"}):
             self.error("", name, f"Unknown field '{name}'.")
-        policy_entries = self.items(document, "policies", set(services.POLICY_FIELDS), ("name",))
+        policy_entries = self.items(document, "policies", set(services.POLICY_FIELDS), ("name",), Policy)
         policy_entries = self.duplicates(policy_entries, lambda p: p["name"], "Policy")
         farm_fields = set(services.FARM_FIELDS) | {"policies", "backends", "static_sessions"}
-        farm_entries = self.items(document, "farms", farm_fields, ("name", "vip"))
+        farm_entries = self.items(document, "farms", farm_fields, ("name", "vip"), Farm, self.check_farm_parts)
         farm_entries = self.duplicates(farm_entries, lambda f: f["name"], "Farm")
         by_name = self.policies(policy_entries)
         for location, item, farm in self.farms(farm_entries, by_name):
@@ -315,6 +362,37 @@ class _Importer:
         for policy in Policy.objects.exclude(name__in=wanted):
             if self.attempt("policies", lambda p=policy: services.policy_delete(policy=p)):
                 self.result.count("policies", "deleted")
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def type_errors(model, item: Json) -> list[tuple[str, str]]:
+    """(field, message) for every value of ``item`` whose JSON type the model field cannot hold.
+
+    Django would turn a list given for a name into the text "['a']", and a list used as a backend's
+    port cannot even be looked up: each value is checked against its field's kind first.
+    """
+    errors = []
+    for name, value in item.items():
+        try:
+            field_ = model._meta.get_field(name)
+        except Exception:  # not a model field (nested lists, unknown names): checked elsewhere
+            continue
+        if value is None:
+            ok, message = field_.null, "This field cannot be null."
+        elif isinstance(field_, models.BooleanField):
+            ok, message = isinstance(value, bool), "Must be true or false."
+        elif isinstance(field_, models.IntegerField):
+            ok, message = _is_integer(value), "Must be a whole number."
+        elif isinstance(field_, models.CharField | models.TextField | models.GenericIPAddressField):
+            ok, message = isinstance(value, str), "Must be a string."
+        else:
+            ok, message = True, ""
+        if not ok:
+            errors.append((name, message))
+    return errors
 
 
 def import_config(document: Any, *, actor=None, dry_run: bool = False) -> ImportResult:

@@ -12,7 +12,7 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +31,9 @@ from .choices import (
     FarmStateChoices,
 )
 from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFingerprint, KernelUnit, Policy
-from .nft import compiler, drift
-from .nft.applier import ApplyError, Kernel, KernelState
+from .nft import carry, compiler, drift
+from .nft.applier import ApplyError, KernelState
+from .nft.sandbox import IsolatedKernel, writer
 from .nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from .nft.transcribe import Untranscribable
 from .validation import parse_port_range, session_key_parts
@@ -162,8 +163,65 @@ def last_handled_generation() -> int:
     return ApplyRun.objects.aggregate(g=Max("generation"))["g"] or 0
 
 
+ISOLATED = "isolated, retried when the farm changes: "
+
+
+def isolated_farms() -> dict[int, str]:
+    """Farms the kernel refused, or whose apply crashed the kernel writer, at their current configuration
+    (id -> the reason shown). They are left out of every apply and reconcile, and what the kernel held
+    of them before stays as it was, until the farm is written again or retried (both move its
+    configuration generation): one refused farm costs one failed attempt, not a full rebuild at every
+    apply and reconcile that would wipe every farm's persistence entries and counters."""
+    rows = Farm.objects.filter(failed_generation__gte=F("config_generation"), apply_error__startswith=ISOLATED)
+    return dict(rows.values_list("id", "apply_error"))
+
+
 def pending_farms() -> bool:
-    return Farm.objects.filter(applied_generation__lt=F("config_generation")).exists()
+    """Whether a farm waits for an apply (isolated farms wait for a change, not for the worker)."""
+    waiting = Farm.objects.filter(applied_generation__lt=F("config_generation"))
+    return waiting.exclude(failed_generation__gte=F("config_generation"), apply_error__startswith=ISOLATED).exists()
+
+
+def hold(
+    compiled: dict[str, compiler.UnitRuleset], isolated: Iterable[int], applied: dict[str, compiler.UnitObjects]
+) -> dict[str, compiler.UnitRuleset]:
+    """``compiled`` with each isolated farm as the kernel holds it: its last applied version (objects
+    only: nothing is sent for it), or nothing when it never went in."""
+    keys = {compiler.farm_key(fid) for fid in isolated}
+    if not keys:
+        return compiled
+    names = dict(KernelUnit.objects.filter(key__in=keys).values_list("key", "name"))
+    held = {k: u for k, u in compiled.items() if k not in keys}
+    for key in sorted(keys):
+        if key in applied and key in names:
+            held[key] = compiler.UnitRuleset(key, names[key], applied[key])
+    return held
+
+
+def bisect(items: Sequence[Hashable], attempt: Callable[[list], object], error: ApplyError) -> dict[Hashable, str]:
+    """Which of ``items`` the kernel refuses (item -> its words), when ``attempt`` of all of them failed
+    with ``error``: halves are attempted in turn, and a half that fails is split again, so one bad unit
+    among n costs about 2 log2(n) attempts. ``attempt`` of a group that passes must leave it done."""
+    refused: dict[Hashable, str] = {}
+
+    def visit(group: list, known: ApplyError | None) -> None:
+        if known is None:
+            try:
+                attempt(group)
+                return
+            except ApplyError as exc:
+                if exc.uncertain:
+                    raise
+                known = exc
+        if len(group) == 1:
+            refused[group[0]] = known.message
+            return
+        middle = len(group) // 2
+        visit(group[:middle], None)
+        visit(group[middle:], None)
+
+    visit(list(items), error)
+    return refused
 
 
 def ensure_forwarding() -> None:
@@ -183,9 +241,12 @@ def publish_capabilities() -> dict[str, bool]:
 
     from lbweb.redis_client import get_redis
 
-    capabilities = Kernel().capabilities()
+    from .capabilities import REDIS_KEY
+
+    capabilities = IsolatedKernel().capabilities()
+    writer().close()  # this is Celery's main process: its pool processes start kernel writers of their own
     try:
-        get_redis().set("lbweb:capabilities", json.dumps(capabilities))
+        get_redis().set(REDIS_KEY, json.dumps(capabilities))
     except Exception as exc:  # Redis down: the capabilities are only shown, never needed to apply
         log.warning("capabilities not published: %s", exc)
     return capabilities
@@ -276,7 +337,7 @@ class UnitCache:
     """The worker's memory of compiled units and of what it put in the kernel, so that one change costs
     one farm's compilation, not all of them. A farm is recompiled when its configuration generation moved
     (every write bumps it) or when it balances by least connections (its weights live outside the farm row).
-    A full resync or a failure empties the cache; it refills from the database.
+    A full resync empties the cache; it refills from the database.
     """
 
     def __init__(self) -> None:
@@ -289,8 +350,9 @@ class UnitCache:
         # (ruleset generation id, configuration generation) when the kernel was last known to match
         self.verified: tuple[int, int] | None = None
 
-    def current(self) -> tuple[int, dict[str, compiler.UnitRuleset], dict[int, str]]:
-        """(generation, every compiled unit, farms that could not be compiled here and why)."""
+    def current(self) -> tuple[int, dict[str, compiler.UnitRuleset], dict[int, str], dict[int, str]]:
+        """(generation, every unit as the kernel should hold it, farms that could not be compiled here
+        and why, isolated farms)."""
         with transaction.atomic():
             generation = ConfigGeneration.current()
             farm_rows = dict(Farm.objects.values_list("id", "config_generation"))
@@ -300,6 +362,7 @@ class UnitCache:
             policy_rows = dict(Policy.objects.values_list("id", "config_generation"))
             stale_policies = [pid for pid, g in policy_rows.items() if self.policies.get(pid, (None,))[0] != g]
             policies = [policy_spec(p) for p in Policy.objects.filter(id__in=stale_policies)] if stale_policies else []
+            isolated = isolated_farms()
         snap = localise(Snapshot(generation, specs, policies))
         for spec in snap.specs:
             if spec.id not in snap.failures:
@@ -314,7 +377,7 @@ class UnitCache:
             del self.policies[gone]
         compiled = {unit.key: unit for _g, unit in self.policies.values()}
         compiled.update({unit.key: unit for _g, unit in self.farms.values()})
-        return generation, compiled, snap.failures
+        return generation, hold(compiled, isolated, self.applied()), snap.failures, isolated
 
     def applied(self) -> dict[str, compiler.UnitObjects]:
         if self.kernel is None:
@@ -329,6 +392,7 @@ CACHE = UnitCache()
 class Outcome:
     changed: list[str] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
+    held: set[int] = field(default_factory=set)  # isolated farms: neither applied nor failed anew
     commands: int = 0
     error: str = ""
     writer: str = ""
@@ -367,8 +431,8 @@ def is_bulk(changed: int, total: int) -> bool:
 class Applier:
     """One apply or reconcile pass; records an ApplyRun and the per-farm outcome."""
 
-    def __init__(self, kernel: Kernel | None = None):
-        self.kernel = kernel or Kernel()
+    def __init__(self, kernel: IsolatedKernel | None = None):
+        self.kernel = kernel or IsolatedKernel()
 
     # -- entry points ---------------------------------------------------------------
 
@@ -378,10 +442,10 @@ class Applier:
         if requested is not None and requested <= last_handled_generation():
             return None
         self._coalesce()
-        generation, compiled, failures = CACHE.current()
+        generation, compiled, failures, isolated = CACHE.current()
         if requested is not None and generation <= last_handled_generation():
             return None
-        return self._apply(generation, compiled, failures, reason)
+        return self._apply(generation, compiled, failures, set(isolated), reason)
 
     @cyclic_gc_paused
     def reconcile(self, reason: str = "reconcile") -> ApplyRun | None:
@@ -403,64 +467,130 @@ class Applier:
         expected = load_fingerprints()
         if drift.SKELETON not in expected and not self._take_baseline():
             return self._full(localise(snapshot()), reason=f"{reason}: kernel differs")
-        generation, compiled, failures = CACHE.current()
+        generation, compiled, failures, isolated = CACHE.current()
         report = find_drift(CACHE.applied(), load_fingerprints())
         if not report.present:
             return self._resync(f"{reason}: table missing")
         if report.units:
             log.warning("%s: the kernel differs from what lbweb wrote: %s", reason, report.summary())
-            return self._repair(generation, compiled, failures, report, reason)
+            return self._repair(generation, compiled, failures, set(isolated), report, reason)
         if pending_farms() or failures or generation > last_handled_generation():
-            return self._apply(generation, compiled, failures, reason)
+            return self._apply(generation, compiled, failures, set(isolated), reason)
         CACHE.verified = (generation_id, generation)
+        log.info("%s: the kernel is as lbweb wrote it", reason)
         return None
 
     def _take_baseline(self) -> bool:
         """A table written before lbweb kept fingerprints: compared the old way (digests, names), and
         when it matches, what it holds now becomes the reference."""
         snap = localise(snapshot())
-        if not kernel_matches(self.kernel.observe(), snap.compiled()):
+        compiled = hold(snap.compiled(), isolated_farms(), CACHE.applied())
+        try:
+            state = self.kernel.observe()
+        except ApplyError as exc:  # libnftables cannot even print what the table holds: rebuild it
+            log.warning("the kernel's table cannot be read (%s)", exc.message)
+            return False
+        if not kernel_matches(state, compiled):
             return False
         self._fingerprint_all()
         return True
 
     # -- internals -------------------------------------------------------------------
 
-    def _apply(self, generation: int, compiled: dict, failures: dict[int, str], reason: str) -> ApplyRun:
+    def _apply(
+        self, generation: int, compiled: dict, failures: dict[int, str], held: set[int], reason: str
+    ) -> ApplyRun:
         if self.kernel.base_digest() != compiler.base_digest():
             return self._resync(f"{reason}: table missing")
-        document, changed = compiler.incremental_document(CACHE.applied(), compiled)
-        outcome = Outcome(changed=changed, failed=dict(failures), commands=len(document["nftables"]))
+        changed = compiler.changed_units(CACHE.applied(), compiled)
+        outcome = Outcome(changed=changed, failed=dict(failures), held=held)
         started = time.monotonic()
         if not changed:
             return self._record(generation, ApplyKindChoices.NOOP, reason, started, outcome, compiled)
         try:
-            if is_bulk(len(changed), len(compiled)):
-                self.kernel.apply(document)
-                outcome.writer = "libnftables"
-            else:
-                context = compiler.incremental_context(compiled, changed)
-                outcome.writer = self.kernel.apply_incremental(document, context)
-        except ApplyError as exc:
-            log.warning("incremental apply failed (%s); doing a full resync", exc.message)
-            return self._resync(f"{reason}: incremental failed")
-        self._store_units(compiled, changed)
-        self._fingerprint_units(changed, document)
-        if not outcome.failed:
+            try:
+                self._write(compiled, changed, outcome)
+            except ApplyError as exc:
+                if exc.uncertain:
+                    raise
+                log.warning("the kernel refused a change of %d unit(s) (%s); finding which", len(changed), exc.message)
+                order = sorted(changed, key=lambda k: (k in compiled, not k.startswith("policy"), k))  # removals first
+                refused = bisect(order, lambda group: self._write(compiled, group, outcome), exc)
+                refused = self._retry_alone(compiled, refused, outcome)
+                outcome.changed = [k for k in changed if k not in refused]
+                self._isolate(refused, outcome)
+        except ApplyError as exc:  # the kernel may hold the change or not: rebuild from what it holds
+            log.warning("apply outcome unknown (%s); doing a full resync", exc.message)
+            return self._resync(f"{reason}: outcome unknown")
+        if not outcome.failed and not outcome.error:
             CACHE.verified = (self.kernel.generation_id(), generation)
         return self._record(generation, ApplyKindChoices.INCREMENTAL, reason, started, outcome, compiled)
 
+    def _write(self, compiled: dict[str, compiler.UnitRuleset], keys: list[str], outcome: Outcome) -> None:
+        """Send the change of ``keys`` (lbweb's own batch, or libnftables for a bulk change) and
+        remember what the kernel now holds."""
+        document, changed = compiler.incremental_document(CACHE.applied(), compiled, only=set(keys))
+        if not changed:
+            return
+        if is_bulk(len(changed), len(compiled)):
+            self.kernel.apply(document)
+            outcome.writer = "libnftables"
+        else:
+            context = compiler.incremental_context(compiled, changed)
+            outcome.writer = self.kernel.apply_incremental(document, context)
+        outcome.commands += len(document["nftables"])
+        self._store_units(compiled, changed)
+        self._fingerprint_units(changed, document)
+
+    def _retry_alone(self, compiled: dict, refused: dict[str, str], outcome: Outcome) -> dict[str, str]:
+        """A unit refused before the rest of its change went in (a port another farm frees in the same
+        change) gets one more try alone; a crash is not retried (it comes back with the same input)."""
+        left = {}
+        for key, message in refused.items():
+            if message.startswith("crashed"):
+                left[key] = message
+                continue
+            try:
+                self._write(compiled, [key], outcome)
+            except ApplyError as exc:
+                if exc.uncertain:
+                    raise
+                left[key] = exc.message
+        return left
+
+    def _isolate(self, refused: dict[Hashable, str], outcome: Outcome) -> None:
+        """Record refused units: a farm is failed and isolated with the kernel's words (and what they mean
+        when a capability is missing); a policy, or a farm already deleted, fails the run."""
+        farms = {int(str(k).split(":")[1]): m for k, m in refused.items() if str(k).startswith("farm:")}
+        rows = {r["id"]: r for r in Farm.objects.filter(id__in=list(farms)).values("id", "flow_offload", "helper")}
+        capabilities = self.kernel.capabilities() if any(not m.startswith("crashed") for m in farms.values()) else {}
+        for fid, row in rows.items():
+            outcome.failed[fid] = ISOLATED + explain(row["flow_offload"], row["helper"], farms[fid], capabilities)
+        others = [f"{k}: {m}" for k, m in refused.items() if not (str(k).startswith("farm:") and _id(k) in rows)]
+        if others:
+            outcome.error = "\n".join([*others, *(f"farm {fid}: {m}" for fid, m in sorted(outcome.failed.items()))])
+
     def _repair(
-        self, generation: int, compiled: dict, failures: dict[int, str], report: DriftReport, reason: str
+        self,
+        generation: int,
+        compiled: dict,
+        failures: dict[int, str],
+        held: set[int],
+        report: DriftReport,
+        reason: str,
     ) -> ApplyRun:
         """Write again the drifted units (and any unit with a pending change) from what the kernel holds of
         them; a full rebuild when that cannot be done unit by unit."""
         started = time.monotonic()
+        # An isolated farm that drifted is not written again (nothing of it can be): it leaves the kernel.
+        compiled = {
+            k: u for k, u in compiled.items() if not (k in report.units and k.startswith("farm:") and _id(k) in held)
+        }
         applied = CACHE.applied()
         rewrite = set(report.units) | set(compiler.changed_units(applied, compiled))
         units = sorted(k for k in rewrite if k != drift.SKELETON)
         expected = load_fingerprints()
-        outcome = Outcome(changed=units, failed=dict(failures), drift=report.as_list())
+        outcome = Outcome(changed=units, failed=dict(failures), held=held, drift=report.as_list())
         try:
             if is_bulk(len(rewrite), len(compiled)):
                 raise drift.CannotRepair(f"{len(rewrite)} units drifted")
@@ -530,44 +660,64 @@ class Applier:
                 time.sleep(min(wait, window))
 
     def _full(self, snap: Snapshot, reason: str, found: list[dict] | None = None) -> ApplyRun:
+        """Rebuild lbweb's table in one transaction, carrying over what the kernel learnt (``carry.py``).
+        Isolated farms stay out; farms the kernel refuses now are found, isolated and left out."""
         CACHE.reset()
         started = time.monotonic()
-        outcome = Outcome(failed=dict(snap.failures), drift=found or [])
+        isolated = isolated_farms()
+        outcome = Outcome(failed=dict(snap.failures), held=set(isolated), drift=found or [])
         stale = self.kernel.dsr_tables()
-        good = [s for s in snap.specs if s.id not in outcome.failed]
-        document = compiler.full_document(good, snap.policies, stale_tables=stale)
+        good = [s for s in snap.specs if s.id not in outcome.failed and s.id not in isolated]
+        listing, counters = self._learnt()
+        document, carried = carry.carry_over(
+            compiler.full_document(good, snap.policies, stale_tables=stale), listing, counters
+        )
         try:
             self.kernel.apply(document)
         except ApplyError as exc:
-            outcome.failed.update(self._isolate_failures(good, snap.policies, exc))
-            good = [s for s in good if s.id not in outcome.failed]
-            document = compiler.full_document(good, snap.policies, stale_tables=stale)
+            by_id = {s.id: s for s in good}
+            refused = bisect(
+                list(by_id),
+                lambda ids: self.kernel.check(compiler.full_document([by_id[i] for i in ids], snap.policies)),
+                exc,
+            )
+            self._isolate({compiler.farm_key(fid): message for fid, message in refused.items()}, outcome)
+            good = [s for s in good if s.id not in refused]
+            plain = compiler.full_document(good, snap.policies, stale_tables=stale)
+            document, carried = carry.carry_over(plain, listing, counters)
             try:
-                self.kernel.apply(document)
+                try:
+                    self.kernel.apply(document)
+                except ApplyError as exc2:
+                    if refused:
+                        raise
+                    log.warning("the rebuild with the carried-over state was refused (%s); without it", exc2.message)
+                    document, carried = plain, 0
+                    self.kernel.apply(document)
             except ApplyError as exc2:  # the base or the policies fail: nothing changed
                 outcome.failed = {s.id: exc2.message for s in snap.specs}
                 outcome.error = exc2.message
                 return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, {})
+        if carried:
+            log.info("%s: %d learnt element(s) and %d counter(s) carried over", reason, carried, len(counters))
         units = compiler.compile_units(good, snap.policies)
         outcome.changed = sorted(units)
         outcome.commands = len(document["nftables"])
         outcome.writer = "libnftables"
-        if not outcome.failed:
+        if not outcome.failed and not outcome.error:
             CACHE.verified = (self.kernel.generation_id(), snap.generation)
         self._store_units(units, None)
         self._fingerprint_all()
         return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
 
-    def _isolate_failures(self, specs: list[FarmSpec], policies: list[PolicySpec], exc: ApplyError) -> dict[int, str]:
-        """Find which farms the kernel refuses, by checking each alone on an empty table (dry run)."""
-        capabilities = self.kernel.capabilities()
-        failed = {}
-        for spec in specs:
-            try:
-                self.kernel.check(compiler.full_document([spec], policies))
-            except ApplyError as farm_exc:
-                failed[spec.id] = explain(spec, farm_exc.message, capabilities)
-        return failed or {s.id: exc.message for s in specs}
+    def _learnt(self) -> tuple[list[dict] | None, dict]:
+        """The table as the kernel holds it and its counters, for the rebuild to carry over (nothing
+        when it cannot be read: a rebuild must still happen)."""
+        try:
+            return self.kernel.list_table(), self.kernel.read_counters()
+        except (ApplyError, OSError) as exc:
+            log.warning("the table's learnt state cannot be read (%s); the rebuild starts it afresh", exc)
+            return None, {}
 
     def _store_units(self, compiled: dict[str, compiler.UnitRuleset], changed: list[str] | None) -> None:
         keys = set(compiled) if changed is None else set(changed)
@@ -619,7 +769,7 @@ class Applier:
                 drift=outcome.drift,
             )
             pending = Farm.objects.filter(config_generation__lte=g, applied_generation__lt=F("config_generation"))
-            pending.exclude(id__in=list(failed)).update(applied_generation=g, apply_error="")
+            pending.exclude(id__in=[*failed, *outcome.held]).update(applied_generation=g, apply_error="")
             for fid, message in failed.items():
                 Farm.objects.filter(id=fid, config_generation__lte=g).update(
                     apply_error=message, failed_generation=g, applied_generation=0
@@ -628,13 +778,17 @@ class Applier:
         return run
 
 
-def explain(spec: FarmSpec, message: str, capabilities: dict[str, bool]) -> str:
+def _id(key: Hashable) -> int:
+    return int(str(key).split(":")[1])
+
+
+def explain(flow_offload: bool, helper: str, message: str, capabilities: dict[str, bool]) -> str:
     """The kernel's words, plus what they mean when a known capability is missing."""
-    if spec.flow_offload and not capabilities.get("flowtable", True):
+    if flow_offload and not capabilities.get("flowtable", True):
         return (
             "flow offload needs flowtable support in the kernel (CONFIG_NF_FLOW_TABLE), which this kernel "
             f"lacks; turn flow_offload off for this farm. Kernel said: {message}"
         )
-    if spec.helper and not capabilities.get(f"helper-{spec.helper}", True):
-        return f"the conntrack helper '{spec.helper}' is not available in this kernel. Kernel said: {message}"
+    if helper and not capabilities.get(f"helper-{helper}", True):
+        return f"the conntrack helper '{helper}' is not available in this kernel. Kernel said: {message}"
     return message

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django import forms
 
 from . import services
+from .fields import strict_formfield
 from .health_services import HEALTH_CHECK_FIELDS
 from .models import Backend, Farm, HealthCheck, Policy
 
@@ -59,6 +60,7 @@ class FarmForm(FieldsetsMixin, forms.ModelForm):
 
     class Meta:
         model = Farm
+        formfield_callback = strict_formfield
         fields = [*services.FARM_FIELDS, "policies"]
         widgets = {"policies": forms.CheckboxSelectMultiple, "description": forms.TextInput}
         labels = {
@@ -101,6 +103,7 @@ class BackendForm(FieldsetsMixin, forms.ModelForm):
 
     class Meta:
         model = Backend
+        formfield_callback = strict_formfield
         fields = list(services.BACKEND_FIELDS)
         labels = {"est_connlimit": "Established connections", "mac": "MAC (DSR)"}
 

@@ -36,8 +36,20 @@ from .choices import (
     PersistenceChoices,
     PolicyTypeChoices,
 )
+from .fields import AddressField
+from .nft.limits import KERNEL_INT_MAX
 from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
-from .validation import farm_option_errors, parse_mac, parse_networks, stateless_reply_clash
+from .validation import (
+    farm_option_errors,
+    parse_address,
+    parse_mac,
+    parse_networks,
+    stateless_reply_clash,
+    target_problem,
+    vip_problem,
+)
+
+KERNEL_MAX = MaxValueValidator(KERNEL_INT_MAX)  # rates, bursts, connection counts: see farms.nft.limits
 
 
 class ConfigGeneration(models.Model):
@@ -95,7 +107,7 @@ class Farm(models.Model):
         help_text="Letters, digits, hyphens and underscores.",
     )
     description = models.CharField(max_length=200, blank=True)
-    vip = models.GenericIPAddressField("VIP", help_text="Virtual IPv4 or IPv6 address clients connect to.")
+    vip = AddressField("VIP", help_text="Virtual IPv4 or IPv6 address clients connect to.")
     protocol = models.CharField(max_length=4, choices=FarmProtocolChoices, default=FarmProtocolChoices.TCP)
     ports = models.CharField(
         max_length=500,
@@ -115,7 +127,7 @@ class Farm(models.Model):
         default=FarmAllDownChoices.REJECT,
         help_text="What new connections get when no backend is active (all disabled or down).",
     )
-    fallback_address = models.GenericIPAddressField(
+    fallback_address = AddressField(
         null=True, blank=True, help_text="With 'fallback': where new connections go when no backend is active."
     )
     fallback_port = models.PositiveIntegerField(
@@ -139,14 +151,22 @@ class Farm(models.Model):
         max_length=100, blank=True, help_text="SNAT source: an address or a range a-b (empty: masquerade)."
     )
     source_ports = models.CharField(max_length=11, blank=True, help_text="SNAT source ports, e.g. 1024-65535.")
-    new_rtlimit = models.PositiveIntegerField(default=0, help_text="New connections per second per client (0: off).")
-    new_rtlimit_burst = models.PositiveIntegerField(default=0)
-    rst_rtlimit = models.PositiveIntegerField(default=0, help_text="TCP resets per second (0: off).")
-    est_connlimit = models.PositiveIntegerField(default=0, help_text="Established connections of the farm (0: off).")
+    new_rtlimit = models.PositiveIntegerField(
+        default=0, validators=[KERNEL_MAX], help_text="New connections per second per client (0: off)."
+    )
+    new_rtlimit_burst = models.PositiveIntegerField(default=0, validators=[KERNEL_MAX])
+    rst_rtlimit = models.PositiveIntegerField(
+        default=0, validators=[KERNEL_MAX], help_text="TCP resets per second (0: off)."
+    )
+    est_connlimit = models.PositiveIntegerField(
+        default=0, validators=[KERNEL_MAX], help_text="Established connections of the farm (0: off)."
+    )
     limit_verdict = models.CharField(max_length=6, choices=LimitVerdictChoices, default=LimitVerdictChoices.DROP)
     log = models.BooleanField(default=False, help_text="Log new connections (rate limited).")
-    log_prefix = models.CharField(max_length=60, blank=True)
-    log_rtlimit = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1)])
+    log_prefix = models.CharField(
+        max_length=60, blank=True, help_text="At most 127 bytes in UTF-8 (the kernel's limit), no control characters."
+    )
+    log_rtlimit = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1), KERNEL_MAX])
     helper = models.CharField(max_length=6, choices=HelperChoices, blank=True, default="")
     tcp_strict = models.BooleanField(default=False, help_text="Drop packets conntrack finds invalid.")
     intra_connect = models.BooleanField(default=False, help_text="Balance connections from the appliance itself.")
@@ -211,16 +231,23 @@ class Farm(models.Model):
                 self.ports = format_ports(parse_ports(self.ports))
             except PortSyntaxError as exc:
                 errors["ports"] = str(exc)
+        vip_valid = False
         if self.vip and "vip" not in errors:
             try:
-                self.vip = str(ipaddress.ip_address(self.vip))
+                vip = parse_address(self.vip)
             except ValueError:
-                errors["vip"] = "Enter a valid IPv4 or IPv6 address."
+                pass  # the field's own validation (AddressField) says why
             else:
-                errors.update(self._fallback_errors())
-        if not errors and self.pk:
+                self.vip = str(vip)
+                problem = vip_problem(vip)
+                if problem:
+                    errors["vip"] = problem
+                else:
+                    vip_valid = True
+                    errors.update(self._fallback_errors())
+        if not errors and vip_valid and self.pk:
             errors.update(self._backend_conflicts())
-        if not errors:
+        if not errors and vip_valid:
             conflict = self._conflicting_farm()
             if conflict:
                 errors[conflict[0]] = conflict[1]
@@ -234,13 +261,33 @@ class Farm(models.Model):
             return {}
         if not self.fallback_address:
             return {"fallback_address": "With when_all_down 'fallback', give the fallback address."}
-        self.fallback_address = str(ipaddress.ip_address(self.fallback_address))
+        try:
+            fallback = parse_address(self.fallback_address)
+        except ValueError:
+            return {}  # the field's own validation (AddressField) says why
+        self.fallback_address = str(fallback)
         version = ipaddress.ip_address(self.vip).version
-        if ipaddress.ip_address(self.fallback_address).version != version:
+        if fallback.version != version:
             return {"fallback_address": f"The VIP is IPv{version}; the fallback address must be IPv{version} too."}
+        problem = target_problem(fallback)
+        if problem:
+            return {"fallback_address": problem}
         if self.fallback_port is not None and self.protocol == FarmProtocolChoices.ALL:
             return {"fallback_port": "A farm for all protocols forwards every port unchanged; leave the port empty."}
+        if self.loops_back(self.fallback_address, self.fallback_port):
+            return {"fallback_address": "The fallback is the farm's own VIP and port: connections would loop."}
         return {}
+
+    def loops_back(self, address: str, port: int | None) -> bool:
+        """True when DNAT to address[:port] sends a connection to this farm's own VIP and port again."""
+        if not self.vip or str(address) != str(self.vip):
+            return False
+        if self.protocol == FarmProtocolChoices.ALL or port is None:
+            return True
+        try:
+            return any(low <= port <= high for low, high in parse_ports(self.ports))
+        except PortSyntaxError:
+            return False
 
     def _backend_conflicts(self) -> dict[str, str]:
         errors = {}
@@ -253,6 +300,8 @@ class Farm(models.Model):
         if self.mode == FarmModeChoices.DSR and any(b.port is not None for b in backends):
             errors["mode"] = "DSR cannot change ports: clear the backends' ports first."
         for b in backends:
+            if self.loops_back(b.address, b.port):
+                errors.setdefault("vip", f"Backend {b} is this farm's own VIP and port: connections would loop.")
             clash = stateless_reply_clash(self, b.address, b.port, b.same_address_elsewhere())
             if clash:
                 errors.setdefault("mode" if self.mode == FarmModeChoices.STATELESS_DNAT else "ports", clash)
@@ -281,7 +330,7 @@ class Backend(models.Model):
     """A real server of a farm; traffic reaches it by DNAT to address[:port]."""
 
     farm = models.ForeignKey(Farm, on_delete=models.CASCADE, related_name="backends")
-    address = models.GenericIPAddressField(db_index=True)  # validation looks a backend's address up in every farm
+    address = AddressField(db_index=True)  # validation looks a backend's address up in every farm
     port = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -300,7 +349,9 @@ class Backend(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(100)],
         help_text="Backends of priority 2 take traffic only when every backend of priority 1 is unavailable.",
     )
-    est_connlimit = models.PositiveIntegerField(default=0, help_text="Established connections allowed (0: off).")
+    est_connlimit = models.PositiveIntegerField(
+        default=0, validators=[KERNEL_MAX], help_text="Established connections allowed (0: off)."
+    )
     mac = models.CharField(max_length=17, blank=True, help_text="DSR: the backend's MAC (empty: resolved by ARP/ND).")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -322,14 +373,20 @@ class Backend(models.Model):
         errors: dict[str, str] = {}
         farm = getattr(self, "farm", None) if self.farm_id else None
         try:
-            address = ipaddress.ip_address(self.address) if self.address else None
+            address = parse_address(self.address) if self.address else None
         except ValueError:
-            address = None  # the field's own validation reports it
+            address = None  # the field's own validation (AddressField) says why
+        problem = target_problem(address) if address else None
+        if problem:
+            errors["address"] = problem
+            address = None
         if farm and address:
             self.address = str(address)
             if address.version != ipaddress.ip_address(farm.vip).version:
                 family = f"IPv{ipaddress.ip_address(farm.vip).version}"
                 errors["address"] = f"Farm '{farm.name}' has an {family} VIP; its backends must be {family} too."
+        if farm and address and not errors and farm.loops_back(self.address, self.port):
+            errors["address"] = f"{self} is the VIP and port of farm '{farm.name}' itself: connections would loop."
         if farm and self.port is not None and farm.protocol == FarmProtocolChoices.ALL:
             errors["port"] = "A farm for all protocols forwards every port unchanged; leave the port empty."
         if farm and self.port is not None and farm.mode == FarmModeChoices.DSR:

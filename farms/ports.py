@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
+# ASCII digits only: Python's int() also reads "٨٠" (Arabic-Indic digits) and "8_0" as 80, which the
+# operator did not write as 80 and no other tool would read so.
+DIGITS = re.compile(r"[0-9]+", re.ASCII)
+
+
+def parse_port_number(text: str) -> int:
+    """A number written with ASCII digits; ValueError for anything else."""
+    if not isinstance(text, str) or not DIGITS.fullmatch(text):
+        raise ValueError(f"'{text}' is not a number written with the digits 0-9")
+    return int(text)
+
 
 class PortSyntaxError(ValueError):
     pass
@@ -15,10 +28,10 @@ def parse_ports(text: str) -> list[tuple[int, int]]:
             continue
         low_s, sep, high_s = raw.partition("-")
         try:
-            low = int(low_s)
-            high = int(high_s) if sep else low
+            low = parse_port_number(low_s)
+            high = parse_port_number(high_s) if sep else low
         except ValueError:
-            raise PortSyntaxError(f"'{raw}' is not a port or a range like 8000-8100") from None
+            raise PortSyntaxError(f"'{raw}' is not a port or a range like 8000-8100 (digits 0-9)") from None
         for port in (low, high):
             if not 1 <= port <= 65535:
                 raise PortSyntaxError(f"port {port} is out of range (1-65535)")

@@ -1,8 +1,9 @@
 """Roles, by Django group: what each kind of account may do, the same for the UI and the REST API.
 
 * ``admin``: everything (superusers are admins whatever their groups).
-* ``operator``: day-to-day operation: backend states (enable, drain, disable, cut) and flushing
-  learnt sessions; no creation, deletion or edit of farms, backends' other fields or policies.
+* ``operator``: day-to-day operation: backend states (enable, drain, disable, cut), flushing
+  learnt sessions and retrying an isolated farm; no creation, deletion or edit of farms, backends'
+  other fields or policies.
 * ``viewer``: read only.
 
 An account in no role group can log in and read, like a viewer. The groups are created by a data

@@ -151,6 +151,15 @@ def farm_update(*, farm: Farm, policies: Iterable[Policy] | None = None, **value
     return farm
 
 
+@audited("retry", "farm")
+@transaction.atomic
+def farm_retry(*, farm: Farm) -> Farm:
+    """Apply a farm again as it is. The worker isolates a farm the kernel refused (or whose apply crashed
+    its kernel writer) and tries it again only when it changes: this is that change, with nothing else."""
+    _mark_changed(farm)
+    return farm
+
+
 @audited("delete", "farm")
 @transaction.atomic
 def farm_delete(*, farm: Farm) -> None:

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import logging
-
-from lbweb.redis_client import get_redis
+import time
 
 from . import conntrack
+from . import session_snapshots as snapshots
 from .choices import FarmSchedulerChoices, FarmStateChoices
 from .models import Backend, BackendLoad, Farm, KernelUnit
 from .nft import compiler
 from .nft import fragments as f
-from .nft.applier import ApplyError, Kernel
+from .nft.applier import ApplyError
+from .nft.sandbox import IsolatedKernel as Kernel
 
 log = logging.getLogger("lbweb.sessions")
 LEASTCONN_MAX_WEIGHT = 100
-RESULT_TTL = 60
 
 
 def least_connection_weights(counts: list[int]) -> list[int]:
@@ -116,12 +115,13 @@ def _volatile_sets(farm_id: int) -> list[str]:
     return [name for kind, name in objects.volatile if kind == "set" and name.startswith("static-")]
 
 
-def publish_live(farm_id: int, request_id: str) -> None:
+def publish_live(farm_id: int) -> None:
+    """Read a farm's live entries from the kernel and publish them for the API (``farms.session_snapshots``)."""
+    started = time.time()
     try:
-        payload = {"ok": True, "sessions": live_sessions(farm_id)}
+        snapshots.publish(farm_id, live_sessions(farm_id), read_at=started)
     except ApplyError as exc:
-        payload = {"ok": False, "error": exc.message}
-    get_redis().set(f"lbweb:sessions:{request_id}", json.dumps(payload), ex=RESULT_TTL)
+        snapshots.publish(farm_id, None, exc.message, read_at=started)
 
 
 def cut_backend(backend_id: int) -> int:

@@ -41,14 +41,18 @@ def cut_backend(backend_id: int) -> int:
 
 @shared_task(name="farms.tasks.flush_sessions")
 def flush_sessions(farm_id: int, backend_id: int | None = None, client: str | None = None) -> int:
-    """Forget learnt persistence entries of a farm: one backend's, one client's, or all."""
-    return sessions.flush_learnt(farm_id, backend_id, client)
+    """Forget learnt persistence entries of a farm: one backend's, one client's, or all.
+
+    The farm's sessions are read again right after, so the API never shows what was just forgotten."""
+    flushed = sessions.flush_learnt(farm_id, backend_id, client)
+    sessions.publish_live(farm_id)
+    return flushed
 
 
 @shared_task(name="farms.tasks.report_sessions")
-def report_sessions(farm_id: int, request_id: str) -> None:
-    """Publish a farm's live persistence entries for the API (which waits on Redis for them)."""
-    sessions.publish_live(farm_id, request_id)
+def report_sessions(farm_id: int) -> None:
+    """Publish a farm's live persistence entries for the API (which answers from them, never waiting)."""
+    sessions.publish_live(farm_id)
 
 
 @shared_task(name="farms.tasks.cut_backend_connections")

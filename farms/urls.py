@@ -10,6 +10,7 @@ urlpatterns = [
     path("farms/<int:pk>/", views.FarmDetailView.as_view(), name="farm_detail"),
     path("farms/<int:pk>/edit/", views.FarmEditView.as_view(), name="farm_edit"),
     path("farms/<int:pk>/delete/", views.FarmDeleteView.as_view(), name="farm_delete"),
+    path("farms/<int:pk>/retry/", views.FarmRetryView.as_view(), name="farm_retry"),
     path("farms/<int:farm_pk>/backends/add/", views.BackendEditView.as_view(), name="backend_add"),
     path("farms/<int:farm_pk>/health-check/", views.HealthCheckEditView.as_view(), name="healthcheck_edit"),
     path("backends/<int:pk>/edit/", views.BackendEditView.as_view(), name="backend_edit"),

@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 
+from . import capabilities
+from .choices import FarmAllDownChoices, HashFieldChoices, LimitVerdictChoices
 from .choices import FarmModeChoices as Mode
 from .choices import FarmProtocolChoices as Proto
 from .choices import FarmSchedulerChoices as Sched
-from .choices import HashFieldChoices
-from .ports import PortSyntaxError, overlaps, parse_ports
+from .nft.limits import LOG_PREFIX_BYTES, utf8_length
+from .ports import PortSyntaxError, overlaps, parse_port_number, parse_ports
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
+# Linux's dev_valid_name(): at most 15 bytes, no '/', ':' or white space, not "." or "..".
+INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}", re.ASCII)
+# Counters a farm owns besides its own "farm-<name>": a farm named "<other>-limit" would share one.
+COUNTER_SUFFIXES = ("-limit", "-policy")
 HELPER_PROTOCOL = {"ftp": "tcp", "pptp": "tcp", "irc": "tcp", "h323": "tcp", "tftp": "udp", "snmp": "udp",
                    "amanda": "udp", "sip": "udp"}  # fmt: skip
 
@@ -25,29 +32,104 @@ def parse_mac(text: str) -> str:
     return text.strip().lower().replace("-", ":")
 
 
+def parse_address(text) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An IPv4 or IPv6 address as the kernel takes it: ASCII, no zone id (``fe80::1%lo``: nftables
+    matches addresses, not interfaces, so the zone would be dropped in silence)."""
+    if not isinstance(text, str) or not text.isascii():
+        raise ValueError(f"'{text}' is not an IPv4 or IPv6 address")
+    if "%" in text:
+        raise ValueError(f"'{text}' has a zone id (%...): nftables matches the address alone; remove it")
+    try:
+        return ipaddress.ip_address(text.strip())
+    except ValueError:
+        raise ValueError(f"'{text}' is not an IPv4 or IPv6 address") from None
+
+
+def _special(address) -> str | None:
+    """Why no packet is ever balanced to or from ``address``, or None."""
+    if address.is_unspecified:
+        return "is the unspecified address (it means 'any address', never a destination)"
+    if address.is_multicast:
+        return "is a multicast address (one packet to many receivers: conntrack and NAT cannot balance it)"
+    if address.version == 4 and address == ipaddress.IPv4Address("255.255.255.255"):
+        return "is the limited broadcast address"
+    if address.version == 6 and address.ipv4_mapped is not None:
+        return f"is an IPv4-mapped IPv6 address (such packets arrive as IPv4: use {address.ipv4_mapped})"
+    return None
+
+
+def vip_problem(address) -> str | None:
+    """Why ``address`` cannot be a VIP, or None. Loopback and link-local VIPs are refused too: a loopback
+    VIP with intra-connect takes over the appliance's own local services (its API among them) and is never
+    reached from outside, and a link-local address is valid on one link only, which a VIP cannot say."""
+    reason = _special(address)
+    if reason:
+        return f"{address} {reason}."
+    if address.is_loopback:
+        return (
+            f"{address} is a loopback address: clients never reach it from the network, and with intra-connect "
+            "it would take over the appliance's own local services."
+        )
+    if address.is_link_local:
+        return f"{address} is link-local: valid on one link only, it cannot be a VIP."
+    return None
+
+
+def target_problem(address) -> str | None:
+    """Why new connections cannot be sent (DNAT) to ``address`` (a backend, a fallback), or None."""
+    reason = _special(address)
+    return f"{address} {reason}." if reason else None
+
+
 def parse_networks(text: str) -> list[str]:
     """Addresses and CIDRs separated by commas, spaces or lines; normalised, sorted, without duplicates."""
     out = set()
     for token in re.split(r"[\s,]+", text or ""):
         if not token:
             continue
+        if not token.isascii() or "%" in token:
+            raise ValueError(f"'{token}' is not an address or a network like 198.18.5.0/24 (no zone id)")
         try:
             net = ipaddress.ip_network(token, strict=False)
         except ValueError:
             raise ValueError(f"'{token}' is not an address or a network like 198.18.5.0/24") from None
         out.add(str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net))
-    return sorted(out, key=lambda n: (ipaddress.ip_network(n).version, ipaddress.ip_network(n)))
+    networks = sorted(out, key=lambda n: (ipaddress.ip_network(n).version, ipaddress.ip_network(n)))
+    _refuse_overlaps([ipaddress.ip_network(n) for n in networks])
+    return networks
+
+
+def _refuse_overlaps(networks: list) -> None:
+    """The kernel's interval sets refuse overlapping elements ("conflicting intervals specified"):
+    say which two overlap rather than let the apply fail. ``networks`` are sorted (family, address)."""
+    previous = None
+    for net in networks:
+        if previous is not None and previous.version == net.version and previous.overlaps(net):
+            raise ValueError(
+                f"'{_shown(net)}' lies inside '{_shown(previous)}': the kernel refuses overlapping entries; "
+                "keep only one of them"
+            )
+        if previous is None or previous.version != net.version or net.broadcast_address > previous.broadcast_address:
+            previous = net
+
+
+def _shown(net) -> str:
+    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
 
 
 def parse_address_range(text: str, version: int) -> tuple[str, str]:
     low, _, high = text.strip().partition("-")
     try:
-        a = ipaddress.ip_address(low.strip())
-        b = ipaddress.ip_address(high.strip()) if high else a
+        a = parse_address(low.strip())
+        b = parse_address(high.strip()) if high else a
     except ValueError:
         raise ValueError(f"'{text}' is not an address or a range like 198.18.1.1-198.18.1.4") from None
     if a.version != version or b.version != version:
         raise ValueError(f"the SNAT source must be IPv{version}, like the VIP")
+    for address in (a, b):
+        reason = _special(address) or ("is a loopback address" if address.is_loopback else None)
+        if reason:
+            raise ValueError(f"{address} {reason}; it cannot be a source address")
     if int(b) < int(a):
         raise ValueError(f"range '{text}' ends before it starts")
     return str(a), str(b)
@@ -56,7 +138,7 @@ def parse_address_range(text: str, version: int) -> tuple[str, str]:
 def parse_port_range(text: str) -> tuple[int, int]:
     low, _, high = text.strip().partition("-")
     try:
-        a, b = int(low), int(high or low)
+        a, b = parse_port_number(low.strip()), parse_port_number((high or low).strip())
     except ValueError:
         raise ValueError(f"'{text}' is not a port range like 1024-65535") from None
     if not (1 <= a <= b <= 65535):
@@ -72,7 +154,7 @@ def session_key_parts(client: str, farm) -> tuple:
         return (parse_mac(text),)
     version = ipaddress.ip_address(farm.vip).version
     if fields == ["srcip", "srcport"]:
-        match = re.match(r"^\[?([0-9a-fA-F:.]+?)\]?:(\d+)$", text)
+        match = re.match(r"^\[?([0-9a-fA-F:.]+?)\]?:([0-9]+)$", text)
         if not match:
             raise ValueError(f"'{client}' must be address:port ([v6]:port) for persistence by address and port")
         addr, port = match.group(1), int(match.group(2))
@@ -81,9 +163,9 @@ def session_key_parts(client: str, farm) -> tuple:
     else:
         addr, port = text, None
     try:
-        parsed = ipaddress.ip_address(addr)
-    except ValueError:
-        raise ValueError(f"'{addr}' is not an IP address") from None
+        parsed = parse_address(addr)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
     if parsed.version != version:
         raise ValueError(f"the farm's VIP is IPv{version}; the client must be too")
     return (str(parsed),) if port is None else (str(parsed), port)
@@ -138,14 +220,55 @@ def farm_option_errors(farm) -> dict[str, str]:
         _dsr_errors(farm, e)
     if mode == Mode.STATELESS_DNAT:
         _stateless_errors(farm, e)
+    _text_errors(farm, e)
+    _capability_errors(farm, e)
     return e
+
+
+def _text_errors(farm, e: dict[str, str]) -> None:
+    """Text that reaches the kernel, counted as the kernel counts it (see farms.nft.limits)."""
+    prefix = farm.log_prefix or ""
+    if utf8_length(prefix) > LOG_PREFIX_BYTES:
+        e["log_prefix"] = (
+            f"The kernel keeps at most {LOG_PREFIX_BYTES} bytes of a log prefix; this one is "
+            f"{utf8_length(prefix)} bytes in UTF-8 (a character outside ASCII takes 2 to 4)."
+        )
+    elif any(unicodedata.category(c) in ("Cc", "Cs") for c in prefix):
+        e["log_prefix"] = (
+            "A log prefix cannot hold control characters (line breaks, tabs, NUL): they would forge or break log lines."
+        )
+    name = farm.name or ""
+    for suffix in COUNTER_SUFFIXES:
+        if name.endswith(suffix):
+            e.setdefault(
+                "name",
+                f"A farm name cannot end with '{suffix}': the kernel counter 'farm-{name}' is the {suffix[1:]} "
+                f"counter of a farm named '{name.removesuffix(suffix)}'.",
+            )
+
+
+def _capability_errors(farm, e: dict[str, str]) -> None:
+    """What this kernel cannot do, as the worker probed it (GET /api/v1/capabilities/).
+
+    Before the worker has published anything (it never ran, or Redis is down) nothing is refused here:
+    the web process cannot probe the kernel itself, and refusing every flow offload or helper on a
+    kernel that may well have them would be wrong more often than right. The apply then reports the
+    kernel's refusal on the farm, with the same explanation.
+    """
+    wanted = farm.flow_offload or farm.helper or farm.limit_verdict == LimitVerdictChoices.REJECT
+    wanted = wanted or farm.when_all_down == FarmAllDownChoices.REJECT
+    known = capabilities.published() if wanted else None
+    if not known:
+        return
+    for name, message in capabilities.missing(farm, known).items():
+        e.setdefault(name, message)
 
 
 def _dsr_errors(farm, e: dict[str, str]) -> None:
     if not farm.interface:
         e["interface"] = "DSR needs the interface facing the backends (they share its layer-2 segment)."
-    elif not re.match(r"^[A-Za-z0-9_.:@-]{1,15}$", farm.interface):
-        e["interface"] = f"'{farm.interface}' is not an interface name."
+    elif not INTERFACE_RE.fullmatch(farm.interface) or farm.interface in (".", ".."):
+        e["interface"] = f"'{farm.interface}' is not an interface name (1-15 letters, digits or _.@-; not '.' or '..')."
     if farm.protocol in (Proto.TCP, Proto.SCTP, Proto.ALL) and farm.scheduler not in (Sched.HASH, Sched.SYMHASH):
         carried = (
             "a farm for all protocols carries TCP, whose flows" if farm.protocol == Proto.ALL else "a TCP/SCTP flow"

@@ -332,6 +332,19 @@ class BackendStateView(RoleRequiredMixin, View):
         return redirect(reverse("farms:farm_detail", args=[backend.farm_id]) + f"#backend-{backend.pk}")
 
 
+class FarmRetryView(RoleRequiredMixin, View):
+    """One click: apply an isolated farm again as it is (the worker otherwise waits for it to change)."""
+
+    required_role = OPERATOR
+    http_method_names = ["post"]
+
+    def post(self, request, pk: int):
+        farm = get_object_or_404(Farm, pk=pk)
+        services.farm_retry(farm=farm, actor=request.user)
+        messages.success(request, f"Farm {farm.name}: applying it again.")
+        return redirect("farms:farm_detail", pk=farm.pk)
+
+
 # -- policies -----------------------------------------------------------------------------------
 
 

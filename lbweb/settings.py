@@ -3,20 +3,23 @@
 LBWEB_VAR_DIR   where state lives (default ./var): SQLite database, Redis socket, secret key
 DATABASE_URL    e.g. postgres://user:pass@host/db (default: SQLite under LBWEB_VAR_DIR, WAL)
 REDIS_URL       e.g. redis://127.0.0.1:6379/0 (default: lbweb's own Redis on LBWEB_VAR_DIR/redis.sock)
-SECRET_KEY      (default: generated once into LBWEB_VAR_DIR/secret_key)
+SECRET_KEY      (default: generated once into LBWEB_VAR_DIR/secret_key, mode 0600)
 DEBUG           1 to enable Django's debug mode
-ALLOWED_HOSTS   comma separated (default: *; an appliance is reached by whatever address it has)
+ALLOWED_HOSTS   comma separated (default: *; see below)
+LBWEB_TOKEN_TTL_HOURS, LBWEB_LOGIN_FAILURE_LIMIT, LBWEB_LOGIN_LOCKOUT_MINUTES, LBWEB_HSTS_SECONDS,
+LBWEB_PROXY_SSL_HEADER: API tokens, login lockout and HTTPS, below.
 """
 
 import os
 import secrets
-from pathlib import Path
+from datetime import timedelta
 
 import dj_database_url
+from csp.constants import NONE, SELF
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("LBWEB_VAR_DIR", BASE_DIR / "var")).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+from lbweb.paths import BASE_DIR, ensure_private_dir, var_dir, write_private
+
+VAR_DIR = ensure_private_dir(var_dir())  # 0700: database, secret key, TLS key
 
 
 def _secret_key() -> str:
@@ -24,13 +27,18 @@ def _secret_key() -> str:
         return os.environ["SECRET_KEY"]
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        write_private(path, secrets.token_urlsafe(50).encode())
     return path.read_text().strip()
 
 
 SECRET_KEY = _secret_key()
 DEBUG = os.environ.get("DEBUG", "0") == "1"
+# Default "*": an appliance is reached by addresses and names nobody knows at install time (its DHCP
+# address, a VRRP VIP, a NAT in front, a DNS name given later), and a wrong list locks the operator out
+# of the UI. lbweb builds no absolute URL from the Host header (redirects are relative, no mail is sent)
+# and its session cookie is bound to the name the operator logs in under, so a forged Host gains nothing;
+# set ALLOWED_HOSTS=lb1.example,198.18.0.10 to refuse every other name (defence in depth, e.g. against
+# DNS rebinding).
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
@@ -42,12 +50,15 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
+    "axes",
+    "csp",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "farms",
     "monitoring",
+    "system",
 ]
 
 MIDDLEWARE = [
@@ -59,6 +70,15 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its lockout page.
+    "axes.middleware.AxesMiddleware",
+]
+
+# django-axes first: it refuses a locked-out username+address before the password is even checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "lbweb.urls"
@@ -107,6 +127,73 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# -- HTTPS, cookies and browser security headers -----------------------------------------------
+# gunicorn serves TLS itself (lbweb/gunicorn_conf.py), so every request of a browser is HTTPS and the
+# cookies can be Secure; HttpOnly keeps them from scripts (no page script reads them: the CSRF token
+# comes from the form); SameSite=Lax keeps them off cross-site subrequests and POSTs while a link from
+# elsewhere (a ticket, a mail) still opens the UI logged in, which Strict would not.
+SESSION_COOKIE_SECURE = True
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SECURE = True
+CSRF_COOKIE_HTTPONLY = True
+CSRF_COOKIE_SAMESITE = "Lax"
+# HSTS: browsers ignore it on a connection whose certificate they do not trust (the self-signed one
+# made at first start), so it binds only once the operator installs a trusted certificate, and then
+# for a year, the usual value. includeSubDomains stays off: the names under the appliance's own name
+# may be services this load balancer fronts, which lbweb cannot promise to serve over HTTPS.
+SECURE_HSTS_SECONDS = int(os.environ.get("LBWEB_HSTS_SECONDS", str(365 * 24 * 3600)))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = False
+SECURE_HSTS_PRELOAD = False
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Behind a reverse proxy that terminates TLS, e.g. LBWEB_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO: only
+# then is the header trusted (a client could otherwise claim HTTPS over plain HTTP).
+if os.environ.get("LBWEB_PROXY_SSL_HEADER"):
+    SECURE_PROXY_SSL_HEADER = (os.environ["LBWEB_PROXY_SSL_HEADER"], "https")
+# Content-Security-Policy (django-csp): only lbweb's own scripts, styles, images and API calls; no inline
+# script or style attribute (the pages keep theirs in static/), nothing may frame the UI.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+
+# -- login lockout (django-axes) -----------------------------------------------------------------
+# LBWEB_LOGIN_FAILURE_LIMIT failures for one username from one address lock that pair out for
+# LBWEB_LOGIN_LOCKOUT_MINUTES, for the UI login, the admin site and the API's token login alike. The
+# pair, not the username alone: otherwise anyone could lock the real admin out from anywhere. The
+# address is the connection's (REMOTE_ADDR): no X-Forwarded-For is believed.
+AXES_FAILURE_LIMIT = int(os.environ.get("LBWEB_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LBWEB_LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+
+# -- API tokens (django-rest-knox) ---------------------------------------------------------------
+# Stored as SHA-512 digests (a stolen database holds no usable token), each with its own expiry and
+# revocable alone. Ten hours by default: a working day of scripts or an operator's shift, after which a
+# leaked token is worthless; long-lived automation asks for a fresh one (POST /api/v1/auth/login/ or
+# manage.py create_token --ttl-hours).
+LBWEB_TOKEN_TTL = timedelta(hours=float(os.environ.get("LBWEB_TOKEN_TTL_HOURS", "10")))
+REST_KNOX = {
+    "TOKEN_TTL": LBWEB_TOKEN_TTL,
+    "AUTH_HEADER_PREFIX": "Token",
+    "AUTO_REFRESH": False,
+}
+
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -153,15 +240,15 @@ LBWEB_CONNTRACK_WARN = float(os.environ.get("LBWEB_CONNTRACK_WARN", "0.8"))
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "knox.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     # Roles (admin, operator, viewer) by Django group: farms/roles.py.
     "DEFAULT_PERMISSION_CLASSES": ["farms.api.permissions.RolePermission"],
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_FILTER_BACKENDS": ["farms.filtersets.FilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "farms.api.pagination.Pagination",
     "PAGE_SIZE": 100,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "lbweb.api_schema.AutoSchema",
     "EXCEPTION_HANDLER": "farms.api.exceptions.exception_handler",
 }
 

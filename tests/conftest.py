@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -25,6 +26,26 @@ def fast_password_hashing():
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     get_hashers.cache_clear()
     get_hashers_by_algorithm.cache_clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cookies_over_plain_http():
+    """Django's live server speaks plain HTTP: Secure cookies would never come back from a client.
+
+    Production keeps them Secure (lbweb/settings.py); tests/test_https.py checks that through the real
+    gunicorn over TLS.
+    """
+    from django.conf import settings
+
+    settings.SESSION_COOKIE_SECURE = False
+    settings.CSRF_COOKIE_SECURE = False
+
+
+def new_token(user, **kwargs) -> str:
+    """A new API token of ``user`` (django-rest-knox: only its digest is stored, so this is the one chance)."""
+    from knox.models import AuthToken
+
+    return AuthToken.objects.create(user=user, **kwargs)[1]
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +92,17 @@ def worker(lab, worker_env, request):
     proc = Worker(lab.lb, worker_env, OUTPUT / "logs" / f"worker-{request.node.name}.log").start()
     yield proc
     proc.stop()
+    forget_capabilities()
+
+
+def forget_capabilities() -> None:
+    """What a test's worker published about its kernel stays with that test (validation reads it)."""
+    from farms import capabilities
+    from lbweb.redis_client import get_redis
+
+    with contextlib.suppress(Exception):  # no Redis: nothing was published
+        get_redis().delete(capabilities.REDIS_KEY)
+    capabilities.forget()
 
 
 @pytest.fixture
@@ -177,19 +209,16 @@ def role_users(django_user_model) -> dict:
 @pytest.fixture
 def client(admin_user):
     """DRF's test client, authenticated with a token of the admin account."""
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
 
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=admin_user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {new_token(admin_user)}")
     return client
 
 
 @pytest.fixture
 def api(live_server, admin_user) -> Api:
-    from rest_framework.authtoken.models import Token
-
-    return Api(live_server.url, Token.objects.create(user=admin_user).key)
+    return Api(live_server.url, new_token(admin_user))
 
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's build (deploy/test.sh installs it); never `playwright install`
@@ -213,6 +242,20 @@ def browser_page():
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         yield page
         browser.close()
+
+
+@pytest.fixture
+def csp_violations(browser_page) -> list[str]:
+    """Every Content-Security-Policy violation of the page (chromium logs each one on the console).
+
+    A browser test that takes this fixture ends with ``assert csp_violations == []``: a page whose
+    script or style the policy blocks may look fine in a screenshot and still be broken.
+    """
+    found: list[str] = []
+    browser_page.on(
+        "console", lambda message: found.append(message.text) if "Content Security Policy" in message.text else None
+    )
+    return found
 
 
 def pytest_sessionstart(session):

@@ -16,9 +16,10 @@ VENV_BIN = ROOT / ".venv" / "bin"
 class RedisServer:
     """A private redis-server on a unix socket (reachable from every namespace through the filesystem)."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, run_as: list[str] | None = None):
         self.directory = Path(directory)
         self.socket = self.directory / "redis.sock"
+        self.run_as = run_as or []
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -33,7 +34,7 @@ class RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         server = shutil.which("redis-server") or "/usr/bin/redis-server"
         self.proc = subprocess.Popen(
-            [server, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700"]
+            [*self.run_as, server, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700"]
             + ["--save", "", "--appendonly", "no", "--dir", str(self.directory)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -69,10 +70,11 @@ class NetnsProcess:
 
     ready_marker = b""
 
-    def __init__(self, netns: str, env: dict[str, str], log_path: Path):
+    def __init__(self, netns: str, env: dict[str, str], log_path: Path, run_as: list[str] | None = None):
         self.netns = netns
         self.env = env
         self.log_path = Path(log_path)
+        self.run_as = run_as or []  # e.g. tests.privileges.setpriv(...): the user and capabilities it runs with
         self.proc: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
@@ -83,7 +85,7 @@ class NetnsProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
-        cmd = ["ip", "netns", "exec", self.netns, *self.command()]
+        cmd = ["ip", "netns", "exec", self.netns, *self.run_as, *self.command()]
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -129,6 +131,19 @@ class Healthd(NetnsProcess):
 
     def command(self) -> list[str]:
         return [str(VENV_BIN / "python"), "manage.py", "healthd", "--reload-seconds", "0.2"]
+
+
+class Prober(NetnsProcess):
+    """``python -m monitoring.health.prober``: runs healthd's command checks (start it as lbweb-probe)."""
+
+    ready_marker = b"lbweb-prober: listening"
+
+    def __init__(self, netns: str, env: dict[str, str], log_path: Path, socket: Path, run_as: list[str]):
+        super().__init__(netns, env, log_path, run_as)
+        self.socket = Path(socket)
+
+    def command(self) -> list[str]:
+        return [str(VENV_BIN / "python"), "-m", "monitoring.health.prober", "--socket", str(self.socket)]
 
 
 class Collector:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from tests.conftest import new_token
 
 pytestmark = pytest.mark.django_db
 
@@ -15,7 +16,7 @@ STATELESS = {"vip": "198.18.100.90", "protocol": "udp", "ports": "514", "mode": 
 @pytest.fixture
 def client(admin_user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=admin_user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {new_token(admin_user)}")
     return client
 
 

@@ -6,32 +6,54 @@ nftables in *their own* namespaces; traffic comes from the client namespace.
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from monitoring.health import prober as prober_protocol
 from tests.conftest import OUTPUT
 from tests.lab import KeepAlive, _request, backend4, run_in_netns, vip4
-from tests.stack import Healthd
+from tests.privileges import CAP_NET_RAW, ensure_system_user, owned_by, prober_socket_dir, proc_status, setpriv
+from tests.stack import Healthd, Prober, RedisServer
 from tests.test_dataplane import backend_id, make_farm
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def healthd(lab, worker_env, request, settings, redis_server):
+def prober(lab, request, monkeypatch):
+    """The command prober in the LB namespace, as the supervisor starts it: user lbweb-probe, empty environment."""
+    ensure_system_user("lbweb")
+    ensure_system_user("lbweb-probe")
+    with prober_socket_dir(lab.tag) as directory:
+        socket_path = directory / "prober.sock"
+        log = OUTPUT / "logs" / f"prober-{request.node.name}.log"
+        proc = Prober(lab.lb, {}, log, socket_path, setpriv("lbweb-probe")).start()
+        monkeypatch.setenv(prober_protocol.SOCKET_ENV, str(socket_path))  # for probes run in this process
+        yield proc
+        proc.stop()
+
+
+@pytest.fixture
+def healthd(lab, worker_env, request, settings, redis_server, prober):
     """Start healthd in the LB namespace (as often as a test likes); everything is stopped and restored after."""
     settings.REDIS_URL = redis_server.url  # the API reads healthd's heartbeat from the test Redis
     settings.LBWEB_HEALTHD_STALE_SECONDS = 2
     started: list[Healthd] = []
 
-    def start() -> Healthd:
-        proc = Healthd(lab.lb, worker_env, OUTPUT / "logs" / f"healthd-{request.node.name}.log").start()
+    def start(env: dict[str, str] | None = None, run_as: list[str] | None = None) -> Healthd:
+        env = {**worker_env, prober_protocol.SOCKET_ENV: str(prober.socket), **(env or {})}
+        proc = Healthd(lab.lb, env, OUTPUT / "logs" / f"healthd-{request.node.name}.log", run_as).start()
         started.append(proc)
         return proc
 
@@ -179,7 +201,7 @@ def test_a_silent_backend_leaves_one_timeout_after_its_first_unanswered_probe_wh
     assert event["current"] == "down" and "no answer within" in event["reason"], event
 
 
-def test_probes_confirm_a_failure_side_by_side_within_one_timeout():
+def test_probes_confirm_a_failure_side_by_side_within_one_timeout(prober):
     """probe_round with real commands: a hanging check costs one timeout, not ``fall`` of them."""
     import asyncio
 
@@ -420,3 +442,90 @@ def test_cut_connections_deletes_a_dead_backends_conntrack_entries_only_where_as
         lab.ns(ns, "nft", "delete", "table", "inet", "hole", check=False)
         for k in kept.values():
             k.close()
+
+
+IDENTITY_CMD = f"{sys.executable} {Path(__file__).parent / 'probe_identity.py'} {{address}} {{port}}"
+AS_LBWEB = [  # farm name, check, expected health, words of the reason: every probe type healthd has
+    ("lbweb-tcp", {"type": "tcp"}, "up", "open"),
+    ("lbweb-tcp-closed", {"type": "tcp", "port": 9}, "down", "refused"),
+    ("lbweb-http", {"type": "http", **SVC, "http_body": '"host": "svc.example"'}, "up", "200"),
+    ("lbweb-https", {**HTTPS, "http_body": "svc.example"}, "up", "200"),
+    ("lbweb-udp", {"type": "udp", "port": 5353, "udp_send": "hi", "udp_expect": "hi"}, "up", "reply"),
+    ("lbweb-icmp", {"type": "icmp"}, "up", "echo reply"),
+    ("lbweb-command", {"type": "command", "command": IDENTITY_CMD}, "up", "exited 0"),
+    ("lbweb-command-hangs", {"type": "command", "command": "sh -c 'sleep 30 & sleep 31'"}, "down", "killed"),
+]
+
+
+@pytest.fixture
+def lbweb_state(transactional_db, tmp_path_factory):
+    """What healthd reads, made lbweb's as on the appliance: a state directory with a Redis run by lbweb, and
+    the test database (its directory and files handed to lbweb for the test, then given back)."""
+    from django.db import connection
+
+    ensure_system_user("lbweb")
+    state = Path(tempfile.mkdtemp(prefix=f"lbweb-state-{os.getpid()}-"))
+    entry = pwd.getpwnam("lbweb")
+    os.chown(state, entry.pw_uid, entry.pw_gid)  # 0700, lbweb's, like /var/lib/lbweb
+    redis = RedisServer(state, run_as=setpriv("lbweb")).start()
+    database = Path(connection.settings_dict["NAME"])
+    files = [database.parent, *(database.with_name(database.name + end) for end in ("", "-wal", "-shm"))]
+    try:
+        with owned_by("lbweb", *files):
+            yield state, redis
+    finally:
+        redis.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def test_healthd_as_lbweb_with_only_cap_net_raw_and_commands_as_lbweb_probe(
+    api, healthd, prober, lab, tls_files, lbweb_state, settings
+):
+    """The appliance's privileges: healthd is lbweb with CAP_NET_RAW alone, command checks are lbweb-probe's.
+
+    Every probe type works so; a command sees neither lbweb's user nor its environment (healthd is given
+    lbweb's secrets here, the identity script fails on any variable); a prober that stops is healthd's
+    own trouble: "impaired", and the backend keeps its health.
+    """
+    state, redis = lbweb_state
+    settings.REDIS_URL = redis.url  # the API reads the heartbeat from lbweb's own Redis
+    cert, key = tls_files
+    extra = lab.spawn_server(
+        "b1", "", "--tls-port", "8443", "--cert", str(cert), "--key", str(key), "--udp-echo", "5353"
+    )
+    try:
+        farms = {}
+        for n, (name, check_fields, _health, _words) in enumerate(AS_LBWEB):
+            farm = api.farm(name=name, vip=vip4(140 + n), protocol="tcp", ports="80", mode="dnat")
+            api.post("backends/", {"farm": farm["id"], "address": backend4("b1")})
+            check(api, farm, **{"interval": 1.0, "timeout": 0.9, "rise": 1, "fall": 2, **check_fields})
+            farms[name] = api.get(f"farms/{farm['id']}/")["backends"][0]["id"]
+        secrets = {"LBWEB_ADMIN_PASSWORD": "admin-secret-healthd", "SECRET_KEY": "secret-key-healthd-test"}
+        env = {"REDIS_URL": redis.url, "LBWEB_VAR_DIR": str(state), **secrets}
+        daemon = healthd(env=env, run_as=setpriv("lbweb", ("net_raw",)))
+        status = proc_status(daemon.proc.pid)
+        assert b"healthd" in Path(f"/proc/{daemon.proc.pid}/cmdline").read_bytes()
+        assert status["Uid"].split() == [str(pwd.getpwnam("lbweb").pw_uid)] * 4, status["Uid"]
+        net_raw = f"{1 << CAP_NET_RAW:016x}"
+        assert (status["CapEff"], status["CapPrm"], status["CapBnd"]) == (net_raw,) * 3, status
+        assert status["NoNewPrivs"] == "1"
+        for name, _check, health, words in AS_LBWEB:
+            wait_health(api, farms[name], health, timeout=20)
+            reason = api.get(f"backends/{farms[name]}/")["health_reason"]
+            assert words in reason, (name, reason)
+        assert api.get("health-status/")["state"] == "running"
+        # the prober stops: command checks cannot run, which is healthd's trouble, not the backend's
+        events = api.get("health-events/")["count"]
+        prober.stop()
+        time.sleep(2.5)  # two intervals and more: fall is 2
+        status = api.get("health-status/")
+        assert status["state"] == "impaired" and "prober is not running" in status["detail"], status
+        assert api.get(f"backends/{farms['lbweb-command']}/")["health"] == "up"
+        assert api.get("health-events/")["count"] == events
+        prober.start()
+        time.sleep(3)  # past LBWEB_HEALTHD_STALE_SECONDS without an error of its own
+        assert api.get("health-status/")["state"] == "running"
+        assert api.get(f"backends/{farms['lbweb-command']}/")["health"] == "up"
+    finally:
+        extra.kill()
+        extra.wait()

@@ -157,12 +157,27 @@ def test_least_connections_sends_new_connections_to_the_idle_backend(api, worker
 # -- persistence, sessions, backend states ---------------------------------------------
 
 
+def live_sessions(api, farm_id: int) -> list[dict]:
+    """The farm's sessions as the worker read them after now (the API answers 202 until it has)."""
+    asked = time.time()
+
+    def read_after_asked():
+        response = api._call("GET", f"farms/{farm_id}/sessions/?max_age=1", None)
+        if response.status_code == 202:
+            return None
+        assert response.status_code == 200, response.text
+        body = response.json()
+        return (body["sessions"],) if time.time() - body["age"] >= asked else None  # a tuple: [] is an answer
+
+    return wait_for(read_after_asked, what="the worker to read the sessions")[0]
+
+
 def test_persistence_survives_applies_static_sessions_and_the_sessions_api(api, worker, lab):
     farm = make_farm(api, "sticky", vip4(206), scheduler="weight", persistence="srcip", persist_ttl=120)
     bound = backends_of(lab.http_get(vip4(206), 80, count=10))
     assert len(bound) == 1, bound
     backend = next(iter(bound))
-    live = api.get(f"farms/{farm['id']}/sessions/")
+    live = live_sessions(api, farm["id"])
     assert [s["client"] for s in live] == [CLIENT4]
     assert live[0]["backend"] == backend_id(farm, backend4(backend)) and 0 < live[0]["expires_in"] <= 120_000
     # an unrelated farm and a change of this farm's weights keep the entry
@@ -176,16 +191,16 @@ def test_persistence_survives_applies_static_sessions_and_the_sessions_api(api, 
     api.post("static-sessions/", {"farm": farm["id"], "client": CLIENT4, "backend": backend_id(farm, backend4(target))})
     api.wait_applied(farm["id"])
     assert backends_of(lab.http_get(vip4(206), 80, count=5)) == {target: 5}
-    live = api.get(f"farms/{farm['id']}/sessions/")
+    live = live_sessions(api, farm["id"])
     assert {(s["client"], s["static"]) for s in live} >= {(CLIENT4, True), (CLIENT4, False)}
     api._call("POST", f"farms/{farm['id']}/sessions/flush/", 202, json={"backend": backend_id(farm, backend4(backend))})
     old_id = backend_id(farm, backend4(backend))
-    wait_for(lambda: all(s["backend"] != old_id for s in api.get(f"farms/{farm['id']}/sessions/")), what="flush")
-    assert any(not s["static"] for s in api.get(f"farms/{farm['id']}/sessions/"))  # learnt on the static target
+    wait_for(lambda: all(s["backend"] != old_id for s in live_sessions(api, farm["id"])), what="flush")
+    assert any(not s["static"] for s in live_sessions(api, farm["id"]))  # learnt on the static target
     # changing the persistence settings starts afresh (documented)
     api.patch(f"farms/{farm['id']}/", {"persist_ttl": 30})
     api.wait_applied(farm["id"])
-    assert all(s["static"] for s in api.get(f"farms/{farm['id']}/sessions/"))
+    assert all(s["static"] for s in live_sessions(api, farm["id"]))
 
 
 def test_drain_keeps_bound_clients_disabled_moves_them_and_cut_ends_connections(api, worker, lab):
@@ -339,19 +354,36 @@ def test_snat_source_pool_and_port_range_with_reported_capacity(api, worker, lab
 
 
 def test_flow_offload_without_kernel_support_fails_that_farm_clearly(api, worker, lab):
+    """Before the worker has published what the kernel can do, the farm is accepted and its apply fails
+    with the reason, while every other farm applies."""
+    from farms import capabilities as published
+    from lbweb.redis_client import get_redis
+
     make_farm(api, "plain", vip4(217))
+    capabilities = wait_for(lambda: api._call("GET", "capabilities/", None).json(), what="capabilities")
+    if capabilities.get("flowtable"):
+        pytest.skip("this kernel has flowtables: nothing to refuse")
+    get_redis().delete(published.REDIS_KEY)  # as if the worker had not probed the kernel yet
+    published.forget()
     farm = api.farm(name="fast", vip=vip4(218), protocol="tcp", ports="80", mode="dnat", flow_offload=True)
     api.post("backends/", {"farm": farm["id"], "address": backend4("b1")})
-    capabilities = wait_for(lambda: api._call("GET", "capabilities/", None).json(), what="capabilities")
     status = wait_for(
         lambda: (s := api.get(f"farms/{farm['id']}/")["apply_status"])["status"] == "failed" and s,
         what="the offload farm to fail",
     )
-    if capabilities.get("flowtable"):
-        pytest.skip("this kernel has flowtables: nothing to refuse")
     assert "CONFIG_NF_FLOW_TABLE" in status["error"], status
     assert lab.http_get(vip4(217), 80)[0]["backend"] in THREE  # the rest is applied
     assert Farm.objects.get(name="plain").apply_status == "applied"
+
+
+def test_flow_offload_refused_at_save_where_the_worker_found_no_flowtables(api, worker):
+    capabilities = wait_for(lambda: api._call("GET", "capabilities/", None).json(), what="capabilities")
+    if capabilities.get("flowtable"):
+        pytest.skip("this kernel has flowtables: nothing to refuse")
+    body = {"name": "fast", "vip": vip4(218), "protocol": "tcp", "ports": "80", "mode": "dnat", "flow_offload": True}
+    answer = api.post("farms/", body, expect=400)
+    assert "no flowtables" in answer["flow_offload"][0]
+    assert not Farm.objects.filter(name="fast").exists()
 
 
 # -- applying without loss --------------------------------------------------------------
@@ -366,7 +398,7 @@ def test_fifty_unrelated_applies_keep_connection_and_persistence(api, worker, la
             make_farm(api, f"noise{i}", vip4(100 + i), backends=("b1",))
         assert kept.get()["backend"] == bound
         assert backends_of(lab.http_get(vip4(219), 80, count=5)) == {bound: 5}
-        assert [s["client"] for s in api.get(f"farms/{farm['id']}/sessions/")] == [CLIENT4]
+        assert [s["client"] for s in live_sessions(api, farm["id"])] == [CLIENT4]
     finally:
         kept.close()
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 import redis
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from farms import services
 from monitoring.sampler import Sample
 from monitoring.store import MetricStore, client
+from tests.conftest import new_token
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +32,7 @@ def store(redis_server, settings) -> MetricStore:
 @pytest.fixture
 def api(admin_user) -> APIClient:
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=admin_user).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {new_token(admin_user)}")
     return api
 
 

@@ -11,6 +11,7 @@ is restarted alone while the API keeps answering, and SIGINT stops every process
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -51,12 +52,18 @@ PROGRAMS = {
 USERS = {"prober": "lbweb-probe"}  # every other program runs as lbweb
 
 
-def readme_setup_commands() -> list[str]:
-    """The commands of the README's "Set-up: two commands" block, as a reader copies them."""
+def readme_block(heading: str) -> str:
+    """The first ``sh`` block under a heading of the README, as a reader copies it."""
     text = (ROOT / "README.md").read_text()
-    block = re.search(r"## Set-up: two commands.*?```sh\n(.*?)```", text, re.S)
-    assert block, "the README has no set-up block"
-    return [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.split("#")[0].strip()]
+    block = re.search(re.escape(heading) + r"\n.*?```sh\n(.*?)```", text, re.S)
+    assert block, f"the README has no sh block under {heading!r}"
+    return block.group(1)
+
+
+def readme_setup_commands() -> list[str]:
+    """The commands of the README's "Set-up: two commands" block."""
+    lines = readme_block("## Set-up: two commands").splitlines()
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
 
 
 @dataclass
@@ -215,16 +222,18 @@ class Client:
 
     def __init__(self, appliance: Appliance):
         self.appliance = appliance
-        self.base = appliance.base
+        self.base = appliance.base.replace("127.0.0.1", "localhost")
         self.session = requests.Session()
-        self.session.verify = False  # the appliance's own self-signed certificate
+        # The appliance's own certificate, which names it "localhost"; given with each request, since requests
+        # lets REQUESTS_CA_BUNDLE (set on these machines) override a session's own.
+        self.verify = str(appliance.checkout / "var" / "tls" / "lbweb.crt")
 
     def login(self) -> None:
         run_in_netns(self.appliance.netns, self._login)
 
     def _login(self) -> None:
         url = f"{self.base}/accounts/login/"
-        self.session.get(url, timeout=10)
+        self.session.get(url, timeout=10, verify=self.verify)
         answer = self.session.post(
             url,
             data={
@@ -234,15 +243,15 @@ class Client:
             },
             headers={"Referer": url},
             timeout=10,
+            verify=self.verify,
         )
         assert answer.status_code == 200 and "/accounts/login/" not in answer.url, answer.text[:500]
 
     def request(self, method: str, path: str, **kwargs) -> requests.Response:
         headers = {"X-CSRFToken": self.session.cookies.get("csrftoken", ""), "Referer": f"{self.base}/"}
         url = f"{self.base}/api/v1/{path}"
-        return run_in_netns(
-            self.appliance.netns, lambda: self.session.request(method, url, headers=headers, timeout=30, **kwargs)
-        )
+        settings = dict(headers=headers, timeout=30, verify=self.verify, **kwargs)
+        return run_in_netns(self.appliance.netns, lambda: self.session.request(method, url, **settings))
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +266,51 @@ def appliance():
         yield appliance.start()
     finally:
         appliance.destroy()
+
+
+def in_appliance_shell(appliance, script: str) -> subprocess.CompletedProcess:
+    """A bash script run as the README's reader runs it: root, in the checkout, in the appliance's namespace."""
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "LBWEB_ADMIN_PASSWORD": ADMIN_PASSWORD}
+    return subprocess.run(
+        ["ip", "netns", "exec", appliance.netns, "bash", "-euo", "pipefail", "-c", script],
+        cwd=appliance.checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def json_documents(text: str) -> list:
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) != -1:
+        document, at = decoder.raw_decode(text, at)
+        found.append(document)
+    return found
+
+
+def test_the_readmes_using_it_commands_work_as_written(appliance):
+    """The "Using it" block, word for word, on the fresh appliance: a token, a farm, a backend, the farm's state."""
+    block = readme_block("## Using it")
+    result = in_appliance_shell(appliance, block)
+    assert result.returncode == 0, result.stdout + result.stderr
+    farm, backend, shown = json_documents(result.stdout)  # curl -s prints each answer without a newline
+    assert farm["name"] == "web" and farm["vip"] == "198.18.100.1", farm
+    assert backend["farm"] == farm["id"] == 1 and backend["address"] == "198.18.1.11", backend
+    assert shown["id"] == 1 and shown["apply_status"]["status"] in ("applied", "pending"), shown
+    # The block's alternative for the appliance itself: a token from manage.py, accepted by the API.
+    alternative = re.search(r"TOKEN=\$\((\.venv/bin/python manage\.py create_token admin)\)", block)
+    assert alternative, "the README no longer shows create_token"
+    token = in_appliance_shell(appliance, alternative.group(1))
+    assert token.returncode == 0, token.stderr
+    answer = appliance.curl(
+        "-H",
+        f"Authorization: Token {token.stdout.strip()}",
+        "-w",
+        "\n%{http_code}",
+        f"{appliance.base}/api/v1/farms/1/",
+    )
+    assert answer.endswith("200"), answer
 
 
 def test_the_readmes_first_command_answers_and_applies_a_farm_in_its_namespace(appliance):
@@ -285,6 +339,8 @@ def test_the_readmes_first_command_answers_and_applies_a_farm_in_its_namespace(a
         time.sleep(0.5)
     status = client.request("GET", f"farms/{farm['id']}/").json()["apply_status"]["status"]
     assert status == "applied", status
+    check = in_appliance_shell(appliance, ".venv/bin/python manage.py kernel --check")  # documented in "Using it"
+    assert check.returncode == 0, check.stdout + check.stderr
     print(f"deploy/run.sh to the first answered API call: {appliance.first_answer_seconds:.1f} s")
 
 
@@ -293,7 +349,7 @@ def test_every_process_holds_only_its_privilege(appliance):
     import pwd
 
     programs = appliance.programs()
-    expected = {"redis", "web", "worker", "beat", "healthd", "collector"}
+    expected = set(PROGRAMS)
     assert expected <= set(programs), f"programs running: {sorted(programs)}"
     table = []
     for name, proc in sorted(programs.items()):

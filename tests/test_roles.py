@@ -7,6 +7,8 @@ an unchanged audit log proves it).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
@@ -43,6 +45,7 @@ API_CASES = {
     "preview farm create": ("post", "farms/preview/", FARM, "admin", 200),
     "preview farm edit": ("post", "farms/{farm}/preview/", {"ports": "81"}, "admin", 200),
     "flush sessions": ("post", "farms/{farm}/sessions/flush/", {}, "operator", 202),
+    "retry farm": ("post", "farms/{farm}/retry/", {}, "operator", 202),
     "list backends": ("get", "backends/", None, "viewer", 200),
     "add backend": ("post", "backends/", {"farm": "{farm}", "address": "198.18.1.12"}, "admin", 201),
     "drain backend": ("patch", "backends/{backend}/", {"state": "drain"}, "operator", 200),
@@ -148,6 +151,7 @@ UI_CASES = {
     "edit backend form": ("get", "/backends/{backend}/edit/", None, "admin", 200),
     "drain backend": ("post", "/backends/{backend}/state/", {"state": "drain"}, "operator", 302),
     "cut backend": ("post", "/backends/{backend}/state/", {"state": "cut"}, "operator", 302),
+    "retry farm": ("post", "/farms/{farm}/retry/", {}, "operator", 302),
     "delete backend": ("post", "/backends/{backend}/delete/", {}, "admin", 302),
     "policies": ("get", "/policies/", None, "viewer", 200),
     "new policy form": ("get", "/policies/add/", None, "admin", 200),
@@ -236,3 +240,49 @@ def test_health_check_settings_page_saves_through_the_service_and_refuses_viewer
     services.backend_create(farm=farm, address="198.18.1.11")
     detail = web.get(f"/farms/{farm.pk}/").content.decode()
     assert f'href="/farms/{farm.pk}/health-check/"' in detail and "health-unknown" in detail
+
+
+COMMAND_CHECK = {"type": "command", "command": "/usr/bin/true {address}", "interval": 2, "timeout": 1}
+
+
+@pytest.mark.parametrize("role", ["operator", "viewer"])
+def test_only_admins_may_create_or_change_command_checks(role, role_users, objects):
+    """A command check runs a program on the appliance: the API, the page and the import refuse anyone else."""
+    from farms import health_services
+    from farms.models import HealthCheck
+
+    farm, other = objects["farm"], services.farm_create(**{**FARM, "name": "other"})
+    existing = health_services.health_check_create(farm=other, type="tcp")
+    api = APIClient()
+    api.force_authenticate(role_users[role])
+    attempts = [
+        api.post("/api/v1/health-checks/", {"farm": farm, **COMMAND_CHECK}, format="json"),
+        api.patch(f"/api/v1/health-checks/{existing.pk}/", COMMAND_CHECK, format="json"),
+        api.put(f"/api/v1/health-checks/{existing.pk}/", {"farm": other.pk, **COMMAND_CHECK}, format="json"),
+        api.delete(f"/api/v1/health-checks/{existing.pk}/"),
+    ]
+    assert [response.status_code for response in attempts] == [403] * 4, [r.content for r in attempts]
+    assert all("needs the admin role" in response.json()["detail"] for response in attempts)
+    page = Client()
+    page.force_login(role_users[role])
+    form = {**COMMAND_CHECK, "rise": "2", "fall": "3", "http_method": "GET", "http_path": "/", "_save": "1"}
+    assert page.post(f"/farms/{farm}/health-check/", form).status_code == 403
+    assert page.post(f"/farms/{other.pk}/health-check/", form).status_code == 403
+    document = {"lbweb_config": 1, "farms": [{**FARM, "name": "imported", "health_check": COMMAND_CHECK}]}
+    assert api.post("/api/v1/config/import/", document, format="json").status_code == 403
+    assert page.post("/config/", {"text": json.dumps(document)}).status_code == 403
+    assert list(HealthCheck.objects.values_list("farm_id", "type", "command")) == [(other.pk, "tcp", "")]
+
+
+def test_an_admin_may_and_the_import_carries_no_health_checks(role_users, objects):
+    from farms.models import Farm, HealthCheck
+
+    api = APIClient()
+    api.force_authenticate(role_users["admin"])
+    created = api.post("/api/v1/health-checks/", {"farm": objects["farm"], **COMMAND_CHECK}, format="json")
+    assert created.status_code == 201 and created.json()["command"] == COMMAND_CHECK["command"]
+    # health checks are no part of an exported or imported configuration: a document carrying one is refused
+    document = {"lbweb_config": 1, "farms": [{**FARM, "name": "imported", "health_check": COMMAND_CHECK}]}
+    refused = api.post("/api/v1/config/import/", document, format="json")
+    assert refused.status_code == 400 and "Unknown field 'health_check'" in refused.content.decode()
+    assert not Farm.objects.filter(name="imported").exists() and HealthCheck.objects.count() == 1

@@ -57,7 +57,9 @@ def test_log_in_change_password_log_out(role_users):
     assert changed.status_code == 302
     assert client.post("/accounts/logout/").status_code == 302
     assert client.get("/").status_code == 302
-    assert client.login(username="viewer-user", password="another-secret-9")
+    assert (
+        client.post("/accounts/login/", {"username": "viewer-user", "password": "another-secret-9"}).status_code == 302
+    )
 
 
 def test_farm_form_has_every_field_of_the_services_and_groups_unknown_ones():
@@ -133,3 +135,20 @@ def test_pages_work_offline(admin_client, farm):
         page = admin_client.get(path).content.decode()
         external = [u for u in re.findall(r"""(?:src|href)=["']([^"']+)""", page) if re.match(r"(https?:)?//", u)]
         assert external == [], (path, external)
+
+
+def test_a_failed_farm_offers_a_retry_that_gives_it_a_new_generation(admin_client, farm):
+    """The worker leaves an isolated farm alone until it changes; the button is that change, with nothing else."""
+    from farms.models import AuditEvent, Farm
+
+    page = admin_client.get(f"/farms/{farm.id}/").content.decode()
+    assert f"/farms/{farm.id}/retry/" not in page
+    Farm.objects.filter(id=farm.id).update(
+        apply_error="isolated, retried when the farm changes: Error: refused", failed_generation=10**6
+    )
+    page = admin_client.get(f"/farms/{farm.id}/").content.decode()
+    assert f"/farms/{farm.id}/retry/" in page and "Error: refused" in page
+    before = Farm.objects.get(id=farm.id).config_generation
+    assert admin_client.post(f"/farms/{farm.id}/retry/").status_code == 302
+    assert Farm.objects.get(id=farm.id).config_generation > before
+    assert AuditEvent.objects.filter(action="retry", object_id=farm.id).exists()

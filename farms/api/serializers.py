@@ -5,14 +5,37 @@ from __future__ import annotations
 import copy
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import health_services, services
 from ..choices import FarmTrafficChoices
+from ..fields import AddressField
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
+from .fields import StrictIntegerField, StrictIPAddressField
 
 HEALTH_FIELDS = ["health", "health_changed", "health_reason"]
+
+
+class StrictModelSerializer(serializers.ModelSerializer):
+    """Every model serializer: addresses keep their zone id only to refuse it, integers are ASCII digits."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        AddressField: StrictIPAddressField,
+        **{
+            kind: StrictIntegerField
+            for kind in (
+                models.IntegerField,
+                models.SmallIntegerField,
+                models.BigIntegerField,
+                models.PositiveIntegerField,
+                models.PositiveSmallIntegerField,
+                models.PositiveBigIntegerField,
+            )
+        },
+    }
 
 
 def _full_clean(instance) -> None:
@@ -61,7 +84,7 @@ class SnatCapacitySerializer(serializers.Serializer):
     per_backend = serializers.IntegerField(help_text="Concurrent connections towards one backend address:port.")
 
 
-class NestedBackendSerializer(serializers.ModelSerializer):
+class NestedBackendSerializer(StrictModelSerializer):
     class Meta:
         model = Backend
         fields = ["id", *services.BACKEND_FIELDS, *HEALTH_FIELDS]
@@ -70,9 +93,10 @@ class NestedBackendSerializer(serializers.ModelSerializer):
 HEALTH_CHECK_FIELDS = list(health_services.HEALTH_CHECK_FIELDS)
 
 
-class EffectiveHealthCheckSerializer(serializers.ModelSerializer):
+class EffectiveHealthCheckSerializer(StrictModelSerializer):
     """The check healthd runs for a farm: its own (configured) or its protocol's default."""
 
+    id = serializers.IntegerField(read_only=True, allow_null=True, help_text="null: the protocol's default, not saved.")
     configured = serializers.SerializerMethodField()
 
     class Meta:
@@ -83,7 +107,7 @@ class EffectiveHealthCheckSerializer(serializers.ModelSerializer):
         return check.pk is not None
 
 
-class FarmSerializer(ModelCleanMixin, serializers.ModelSerializer):
+class FarmSerializer(ModelCleanMixin, StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:farm-detail")
     backends = NestedBackendSerializer(many=True, read_only=True)
     apply_status = serializers.SerializerMethodField()
@@ -151,7 +175,7 @@ class FarmSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return services.farm_update(farm=instance, actor=_actor(self), **validated_data)
 
 
-class BackendSerializer(ModelCleanMixin, serializers.ModelSerializer):
+class BackendSerializer(ModelCleanMixin, StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:backend-detail")
     farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
 
@@ -173,7 +197,7 @@ class BackendSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return services.backend_update(backend=instance, actor=_actor(self), **validated_data)
 
 
-class HealthCheckSerializer(ModelCleanMixin, serializers.ModelSerializer):
+class HealthCheckSerializer(ModelCleanMixin, StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:healthcheck-detail")
     farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
 
@@ -197,7 +221,7 @@ class HealthCheckSerializer(ModelCleanMixin, serializers.ModelSerializer):
         return health_services.health_check_update(health_check=instance, **validated_data)
 
 
-class HealthEventSerializer(serializers.ModelSerializer):
+class HealthEventSerializer(StrictModelSerializer):
     farm = serializers.IntegerField(source="backend.farm_id", read_only=True)
     backend_name = serializers.CharField(source="backend.__str__", read_only=True)
 
@@ -243,7 +267,7 @@ class StatusSerializer(serializers.Serializer):
     )
 
 
-class ApplyRunSerializer(serializers.ModelSerializer):
+class ApplyRunSerializer(StrictModelSerializer):
     class Meta:
         model = ApplyRun
         fields = [
@@ -263,7 +287,7 @@ class ApplyRunSerializer(serializers.ModelSerializer):
         ]
 
 
-class PolicySerializer(serializers.ModelSerializer):
+class PolicySerializer(StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:policy-detail")
     farms = serializers.SlugRelatedField(many=True, slug_field="name", read_only=True)
 
@@ -282,7 +306,7 @@ class PolicySerializer(serializers.ModelSerializer):
         return services.policy_update(policy=instance, actor=_actor(self), **validated_data)
 
 
-class StaticSessionSerializer(serializers.ModelSerializer):
+class StaticSessionSerializer(StrictModelSerializer):
     farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
     backend = serializers.PrimaryKeyRelatedField(queryset=Backend.objects.all())
 
@@ -303,11 +327,37 @@ class LiveSessionSerializer(serializers.Serializer):
     client = serializers.CharField()
     backend = serializers.IntegerField(allow_null=True)
     static = serializers.BooleanField()
-    expires_in = serializers.IntegerField(allow_null=True, help_text="Seconds left; null for a static session.")
+    expires_in = serializers.IntegerField(allow_null=True, help_text="Milliseconds left; null for a static session.")
+
+
+class LiveSessionsSerializer(serializers.Serializer):
+    read_at = serializers.DateTimeField(help_text="When the worker read them from the kernel.")
+    age = serializers.FloatField(help_text="Seconds since then (also in the Age header).")
+    sessions = LiveSessionSerializer(many=True)
+
+
+class SessionsPendingSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    asked_seconds_ago = serializers.FloatField(help_text="When the worker was asked to read them (it has not yet).")
+    retry_after = serializers.IntegerField(help_text="Seconds to wait before asking again (also in Retry-After).")
+
+
+class SessionsQuerySerializer(serializers.Serializer):
+    max_age = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=3600,
+        default=5,
+        help_text="The oldest snapshot, in seconds, the caller accepts; older ones are read again (202).",
+    )
+
+
+class DetailSerializer(serializers.Serializer):
+    detail = serializers.CharField()
 
 
 class SessionFlushSerializer(serializers.Serializer):
-    backend = serializers.IntegerField(required=False, allow_null=True)
+    backend = StrictIntegerField(required=False, allow_null=True)
     client = serializers.CharField(required=False, allow_blank=False)
 
 
@@ -324,7 +374,7 @@ class PreviewSerializer(serializers.Serializer):
     notes = serializers.ListField(child=serializers.CharField(), help_text="What the preview cannot know exactly.")
 
 
-class AuditEventSerializer(serializers.ModelSerializer):
+class AuditEventSerializer(StrictModelSerializer):
     class Meta:
         model = AuditEvent
         fields = [

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
-import uuid
+from datetime import UTC, datetime
 
 from django.db.models import Count
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -18,29 +17,30 @@ from rest_framework.views import APIView
 from lbweb.redis_client import get_redis
 from monitoring.health import heartbeat
 
-from .. import config_io, health_services, liveness, preview, services
+from .. import capabilities, config_io, health_services, liveness, preview, services, session_snapshots
 from ..filtersets import ApplyRunFilterSet, AuditEventFilterSet, BackendFilterSet, FarmFilterSet, HealthEventFilterSet
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
-from ..roles import OPERATOR, OPERATOR_BACKEND_FIELDS
+from ..roles import ADMIN, OPERATOR, OPERATOR_BACKEND_FIELDS
 from .serializers import (
     ApplyRunSerializer,
     AuditEventSerializer,
     BackendSerializer,
+    DetailSerializer,
     FarmSerializer,
     HealthCheckSerializer,
     HealthEventSerializer,
     HealthStatusSerializer,
     ImportResultSerializer,
-    LiveSessionSerializer,
+    LiveSessionsSerializer,
     MaintenanceSerializer,
     PolicySerializer,
     PreviewSerializer,
     SessionFlushSerializer,
+    SessionsPendingSerializer,
+    SessionsQuerySerializer,
     StaticSessionSerializer,
     StatusSerializer,
 )
-
-WORKER_ANSWER_SECONDS = 5
 
 
 class FarmViewSet(viewsets.ModelViewSet):
@@ -49,7 +49,7 @@ class FarmViewSet(viewsets.ModelViewSet):
     filterset_class = FarmFilterSet
 
     def role_needed(self, request) -> str | None:
-        return OPERATOR if self.action == "flush_sessions" else None
+        return OPERATOR if self.action in ("flush_sessions", "retry") else None
 
     def perform_destroy(self, instance: Farm) -> None:
         services.farm_delete(farm=instance, actor=self.request.user)
@@ -75,29 +75,50 @@ class FarmViewSet(viewsets.ModelViewSet):
         """The nftables change this edit would cause (nothing is saved). Same body as a PATCH."""
         return self._preview(self.get_object())
 
-    @extend_schema(responses=LiveSessionSerializer(many=True))
+    @extend_schema(
+        parameters=[SessionsQuerySerializer],
+        responses={
+            200: LiveSessionsSerializer,
+            202: SessionsPendingSerializer,
+            502: OpenApiResponse(DetailSerializer, description="The worker could not read the kernel's sets."),
+            503: OpenApiResponse(DetailSerializer, description="Redis (the broker) is unreachable."),
+        },
+    )
     @action(detail=True, methods=["get"])
     def sessions(self, request, pk=None):
-        """The farm's live persistence entries, read from the kernel by the worker."""
-        farm = self.get_object()
-        request_id = uuid.uuid4().hex
-        from ..tasks import report_sessions
+        """The farm's live persistence entries as the worker last read them from the kernel, never waiting.
 
+        200 with the snapshot when it is at most ``max_age`` seconds old; otherwise the worker is asked to
+        read them again and the answer is 202 with ``Retry-After`` (see ``farms.session_snapshots``).
+        """
+        farm = self.get_object()
+        query = SessionsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
         try:
-            report_sessions.apply_async(kwargs={"farm_id": farm.id, "request_id": request_id}, retry=False)
-            redis = get_redis()
-            deadline = time.monotonic() + WORKER_ANSWER_SECONDS
-            while time.monotonic() < deadline:
-                raw = redis.get(f"lbweb:sessions:{request_id}")
-                if raw:
-                    answer = json.loads(raw)
-                    if not answer["ok"]:
-                        return Response({"detail": answer["error"]}, status=status.HTTP_502_BAD_GATEWAY)
-                    return Response(answer["sessions"])
-                time.sleep(0.05)
-        except Exception as exc:  # broker or Redis down
-            return Response({"detail": f"the dataplane worker is unreachable: {exc}"}, status=503)
-        return Response({"detail": f"the dataplane worker did not answer within {WORKER_ANSWER_SECONDS} s"}, status=503)
+            snapshot = session_snapshots.read(farm.id)
+            if snapshot is not None and snapshot.age <= query.validated_data["max_age"]:
+                if not snapshot.ok:
+                    return Response({"detail": snapshot.error}, status=status.HTTP_502_BAD_GATEWAY)
+                body = {"read_at": datetime.fromtimestamp(snapshot.read_at, UTC), "age": round(snapshot.age, 3),
+                        "sessions": snapshot.sessions}  # fmt: skip
+                return Response(LiveSessionsSerializer(body).data, headers={"Age": str(int(snapshot.age))})
+            asked = session_snapshots.ask(farm.id)
+        except Exception as exc:  # Redis (the broker too) down
+            return Response({"detail": f"Redis is unreachable: {exc}"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        retry = session_snapshots.RETRY_AFTER
+        detail = "The dataplane worker is reading them; ask again."
+        if asked >= 3 * retry:
+            detail = f"The dataplane worker was asked {asked:.0f} s ago and has not answered: is it running?"
+        body = {"detail": detail, "asked_seconds_ago": round(asked, 3), "retry_after": retry}
+        return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Retry-After": str(retry)})
+
+    @extend_schema(request=None, responses={202: FarmSerializer})
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        """Apply the farm again as it is: a farm the kernel refused (or whose apply crashed the kernel
+        writer) is isolated, and otherwise tried again only when it changes."""
+        farm = services.farm_retry(farm=self.get_object(), actor=request.user)
+        return Response(self.get_serializer(farm).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=SessionFlushSerializer, responses={202: None})
     @action(detail=True, methods=["post"], url_path="sessions/flush")
@@ -200,6 +221,11 @@ class HealthCheckViewSet(viewsets.ModelViewSet):
     serializer_class = HealthCheckSerializer
     filterset_fields = ["farm", "type"]
 
+    def role_needed(self, request) -> str | None:
+        """Every write is an admin's, whatever operators may do elsewhere: a ``command`` check runs a program
+        on the appliance (as lbweb-probe, but still a program of the author's choosing)."""
+        return None if request.method in ("GET", "HEAD", "OPTIONS") else ADMIN
+
     def perform_destroy(self, instance: HealthCheck) -> None:
         health_services.health_check_delete(health_check=instance)
 
@@ -270,10 +296,15 @@ class ConfigImportView(APIView):
 class CapabilitiesView(APIView):
     """What the kernel under the worker can do, as the worker probed it at start (dry runs)."""
 
-    @extend_schema(responses={200: {"type": "object", "additionalProperties": {"type": "boolean"}}})
+    @extend_schema(
+        responses={
+            200: {"type": "object", "additionalProperties": {"type": "boolean"}},
+            503: OpenApiResponse(DetailSerializer, description="Redis is down, or the worker has not probed yet."),
+        }
+    )
     def get(self, request):
         try:
-            raw = get_redis().get("lbweb:capabilities")
+            raw = get_redis().get(capabilities.REDIS_KEY)
         except Exception as exc:
             return Response({"detail": f"Redis is unreachable: {exc}"}, status=503)
         if raw is None:

@@ -4,28 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('farms', '0007_apply_run_writer'),
+        ("farms", "0007_apply_run_writer"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='KernelFingerprint',
+            name="KernelFingerprint",
             fields=[
-                ('key', models.CharField(max_length=40, primary_key=True, serialize=False)),
-                ('record', models.JSONField(default=dict)),
-                ('written_at', models.DateTimeField(auto_now=True)),
+                ("key", models.CharField(max_length=40, primary_key=True, serialize=False)),
+                ("record", models.JSONField(default=dict)),
+                ("written_at", models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.AddField(
-            model_name='applyrun',
-            name='drift',
-            field=models.JSONField(blank=True, default=list, help_text="What a reconcile found changed in the kernel behind lbweb's back: one entry per unit (unit, name, differences), repaired by this run."),
+            model_name="applyrun",
+            name="drift",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="What a reconcile found changed in the kernel behind lbweb's back: one entry per unit (unit, name, differences), repaired by this run.",
+            ),
         ),
         migrations.AlterField(
-            model_name='applyrun',
-            name='kind',
-            field=models.CharField(choices=[('incremental', 'Incremental'), ('full', 'Full resync'), ('noop', 'Nothing to change'), ('repair', 'Drift repaired')], max_length=12),
+            model_name="applyrun",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("incremental", "Incremental"),
+                    ("full", "Full resync"),
+                    ("noop", "Nothing to change"),
+                    ("repair", "Drift repaired"),
+                ],
+                max_length=12,
+            ),
         ),
     ]

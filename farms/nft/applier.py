@@ -21,10 +21,11 @@ import nftables
 
 from lbweb import netlink
 
-from . import nfmsg
+from . import nfmsg, steps
 from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from .fragments import TABLE_FAMILY, TABLE_NAME
-from .scratch import scratch
+from .scratch import ScratchCrashed, scratch
+from .spec import HELPERS, TCP_HELPERS
 from .transcribe import Untranscribable, transcribe
 
 log = logging.getLogger(__name__)
@@ -43,12 +44,16 @@ BE64 = struct.Struct(">Q")
 
 
 class ApplyError(Exception):
-    """libnftables refused a document; ``message`` is the kernel's/parser's own text."""
+    """libnftables refused a document; ``message`` is the kernel's/parser's own text.
 
-    def __init__(self, message: str, document: dict | None = None):
+    ``uncertain``: the transaction may have been committed all the same (no answer came back), so
+    only a read of the kernel tells what it holds."""
+
+    def __init__(self, message: str, document: dict | None = None, *, uncertain: bool = False):
         super().__init__(message)
         self.message = message
         self.document = document
+        self.uncertain = uncertain
 
 
 @dataclass
@@ -114,21 +119,34 @@ def _rule_comments(data: bytes, start: int, end: int) -> Iterator[str]:
 
 
 class Kernel:
-    """A libnftables context bound to the current network namespace."""
+    """A libnftables context bound to the current network namespace (made on first use).
 
-    def __init__(self) -> None:
-        self._nft = nftables.Nftables()
-        self._nft.set_json_output(True)
-        self._nft.set_handle_output(False)
-        # python-nftables from PyPI predates set_dry_run(); libnftables has it.
-        self._lib = ctypes.CDLL("libnftables.so.1")
-        self._lib.nft_ctx_set_dry_run.argtypes = [ctypes.c_void_p, ctypes.c_bool]
+    In the worker every call into libnftables goes through ``sandbox.IsolatedKernel`` instead,
+    which runs this class in a child process."""
+
+    _context: nftables.Nftables | None = None
+
+    @property
+    def _nft(self) -> nftables.Nftables:
+        if self._context is None:
+            self._context = nftables.Nftables()
+            self._context.set_json_output(True)
+            self._context.set_handle_output(False)
+            # python-nftables from PyPI predates set_dry_run(); libnftables has it.
+            self._lib = ctypes.CDLL("libnftables.so.1")
+            self._lib.nft_ctx_set_dry_run.argtypes = [ctypes.c_void_p, ctypes.c_bool]
+        return self._context
+
+    def _cmd(self, text: str, step: str = steps.READ) -> tuple[int, str, str]:
+        steps.enter(step, text)
+        return self._nft.cmd(text)
 
     def _set_dry_run(self, on: bool) -> None:
-        self._lib.nft_ctx_set_dry_run(self._nft._Nftables__ctx, on)
+        context = self._nft._Nftables__ctx  # makes the context (and self._lib) on first use
+        self._lib.nft_ctx_set_dry_run(context, on)
 
-    def _run(self, document: dict) -> None:
-        rc, _out, err = self._nft.cmd(json.dumps(document))
+    def _run(self, document: dict, step: str) -> None:
+        rc, _out, err = self._cmd(json.dumps(document), step)
         if rc != 0:
             raise ApplyError((err or f"libnftables returned {rc}").strip(), document)
 
@@ -136,14 +154,14 @@ class Kernel:
         """Dry run: parse and validate against the kernel without committing."""
         self._set_dry_run(True)
         try:
-            self._run(document)
+            self._run(document, steps.DRY_RUN)
         finally:
             self._set_dry_run(False)
 
     def apply(self, document: dict) -> None:
         """Commit the whole document as one atomic transaction, or nothing."""
         if document.get("nftables"):
-            self._run(document)
+            self._run(document, steps.COMMIT)
 
     def apply_incremental(self, document: dict, context: list[dict]) -> str:
         """Commit a change as one transaction written by lbweb itself (see ``transcribe``), so its cost
@@ -153,16 +171,19 @@ class Kernel:
             return "none"
         try:
             messages = transcribe(document, context, scratch())
+        except ScratchCrashed as exc:  # libnftables died on this input: on the real table it would too
+            raise ApplyError(str(exc), document) from exc
         except Untranscribable as exc:
             log.info("libnftables applies this change: %s", exc)
             self.apply(document)
             return "libnftables"
+        steps.enter(steps.BATCH, messages)
         try:
             nfmsg.commit(messages)
         except nfmsg.BatchRefused as exc:
             raise ApplyError(str(exc), document) from exc
         except OSError as exc:  # not sent, or no answer: the caller rebuilds the table to be sure
-            raise ApplyError(f"netlink batch: {exc}", document) from exc
+            raise ApplyError(f"netlink batch: {exc}", document, uncertain=True) from exc
         return "netlink"
 
     def repair(self, removals: list[nfmsg.Message], document: dict, context: list[dict]) -> str:
@@ -170,7 +191,11 @@ class Kernel:
         write them again (``document``), in one transaction. Raises :class:`Untranscribable` when the
         document needs libnftables (the caller rebuilds instead) and :class:`ApplyError` when the
         kernel refuses the batch (nothing changed)."""
-        messages = transcribe(document, context, scratch()) if document.get("nftables") else []
+        try:
+            messages = transcribe(document, context, scratch()) if document.get("nftables") else []
+        except ScratchCrashed as exc:  # libnftables died on this input: on the real table it would too
+            raise ApplyError(str(exc), document) from exc
+        steps.enter(steps.BATCH, removals + messages)
         try:
             nfmsg.commit(removals + messages)
         except nfmsg.BatchRefused as exc:
@@ -184,14 +209,14 @@ class Kernel:
         return nfmsg.generation_id()
 
     def list_table(self, family: str = TABLE_FAMILY, name: str = TABLE_NAME) -> list[dict[str, Any]] | None:
-        rc, out, _err = self._nft.cmd(f"list table {family} {name}")
+        rc, out, _err = self._cmd(f"list table {family} {name}")
         if rc != 0:
             return None
         return json.loads(out)["nftables"] if out else []
 
     def list_set(self, name: str) -> list[Any] | None:
         """The elements of one of lbweb's sets (with their remaining timeout), or None if it is absent."""
-        rc, out, _err = self._nft.cmd(f"list set {TABLE_FAMILY} {TABLE_NAME} {name}")
+        rc, out, _err = self._cmd(f"list set {TABLE_FAMILY} {TABLE_NAME} {name}")
         if rc != 0:
             return None
         for item in json.loads(out)["nftables"]:
@@ -201,7 +226,7 @@ class Kernel:
 
     def dsr_tables(self) -> list[tuple[str, str]]:
         """lbweb's netdev tables (one per DSR farm) present in the kernel."""
-        rc, out, _err = self._nft.cmd("list tables")
+        rc, out, _err = self._cmd("list tables")
         if rc != 0 or not out:
             return []
         tables = [i["table"] for i in json.loads(out)["nftables"] if "table" in i]
@@ -213,9 +238,14 @@ class Kernel:
             "flowtable": [{"add": {"flowtable": {"family": "inet", "table": "lbweb-probe", "name": "ft",
                                                   "hook": "ingress", "prio": 0, "dev": []}}}],
         }  # fmt: skip
-        for helper, proto in (("ftp", "tcp"), ("tftp", "udp"), ("sip", "udp"), ("pptp", "tcp"), ("snmp", "udp")):
+        for helper in HELPERS:
+            proto = "tcp" if helper in TCP_HELPERS else "udp"
             body = {"family": "inet", "table": "lbweb-probe", "name": "h", "type": helper, "protocol": proto}
             probes[f"helper-{helper}"] = [{"add": {"ct helper": body}}]
+        # A farm without an active backend, and limit verdict 'reject', reject in the nat prerouting hook.
+        nat = {"family": "inet", "table": "lbweb-probe", "name": "n", "type": "nat", "hook": "prerouting", "prio": -100}
+        rule = {"family": "inet", "table": "lbweb-probe", "chain": "n", "expr": [{"reject": {"type": "tcp reset"}}]}
+        probes["reject-nat"] = [{"add": {"chain": nat}}, {"add": {"rule": rule}}]
         result = {}
         for name, commands in probes.items():
             doc = {"nftables": [{"add": {"table": {"family": "inet", "name": "lbweb-probe"}}}, *commands]}

@@ -57,12 +57,13 @@ itself tells which version of a farm it runs.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from . import dsr
 from . import fragments as f
-from .spec import BackendSpec, FarmSpec, PolicySpec
+from .limits import LOG_PREFIX_BYTES, truncate_utf8
+from .spec import TCP_HELPERS, BackendSpec, FarmSpec, PolicySpec
 from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, canonical, digest_of
 from .units import Builder as _Builder
 
@@ -347,11 +348,12 @@ def _farm_guards(b: _Builder, farm: FarmSpec, chain: str) -> None:
             [{"ct count": {"val": farm.est_connlimit, "inv": True}}, f.counter_ref(f"{chain}-limit"), _verdict(farm)],
         )
     if farm.log:
-        prefix = (farm.log_prefix or f"lbweb {farm.name} ")[:127]
+        # The kernel keeps 127 bytes (not characters); libnftables 1.0.6 crashes on ~140 (see limits.py).
+        prefix = truncate_utf8(farm.log_prefix or f"lbweb {farm.name} ", LOG_PREFIX_BYTES)
         b.rule(chain, [{"limit": {"rate": farm.log_rtlimit or 10, "per": "second"}}, {"log": {"prefix": prefix}}])
     if farm.helper:
         helper = f"helper-{farm.name}-{farm.helper}"
-        protocol = "tcp" if farm.helper in ("ftp", "pptp", "irc", "h323") else "udp"
+        protocol = "tcp" if farm.helper in TCP_HELPERS else "udp"
         b.obj("ct helper", {**f.counter(helper), "type": farm.helper, "protocol": protocol, "l3proto": "inet"})
         b.rule(chain, [{"ct helper": helper}])
 
@@ -733,16 +735,21 @@ def changed_units(old: dict[str, UnitObjects], new: dict[str, UnitRuleset]) -> l
     return sorted(k for k in set(old) | set(new) if digest(old, k) != digest(new, k))
 
 
-def incremental_document(old: dict[str, UnitObjects], new: dict[str, UnitRuleset]) -> tuple[Json, list[str]]:
-    """Commands for the units whose digest changed, and those unit keys.
+def incremental_document(
+    old: dict[str, UnitObjects], new: dict[str, UnitRuleset], only: Collection[str] | None = None
+) -> tuple[Json, list[str]]:
+    """Commands for the units whose digest changed (those of ``only``, when given), and those unit keys.
 
     Only the changed units' chains, sets, counters and map elements are
     named, so every other farm (and every established connection) is left
     alone. Farms are unhooked before the policies they use, and all removals
     come before all creations, so a renamed farm or a port moved between
-    farms is re-added within the same transaction.
+    farms is re-added within the same transaction. ``only`` lets the applier
+    send part of a change when the kernel refused the whole (to find which unit it refuses).
     """
     changed = changed_units(old, new)
+    if only is not None:
+        changed = [k for k in changed if k in only]
     keep: set[tuple[str, str]] = set()
     for key in changed:
         if key in new:

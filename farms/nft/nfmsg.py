@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from lbweb import netlink
 
+from . import steps
+
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE, NLM_F_APPEND = 0x1, 0x4, 0x400, 0x800
@@ -355,6 +357,7 @@ def commit(messages: list[Message]) -> None:
     sock.settimeout(30)
     try:
         sock.send(batch)
+        steps.enter(steps.ANSWERS, None)
         refused = _answers(sock, by_sequence, first, last)
     except OSError:  # a socket in an unknown state is not used again
         _sockets.pop(next(k for k, v in _sockets.items() if v is sock), None)

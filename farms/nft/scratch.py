@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
-from . import nfmsg
+from . import nfmsg, steps
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -42,6 +42,15 @@ class ScratchError(Exception):
 
 class ScratchUnavailable(OSError):
     """The scratch process could not start, or died during a call (the reason says which)."""
+
+
+class ScratchCrashed(Exception):
+    """The scratch process died by a signal during a call: libnftables crashed on this input, and
+    would crash on the real table too (so this is not an OSError: no fallback to libnftables)."""
+
+    def __init__(self, cause: str):
+        super().__init__(f"crashed: the scratch process died by {cause} during {steps.SCRATCH}")
+        self.cause = cause
 
 
 class Scratch:
@@ -63,7 +72,10 @@ class Scratch:
                 conn.send((function, args))
                 ok, value = conn.recv()
             except (EOFError, OSError) as exc:
+                returncode = self._proc.wait() if self._proc is not None else None
                 self._stop()
+                if returncode is not None and returncode < 0:
+                    raise ScratchCrashed(steps.signal_name(-returncode)) from None
                 raise ScratchUnavailable(f"the scratch process ended during a call ({exc or 'no answer'})") from exc
         if not ok:
             raise value
@@ -142,13 +154,16 @@ class ScratchKernel:
     def load(self, commands: list[dict]) -> None:
         if not commands:
             return
-        rc, _out, err = self._nft.cmd(json.dumps({"nftables": commands}))
+        text = json.dumps({"nftables": commands})
+        steps.enter(steps.SCRATCH, text)
+        rc, _out, err = self._nft.cmd(text)
         if rc != 0:
             raise ScratchError((err or f"libnftables returned {rc}").strip())
 
     def reset(self, tables: set[tuple[str, str]]) -> None:
         """Remove the given tables (those that exist) so the next load starts from nothing."""
         for family, name in tables:
+            steps.enter(steps.SCRATCH, f"delete table {family} {name}")
             self._nft.cmd(f"delete table {family} {name}")
 
     def read(
@@ -204,6 +219,7 @@ def _enter_private_namespaces() -> None:
 
 
 def _serve(fd: int) -> None:
+    steps.listen(steps.test_crash())  # nobody to tell the steps to; a test may make this process crash
     conn = Connection(fd)
     try:
         _enter_private_namespaces()

@@ -17,6 +17,7 @@ SCHEDULERS = ("rr", "weight", "hash", "symhash", "leastconn")
 HASH_FIELDS = ("srcip", "dstip", "srcport", "dstport", "srcmac", "dstmac")
 PERSISTENCE = ("srcip", "srcport", "srcmac")
 HELPERS = ("ftp", "tftp", "sip", "pptp", "snmp", "irc", "amanda", "h323")
+TCP_HELPERS = ("ftp", "pptp", "irc", "h323")  # the others track UDP
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def tokens(raw: Any) -> list[str]:
 def integer(low: int = 0, high: int | None = None) -> Parser:
     def parse(raw: Any) -> int:
         value = text(raw)
-        if not re.fullmatch(r"\d+", value):
+        if not re.fullmatch(r"[0-9]+", value):  # int() would also read "٨٠" and "8_0"
             raise BadValue(f"'{value}' is not a whole number")
         number = int(value)
         if number < low or (high is not None and number > high):
@@ -119,7 +119,7 @@ def choice(values: dict[str, Any], unsupported: dict[str, str] | None = None) ->
 def rate(raw: Any) -> int:
     """``N`` or ``N/<second|minute|hour|day|week>`` as a whole number per second (lbweb's unit)."""
     value = text(raw).lower().replace(" ", "")
-    match = re.fullmatch(r"(\d+)(?:/(second|minute|hour|day|week))?", value)
+    match = re.fullmatch(r"([0-9]+)(?:/(second|minute|hour|day|week))?", value)
     if not match:
         raise BadValue(f"'{value}' is not a rate like 10/second")
     number, seconds = int(match.group(1)), RATE_UNITS[match.group(2) or "second"]

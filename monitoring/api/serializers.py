@@ -4,11 +4,16 @@ from rest_framework import serializers
 
 from ..selectors import WINDOWS
 
+SINCE_MAX = 10**13  # epoch seconds; Redis stream ids are 64-bit milliseconds: larger ones it refuses (a 503)
+
 
 class SeriesQuerySerializer(serializers.Serializer):
     window = serializers.ChoiceField(choices=list(WINDOWS), default="15m", help_text="How far back.")
     since = serializers.FloatField(
-        required=False, help_text="Only points after this time (epoch seconds): what a live chart asks every 2 s."
+        required=False,
+        min_value=0,
+        max_value=SINCE_MAX,
+        help_text="Only points after this time (epoch seconds): what a live chart asks every 2 s.",
     )
 
 

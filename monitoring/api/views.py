@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import redis
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from farms.api.serializers import DetailSerializer
 from farms.models import Farm
 
 from .. import selectors
 from ..health import heartbeat
 from ..store import metric_store
 from .serializers import FarmSeriesSerializer, SeriesQuerySerializer, SeriesSerializer, SummarySerializer
+
+UNAVAILABLE = OpenApiResponse(DetailSerializer, description="The metrics store (Redis) cannot be reached.")
 
 
 class MetricsUnavailable(APIException):
@@ -37,7 +40,11 @@ class MetricsView(APIView):
         return query.validated_data
 
 
-@extend_schema(tags=["metrics"], responses=SummarySerializer, summary="Newest figures of the system and every farm")
+@extend_schema(
+    tags=["metrics"],
+    responses={200: SummarySerializer, 503: UNAVAILABLE},
+    summary="Newest figures of the system and every farm",
+)
 class MetricsSummaryView(MetricsView):
     def get(self, request):
         status = heartbeat.read_status()
@@ -48,7 +55,7 @@ class MetricsSummaryView(MetricsView):
 @extend_schema(
     tags=["metrics"],
     parameters=[SeriesQuerySerializer],
-    responses=SeriesSerializer,
+    responses={200: SeriesSerializer, 503: UNAVAILABLE},
     summary="System series: connections, throughput, CPU per core, conntrack, links",
 )
 class SystemSeriesView(MetricsView):
@@ -60,7 +67,7 @@ class SystemSeriesView(MetricsView):
 @extend_schema(
     tags=["metrics"],
     parameters=[SeriesQuerySerializer],
-    responses=FarmSeriesSerializer,
+    responses={200: FarmSeriesSerializer, 503: UNAVAILABLE},
     summary="Farm series: throughput, new and active connections, SNAT ports, per backend",
 )
 class FarmSeriesView(MetricsView):

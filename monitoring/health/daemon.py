@@ -7,6 +7,9 @@ batches through ``farms.health_services`` (generation bump, apply), so a
 burst of failures becomes one transaction and one apply. All database work
 runs on one thread beside the event loop. The daemon starts from the health
 recorded in the database, so a restart neither flaps nor forgets.
+
+It runs as the user lbweb with CAP_NET_RAW alone (for the ICMP socket); ``command``
+checks are handed to the prober (``prober.py``), which runs them as another user.
 """
 
 from __future__ import annotations

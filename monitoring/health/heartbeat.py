@@ -7,7 +7,8 @@ shows as not running on every page and in ``/api/v1/status/`` (``farms/liveness.
 A healthd that died leaves every backend's health as it was (nothing marks
 them down) and its heartbeat goes stale, which the API, the farms page and the
 dashboard show as "health checking stopped". A healthd that runs but cannot
-probe (its own network is down, it has no descriptors left) changes no
+probe (its own network is down, it has no descriptors left, its command
+prober does not answer) changes no
 backend's health either and shows as "impaired", with the reason.
 """
 

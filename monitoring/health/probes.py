@@ -2,8 +2,9 @@
 
 Every probe returns a :class:`ProbeResult`. ``local=True`` means healthd
 itself could not probe (no permission for ICMP, a command that does not
-exist, no route of its own, no descriptors left): that says nothing about the
-backend, so it never counts as a failure.
+exist, a command prober that does not answer, no route of its own, no
+descriptors left): that says nothing about the backend, so it never counts
+as a failure.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import errno
 import ipaddress
 import os
 import shlex
-import signal
 import socket
 import ssl
 import struct
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import h11
 
+from . import prober
 from .icmp import Pinger
 
 BODY_LIMIT = 64 * 1024
@@ -71,6 +72,8 @@ class ProbeResult:
     local: bool = False
     # healthd's own trouble that also spoils every other probe in flight: its network, a stalled event loop
     widespread: bool = False
+    # timed by the command prober on its own clock (from when it got the request): healthd's lateness is not its
+    prober_timed: bool = False
 
 
 def _family(address: str) -> int:
@@ -194,33 +197,29 @@ async def udp(target: Target) -> ProbeResult:
 
 
 async def command(target: Target) -> ProbeResult:
-    """Run the command (no shell) with {address} and {port} replaced; exit status 0 means healthy."""
+    """Have the prober run the command (no shell; {address} and {port} replaced); exit status 0 means healthy.
+
+    healthd never spawns it itself: the prober runs it as ``lbweb-probe`` with an empty environment
+    and kills its process group at the timeout (see ``prober``). A prober that does not answer is
+    healthd's own trouble: the backend keeps its health and health-status says "impaired".
+    """
     check = target.check
     port = "" if target.port is None else str(target.port)
     argv = [arg.replace("{address}", target.address).replace("{port}", port) for arg in shlex.split(check.command)]
-    env = {**os.environ, "LBWEB_BACKEND_ADDRESS": target.address, "LBWEB_BACKEND_PORT": port}
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return ProbeResult(False, f"cannot run {argv[0]}: {exc.strerror or exc}", local=True)
-    try:
-        async with asyncio.timeout(check.timeout):
-            _out, err = await proc.communicate()
-    except TimeoutError:
-        os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-        return ProbeResult(False, f"command still running after {check.timeout:g}s: killed")
-    if proc.returncode == 0:
-        return ProbeResult(True, "command exited 0")
-    last_line = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
-    return ProbeResult(False, f"command exited {proc.returncode} {last_line[0]}".strip()[:200])
+        answer = await prober.ask(argv, check.timeout)
+    except prober.ProberUnavailable as exc:
+        return ProbeResult(False, str(exc), local=True)
+    if answer.error:
+        return ProbeResult(False, answer.error, local=answer.local)
+    if answer.timed_out and answer.late > prober.STALL_GRACE:  # the command may have been starved of its time
+        reason = f"the command prober stalled: a {check.timeout:g}s timeout fired {answer.late:.2f}s late"
+        return ProbeResult(False, reason, local=True)
+    if answer.timed_out:
+        return ProbeResult(False, f"command still running after {check.timeout:g}s: killed", prober_timed=True)
+    if answer.exit == 0:
+        return ProbeResult(True, "command exited 0", prober_timed=True)
+    return ProbeResult(False, f"command exited {answer.exit} {answer.stderr}".strip()[:200], prober_timed=True)
 
 
 async def icmp(target: Target, pinger: Pinger) -> ProbeResult:

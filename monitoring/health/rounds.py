@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from . import prober
 from .icmp import Pinger
 from .probes import ProbeResult, Target, probe
 
 # A probe whose timer fired this much later than its timeout says healthd's event loop stalled, not the backend.
-STALL_GRACE = 0.25
+STALL_GRACE = prober.STALL_GRACE
 
 
 async def probe_round(target: Target, pinger: Pinger, confirmations: int) -> list[ProbeResult]:
@@ -50,7 +51,8 @@ async def _timed_probe(target: Target, pinger: Pinger) -> ProbeResult:
     started = loop.time()
     result = await probe(target, pinger)
     late = loop.time() - started - target.check.timeout
-    if not result.ok and not result.local and late > STALL_GRACE:
+    # a command's verdict is the prober's, on its own clock: healthd answering late does not spoil it
+    if not result.ok and not result.local and not result.prober_timed and late > STALL_GRACE:
         reason = f"healthd stalled: a probe's {target.check.timeout:g}s timeout fired {late:.2f}s late"
         return ProbeResult(False, reason, local=True, widespread=True)
     return result

@@ -25,9 +25,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, check: bool, **options):
         snap = dataplane.localise(dataplane.snapshot())  # DSR farms compile with the MACs seen from here
-        compiled = snap.compiled()
         rows = list(KernelUnit.objects.all())
         applied = {u.key: UnitObjects.from_json(u.objects_json) for u in rows}
+        isolated = dataplane.isolated_farms()  # the kernel keeps what it held of them: that is what is expected
+        compiled = dataplane.hold(snap.compiled(), isolated, applied)
         names = {u.key: u.name for u in rows} | {k: u.name for k, u in compiled.items()}
         expected = dataplane.load_fingerprints()
         if drift.SKELETON in expected:
@@ -49,6 +50,7 @@ class Command(BaseCommand):
             "pending": [{"unit": k, "name": names.get(k, k)} for k in pending],
             "failed": failed,
             "units": len(applied),
+            "isolated_farms": {str(fid): reason for fid, reason in sorted(isolated.items())},
         }
         self.stdout.write(json.dumps(result, indent=2))
         if check and not matches:

@@ -1,4 +1,7 @@
-"""``manage.py healthd``: the health-check daemon (one asyncio process, runs unprivileged)."""
+"""``manage.py healthd``: the health-check daemon (one asyncio process; user lbweb with CAP_NET_RAW only).
+
+Command checks are not run here but by the prober (``python -m monitoring.health.prober``, user lbweb-probe).
+"""
 
 import asyncio
 import logging

@@ -1,0 +1,37 @@
+# Shell functions shared by deploy/setup.sh (which the README's deploy/run.sh runs) and deploy/install.sh.
+# Sourced, not run: `. deploy/lib.sh`.
+
+# Debian packages lbweb runs on (python-nftables from PyPI loads libnftables1; Redis is lbweb's own on a unix socket;
+# util-linux: setpriv, for deploy/privdrop).
+LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux)
+
+# lbweb_apt_install PACKAGE...: install those that are missing; apt-get runs only when one is.
+lbweb_apt_install() {
+  local missing=() pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    echo "lbweb: installing ${missing[*]}"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+}
+
+# lbweb_install_packages: lbweb's packages and LBWEB_EXTRA_APT; nodejs/npm (front-end packages) when npm is missing.
+lbweb_install_packages() {
+  # shellcheck disable=SC2086  # LBWEB_EXTRA_APT is a space-separated list
+  lbweb_apt_install "${LBWEB_APT_PACKAGES[@]}" ${LBWEB_EXTRA_APT:-}
+  command -v npm >/dev/null 2>&1 || lbweb_apt_install nodejs npm
+}
+
+# lbweb_create_users HOME: the system users of deploy/PROCESSES.md, when absent: lbweb (home HOME, the state
+# directory) runs every lbweb process; lbweb-probe (own group, no home) runs only `command` health checks.
+lbweb_create_users() {
+  getent group lbweb >/dev/null || groupadd --system lbweb
+  getent passwd lbweb >/dev/null ||
+    useradd --system --gid lbweb --home-dir "$1" --no-create-home --shell /usr/sbin/nologin lbweb
+  getent group lbweb-probe >/dev/null || groupadd --system lbweb-probe
+  getent passwd lbweb-probe >/dev/null ||
+    useradd --system --gid lbweb-probe --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin lbweb-probe
+}

@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+
+
+class SystemConfig(AppConfig):
+    """The appliance itself rather than its farms: the web server's TLS certificate and API tokens."""
+
+    name = "system"
+    verbose_name = "System"
+
+    def ready(self):
+        from . import schema  # noqa: F401 - registers the OpenAPI extension

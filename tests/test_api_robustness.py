@@ -1,0 +1,86 @@
+"""Inputs that used to answer 500: each now gets a field-level 400 or a bounded answer."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from farms import services
+from farms.models import ApplyRun, Farm
+from tests.test_api import farm_data
+
+pytestmark = pytest.mark.django_db
+BIG = "99999999999999999999"
+
+
+def imported(client, farm: dict) -> dict:
+    response = client.post("/api/v1/config/import/", {"lbweb_config": 1, "farms": [farm]}, format="json")
+    assert response.status_code == 400, response.content
+    return {(e["location"], e["field"]): e["message"] for e in response.json()["errors"]}
+
+
+@pytest.mark.parametrize("name", [["web"], {"a": 1}, 5, True])
+def test_config_import_with_a_name_of_the_wrong_type_is_a_located_400(client, name):
+    errors = imported(client, farm_data(name=name))
+    assert errors == {("farms[0]", "name"): "Must be a string."}
+
+
+def test_config_import_with_values_of_the_wrong_type_are_located_400s(client):
+    farm = farm_data(persist_ttl="60", log=1, policies=[["p"]])
+    farm["backends"] = [{"address": "198.18.1.11", "port": [80]}, {"address": ["198.18.1.12"]}]
+    farm["static_sessions"] = [{"client": "198.18.0.2", "backend": {"address": "198.18.1.11", "port": [80]}}]
+    errors = imported(client, farm)
+    assert errors[("farms[0]", "persist_ttl")] == "Must be a whole number."
+    assert errors[("farms[0]", "log")] == "Must be true or false."
+    assert errors[("farms[0]", "policies")] == "Must be a list of policy names."
+    assert errors[("farms[0].backends[0]", "port")] == "Must be a whole number."
+    assert errors[("farms[0].backends[1]", "address")] == "Must be a string."
+    assert "backend" in errors[("farms[0].static_sessions[0]", "backend")]
+    assert not Farm.objects.exists()
+
+
+def test_config_import_with_backends_that_are_not_a_list_is_a_400(client):
+    assert imported(client, {**farm_data(), "backends": 5}) == {("farms[0]", "backends"): "'backends' must be a list."}
+
+
+@pytest.mark.parametrize(
+    "url, field",
+    [
+        (f"farms/?id={BIG}", "id"),
+        (f"farms/?id=1,{BIG}", "id"),
+        (f"health-events/?farm={BIG}", "farm"),
+        (f"audit-events/?object_id={BIG}", "object_id"),
+        (f"backends/?port={BIG}", "port"),
+        ("farms/?id=٨", "id"),
+    ],
+)
+def test_integer_filters_beyond_64_bits_are_field_level_400s(client, url, field):
+    services.farm_create(**farm_data())
+    response = client.get(f"/api/v1/{url}")
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+
+
+@pytest.mark.parametrize("endpoint", ["apply-runs", "audit-events", "policies", "farms"])
+def test_a_limit_beyond_64_bits_is_cut_to_the_maximum_page(client, endpoint):
+    for i in range(3):
+        services.policy_create(name=f"p{i}", elements="")
+        services.farm_create(**farm_data(name=f"f{i}", vip=f"198.18.100.{i + 1}"))
+        ApplyRun.objects.create(generation=i, kind="noop", started=timezone.now(), ok=True)
+    response = client.get(f"/api/v1/{endpoint}/?limit=9223372036854775808&offset={BIG}")
+    assert response.status_code == 200 and response.json()["results"] == []
+    response = client.get(f"/api/v1/{endpoint}/?limit=9223372036854775808")
+    assert response.status_code == 200, response.content
+    assert response.json()["count"] == len(response.json()["results"]) >= 3
+
+
+def test_an_api_path_that_names_nothing_is_a_json_404(client):
+    for url in ("/api/v1/farms/null/", "/api/v1/farms/0.05/preview/", "/api/v1/nothing/"):
+        response = client.get(url)
+        assert response.status_code == 404 and response.json() == {"detail": "Not found."}, url
+    assert "text/html" in client.get("/no-such-page/")["Content-Type"]
+
+
+def test_a_metrics_since_beyond_a_redis_stream_id_is_a_400_not_a_503(client):
+    response = client.get("/api/v1/metrics/system/?since=2.8671918373624822e%2B48")
+    assert response.status_code == 400 and "since" in response.json()

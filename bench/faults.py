@@ -29,7 +29,6 @@ written to bench/results/faults-<time>.json. No pass/fail.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
 import json
 import os
@@ -48,20 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.control_plane import kernel_check, start_gunicorn, stop_process, tail  # noqa: E402
 from bench.cp_util import PYTHON, ROOT, Api, progress, wait_until  # noqa: E402
+from tests.lab import enter_netns  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-CLONE_NEWNET = 0x40000000
 STICKY_CLIENTS = [f"198.18.0.{20 + i}" for i in range(8)]
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def enter(netns: str) -> None:
-    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {netns}")
-    finally:
-        os.close(fd)
 
 
 def request(sock: socket.socket, close: bool) -> dict:
@@ -96,7 +85,7 @@ class Traffic:
 
     def _spawn(self, target, *args) -> None:
         def run():
-            enter(self.netns)
+            enter_netns(self.netns)
             target(*args)
 
         thread = threading.Thread(target=run, daemon=True)

@@ -58,18 +58,23 @@ def sh(*args: str, check: bool = True, input: str | None = None) -> subprocess.C
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def enter_netns(ns: str) -> None:
+    """Move the calling thread into network namespace ``ns`` (sockets it makes from then on live there)."""
+    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {ns} failed")
+    finally:
+        os.close(fd)
+
+
 def run_in_netns(ns: str, func: Callable[[], Any]) -> Any:
     """Run ``func`` in a fresh thread that has entered namespace ``ns``; sockets it makes stay there."""
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-            try:
-                if _libc.setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), f"setns {ns} failed")
-            finally:
-                os.close(fd)
+            enter_netns(ns)
             box["value"] = func()
         except BaseException as exc:  # handed back to the caller
             box["error"] = exc

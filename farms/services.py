@@ -88,8 +88,23 @@ def enqueue_on_commit(task_name: str, *args: int, what: str) -> None:
 
 
 def request_apply(generation: int) -> None:
-    """Enqueue an apply after commit; if the broker is down the change stays pending, never lost."""
-    enqueue_on_commit("apply_config", generation, what=f"apply of generation {generation} (it stays pending)")
+    """Enqueue an apply after commit, unless one is already waiting (it will see this change too: see
+    ``apply_queue``); if the broker is down the change stays pending, never lost."""
+
+    def enqueue() -> None:
+        from . import apply_queue, tasks
+
+        claimed = False
+        try:
+            claimed = apply_queue.claim(generation)
+            if claimed:
+                tasks.apply_config.apply_async(args=[generation], retry=False)
+        except Exception as exc:  # broker down: the worker's reconcile at start picks up what is pending
+            log.warning("apply of generation %s not enqueued (%s); it stays pending", generation, exc)
+            if claimed:
+                apply_queue.unclaim()
+
+    transaction.on_commit(enqueue)
 
 
 def mark_farms_changed(farm_ids: Iterable[int]) -> int:

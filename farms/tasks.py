@@ -7,13 +7,19 @@ from celery.signals import beat_init, worker_ready
 
 from monitoring.health import heartbeat
 
-from . import dataplane, sessions
+from . import apply_queue, dataplane, sessions
+from .models import ConfigGeneration
 
 
 @shared_task(name="farms.tasks.apply_config")
 def apply_config(generation: int | None = None) -> int | None:
-    """Apply the configuration up to at least ``generation`` (coalesced with any later change)."""
-    run = dataplane.Applier().apply_pending(requested=generation)
+    """Apply the configuration up to at least ``generation`` (coalesced with any later change).
+
+    Writes made while this task waited queued nothing (``apply_queue``): it applies them too, so it
+    asks for the newest generation, not only its own."""
+    apply_queue.started()
+    newest = ConfigGeneration.current()
+    run = dataplane.Applier().apply_pending(requested=max(generation or 0, newest) or None)
     return run.pk if run else None
 
 

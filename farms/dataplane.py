@@ -344,7 +344,7 @@ class UnitCache:
         self.reset()
 
     def reset(self) -> None:
-        self.farms: dict[int, tuple[int, compiler.UnitRuleset]] = {}
+        self.farms: dict[int, tuple[int, compiler.UnitRuleset, frozenset]] = {}
         self.policies: dict[int, tuple[int, compiler.UnitRuleset]] = {}
         self.kernel: dict[str, compiler.UnitObjects] | None = None
         # (ruleset generation id, configuration generation) when the kernel was last known to match
@@ -366,7 +366,7 @@ class UnitCache:
         snap = localise(Snapshot(generation, specs, policies))
         for spec in snap.specs:
             if spec.id not in snap.failures:
-                self.farms[spec.id] = (farm_rows[spec.id], compiler.compile_farm(spec))
+                self.farms[spec.id] = (farm_rows[spec.id], compiler.compile_farm(spec), compiler.farm_needs(spec))
             else:
                 self.farms.pop(spec.id, None)
         for policy in policies:
@@ -375,8 +375,9 @@ class UnitCache:
             del self.farms[gone]
         for gone in set(self.policies) - set(policy_rows):
             del self.policies[gone]
-        compiled = {unit.key: unit for _g, unit in self.policies.values()}
-        compiled.update({unit.key: unit for _g, unit in self.farms.values()})
+        compiled = compiler.hooks_for(set().union(*(needs for _g, _u, needs in self.farms.values())))
+        compiled.update({unit.key: unit for _g, unit in self.policies.values()})
+        compiled.update({unit.key: unit for _g, unit, _n in self.farms.values()})
         return generation, hold(compiled, isolated, self.applied()), snap.failures, isolated
 
     def applied(self) -> dict[str, compiler.UnitObjects]:

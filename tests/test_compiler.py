@@ -315,31 +315,64 @@ def test_with_every_backend_down_the_fallback_takes_new_connections():
 
 
 def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
+    """Per-packet accounting is two lookups in shared counter maps, whatever the number of farms and backends."""
     ruleset = compiler.compile_farm(WEB)
-    rules = [
-        c["add"]["rule"]["expr"] for c in ruleset.creates if c["add"].get("rule", {}).get("chain") == "traffic-web"
-    ]
-    by_direction = rules[0][0]["counter"]["map"]
-    assert by_direction["key"] == {"ct": {"key": "direction"}}
-    assert dict(map(tuple, by_direction["data"]["set"])) == {"original": "traffic-in-web", "reply": "traffic-out-web"}
-    # The backend with a port is matched first (narrower); the disabled one still counts its draining connections.
-    assert [r[-2] for r in rules[1:]] == [{"counter": f"traffic-be-web-{i}"} for i in (2, 1, 3)]
-    assert {"match": {"op": "==", "left": {"ct": {"key": "proto-src", "dir": "reply"}}, "right": 8080}} in rules[1]
+    assert not [c for c in ruleset.creates if c["add"].get("rule", {}).get("chain", "").startswith("traffic")]
+    elements = {
+        (e["name"], compiler.canonical(e["elem"][0][0])): e["elem"][0][1]
+        for c in ruleset.creates
+        if (e := c["add"].get("element")) and e["name"].startswith("traffic")
+    }
+    mark = WEB.mark
+    assert elements[("traffic_dir", compiler.canonical({"concat": [mark, "original"]}))] == "traffic-in-web"
+    assert elements[("traffic_dir", compiler.canonical({"concat": [mark, "reply"]}))] == "traffic-out-web"
+    # The disabled backend still counts its draining connections.
+    for backend in WEB.backends:
+        key = compiler.canonical({"concat": [mark, backend.address]})
+        assert elements[("traffic_be4", key)] == f"traffic-be-web-{backend.id}"
     counters = {name for kind, name in ruleset.objects.objects if kind == "counter"}
     assert {"traffic-in-web", "traffic-out-web", "traffic-be-web-3"} <= counters
-    assert ("traffic_marks", WEB.mark) in ruleset.objects.elements and "traffic-web" in ruleset.objects.chains
-    element = next(
-        c["add"]["element"] for c in ruleset.creates if c["add"].get("element", {}).get("name") == "traffic_marks"
-    )
-    assert element["elem"] == [[WEB.mark, {"jump": {"target": "traffic-web"}}]]
+    forward = compiler.compile_hooks([WEB])["hook:forward"]
+    rules = [c["add"]["rule"]["expr"] for c in forward.creates if "rule" in c["add"]]
+    mark, direction = {"ct": {"key": "mark"}}, {"ct": {"key": "direction"}}
+    source = {"ct": {"key": "ip saddr", "dir": "reply"}}
+    assert rules == [
+        [{"counter": {"map": {"key": {"concat": [mark, direction]}, "data": "@traffic_dir"}}}],
+        [
+            {"match": {"op": "==", "left": {"meta": {"key": "nfproto"}}, "right": "ipv4"}},
+            {"counter": {"map": {"key": {"concat": [mark, source]}, "data": "@traffic_be4"}}},
+        ],
+    ]
 
 
-def test_removing_a_farm_unhooks_its_traffic_chain_first():
+def test_hooks_exist_only_while_a_farm_needs_them():
+    """No farm: only prerouting. A DNAT farm adds forward (accounting); SNAT adds postrouting; the options
+    with a per-packet cost (guard, stateless, intra-connect, offload) add theirs only when a farm uses them."""
+    assert compiler.compile_hooks([]) == {}
+    chains, _maps = compiler.skeleton_objects()
+    assert chains == ["prerouting"]
+    dnat = replace(DNS6, id=20, name="d")
+    assert set(compiler.compile_hooks([dnat])) == {"hook:forward"}
+    assert set(compiler.compile_hooks([WEB])) == {"hook:forward", "hook:postrouting"}
+    assert compiler.compile_hooks([replace(WEB, enabled=False)]) == {}
+    guarded = replace(dnat, tcp_strict=True)
+    hooks = compiler.compile_hooks([guarded])
+    assert set(hooks) == {"hook:forward", "hook:guard"}
+    guard_rules = [c for c in hooks["hook:guard"].creates if "rule" in c["add"]]
+    assert len(guard_rules) == 1  # one IPv6 farm of one protocol: one lookup, not four
+    offloaded = compiler.compile_hooks([replace(dnat, flow_offload=True)])["hook:forward"]
+    forward = [c["add"]["rule"]["expr"] for c in offloaded.creates if "rule" in c["add"]]
+    assert forward[0] == [{"vmap": {"key": {"ct": {"key": "mark"}}, "data": "@offload_marks"}}]
+    assert "@offload_marks" not in json.dumps(compiler.compile_hooks([dnat])["hook:forward"].creates)
+    assert set(compiler.compile_hooks([replace(dnat, intra_connect=True)])) == {"hook:forward", "hook:output"}
+
+
+def test_removing_a_farm_unhooks_its_traffic_counters_first():
     objects = compiler.compile_farm(DNS6).objects
     cmds = compiler.removal_commands(objects, set())
     verbs = [(verb, kind, body.get("name")) for c in cmds for verb, x in c.items() for kind, body in x.items()]
-    assert verbs.index(("delete", "element", "traffic_marks")) < verbs.index(("delete", "chain", "traffic-dns6"))
-    assert verbs.index(("delete", "chain", "traffic-dns6")) < verbs.index(("delete", "counter", "traffic-in-dns6"))
+    assert verbs.index(("delete", "element", "traffic_dir")) < verbs.index(("delete", "counter", "traffic-in-dns6"))
+    assert verbs.index(("delete", "element", "traffic_be6")) < verbs.index(("delete", "counter", "traffic-be-dns6-4"))
 
 
 def _chains_and_sets(unit) -> tuple[set[str], set[str]]:
@@ -404,7 +437,11 @@ def test_a_change_inside_a_farm_sends_no_element_command():
     enabled = replace(WEB, backends=(*WEB.backends[:2], replace(WEB.backends[2], state="enabled")))
     for old, new in ((WEB, WEB_REWEIGHTED), (WEB_REWEIGHTED, heavier), (WEB, enabled)):
         document = one_change(old, new)
-        assert document["nftables"] and not element_commands(document), new
+        elements = element_commands(document)
+        if new is WEB_REWEIGHTED:  # backend 3 is gone: only its entry in the traffic counter map leaves
+            assert [list(c) + [c["delete"]["element"]["name"]] for c in elements] == [["delete", "traffic_be4"]]
+        else:
+            assert document["nftables"] and not elements, new
         assert any(c.get("add", {}).get("rule", {}).get("chain") == "farm-web" for c in document["nftables"])
 
 

@@ -128,8 +128,7 @@ def test_a_rule_changed_in_a_farm_chain(api, worker, lab, farms):
 
 
 def test_a_chain_deleted(api, worker, lab, farms):
-    mark = farms["id"]
-    script = f"delete element inet lbweb traffic_marks {{ {mark} }}\ndelete chain inet lbweb traffic-target"
+    script = f"delete element inet lbweb dispatch4 {{ {TARGET_VIP} . tcp . 80 }}\ndelete chain inet lbweb farm-target"
     # the chain goes with its rules; its counters are still used by nothing and stay
     run = tamper_and_repair(
         api,
@@ -138,9 +137,9 @@ def test_a_chain_deleted(api, worker, lab, farms):
         farms,
         script,
         "target",
-        ["chain traffic-target missing", "elements of traffic_marks: 1 missing"],
+        ["chain farm-target missing", "elements of dispatch4: 1 missing"],
     )
-    assert "traffic-target" in nft(lab, "list", "chain", "inet", "lbweb", "traffic-target").stdout
+    assert "farm-target" in nft(lab, "list", "chain", "inet", "lbweb", "farm-target").stdout
     assert run.farms_changed == 1
 
 

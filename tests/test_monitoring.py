@@ -156,10 +156,11 @@ def test_a_hand_removed_traffic_hook_is_drift_that_reconcile_repairs(api, lab, w
     )
     api.wait_applied(farm["id"])
     assert kernel_check(lab, worker)[0]
-    lab.ns(lab.lb, "nft", "delete", "element", "inet", "lbweb", "traffic_marks", f"{{ {farm['id']} }}")
+    lab.ns(lab.lb, "nft", "delete", "element", "inet", "lbweb", "traffic_dir", f"{{ {farm['id']} . original }}")
     ok, report = kernel_check(lab, worker)
     assert not ok, report  # traffic would flow uncounted: the kernel differs from the database
+    assert "hooked" in report and "elements of traffic_dir: 1 missing" in report
     reconcile.apply_async(kwargs={"reason": "test traffic drift"})
     wait_for(lambda: kernel_check(lab, worker)[0], what="the repaired traffic hook")
-    listing = lab.ns(lab.lb, "nft", "list", "map", "inet", "lbweb", "traffic_marks").stdout
-    assert "traffic-hooked" in listing
+    listing = lab.ns(lab.lb, "nft", "list", "map", "inet", "lbweb", "traffic_dir").stdout
+    assert "traffic-in-hooked" in listing

@@ -22,6 +22,16 @@ Layout of the table lbweb owns (``table inet lbweb``):
   farms without conntrack (``notrack``), both ways.
 * ``postrouting`` (nat, srcnat) sends connections whose ct mark is a SNAT
   farm's to ``snat-<name>`` (masquerade or a source pool) and nothing else.
+
+Every packet through a hook pays for that hook's chain, so only ``prerouting``
+(it carries the skeleton's digest) is always there; ``guard``, ``stateless``,
+``output``, ``forward`` and ``postrouting`` are *hook units* (``hook:<chain>``,
+:func:`compile_hooks`) that exist while some farm needs them, with only the
+rules those farms need (an IPv4-only configuration gets no IPv6 rule). They are
+units like farms: created, replaced and removed by the same incremental
+machinery, so the first stateless farm adds the ``stateless`` hook and the last
+one removes it without a rebuild. The skeleton's maps stay: an unused map costs
+no packet anything.
   NAT keeps the client's source port whenever conntrack knows no other
   connection on that tuple, and conntrack forgets a closed connection's tuple
   as soon as the client reuses its port (a SYN on a TIME_WAIT entry reopens
@@ -38,13 +48,17 @@ Layout of the table lbweb owns (``table inet lbweb``):
   keeps the port instead of choosing one at random that the client's next
   reuse would not get again.
 * ``forward`` (filter) sees every forwarded packet, not only a connection's
-  first: one lookup of the ct mark in ``traffic_marks`` jumps to the farm's
-  ``traffic-<name>`` chain, which counts bytes and packets into
-  ``traffic-in-<name>`` (client to backend) or ``traffic-out-<name>`` (backend
-  to client) by ct direction, and into ``traffic-be-<name>-<id>`` for the
-  backend the connection went to (its reply source). The ``farm-``/``be-``
-  counters in the nat chains count new connections. (NAT farms only:
-  stateless and DSR farms have no conntrack mark; offloaded flows skip the hook.)
+  first, so it holds no chain per farm and no rule per backend: one lookup of
+  ``ct mark . ct direction`` in the counter map ``traffic_dir`` counts bytes
+  and packets into ``traffic-in-<name>`` (client to backend) or
+  ``traffic-out-<name>`` (backend to client), and one lookup of
+  ``ct mark . ct reply <l3> saddr`` in ``traffic_be4``/``traffic_be6`` into
+  ``traffic-be-<name>-<id>`` for the backend the connection went to: O(1) per
+  packet whatever the number of farms and backends. (Backends of one farm that
+  share an address are counted together, on the lowest id: nft 1.0.6 cannot
+  put ``ct proto-src`` in a key.) The ``farm-``/``be-`` counters in the nat
+  chains count new connections. (NAT farms only: stateless and DSR farms have
+  no conntrack mark; offloaded flows skip the hook.)
 
 DSR farms live in ``table netdev lbweb-<interface>`` (see :mod:`.dsr`).
 
@@ -73,7 +87,8 @@ PRIO_GUARD = -150
 PRIO_DSTNAT = -100
 PRIO_FILTER = 0
 PRIO_SRCNAT = 100
-TRAFFIC_MAP = "traffic_marks"
+TRAFFIC_DIR_MAP = "traffic_dir"  # ct mark . ct direction -> the farm's in/out counter
+HOOK_PREFIX = "hook:"
 HASH_SEED = 0x6C627765  # fixed, so every lbweb node hashes a flow to the same backend
 LIMIT_SET_TIMEOUT = 120  # seconds a source stays in a rate-limit meter
 REUSE_TTL = 120  # conntrack's TCP TIME_WAIT (nf_conntrack_tcp_timeout_time_wait): how long a reopen can happen
@@ -103,10 +118,6 @@ def fallback_chain_name(farm: FarmSpec) -> str:
     return backend_chain_name(farm, "fallback")
 
 
-def traffic_chain_name(farm: FarmSpec) -> str:
-    return f"traffic-{farm.name}"
-
-
 def traffic_counter_name(farm_name: str, direction: str) -> str:
     """Bytes of one farm in one direction: ``in`` (client to backend) or ``out`` (backend to client)."""
     return f"traffic-{direction}-{farm_name}"
@@ -115,6 +126,15 @@ def traffic_counter_name(farm_name: str, direction: str) -> str:
 def backend_traffic_counter_name(farm_name: str, backend_id: int) -> str:
     """Bytes of one backend, both directions."""
     return f"traffic-be-{farm_name}-{backend_id}"
+
+
+def traffic_backend_map(family: int) -> str:
+    """ct mark . the reply's source address -> the backend's traffic counter."""
+    return f"traffic_be{family}"
+
+
+def hook_key(chain: str) -> str:
+    return f"{HOOK_PREFIX}{chain}"
 
 
 def dispatch_map_name(family: int, protocol: str, prefix: str = "dispatch") -> str:
@@ -413,28 +433,23 @@ def _snat(b: _Builder, farm: FarmSpec) -> None:
 
 
 def _traffic(b: _Builder, farm: FarmSpec) -> None:
-    """Count every packet of the farm by direction, then by backend (ports first: they are the narrower match).
+    """The farm's byte counters and its entries in the forward hook's counter maps (see the module's docstring).
 
     Disabled backends are counted too: their established connections still carry traffic.
     """
-    chain = traffic_chain_name(farm)
     directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
     backends = sorted(farm.backends, key=lambda x: x.id)
     for name in [*directions.values(), *(backend_traffic_counter_name(farm.name, x.id) for x in backends)]:
         b.obj("counter", f.counter(name))
-    b.chain(chain)
-    b.rule(chain, [f.counter_map(f.ct("direction"), {"original": directions["in"], "reply": directions["out"]})])
-    address_key = f"{_l3(farm)} saddr"
-    for backend in sorted(backends, key=lambda x: (x.port is None, x.id)):
-        expr: list[Json] = []
-        if backend.port is not None:
-            expr.append(f.match(f.meta("l4proto"), farm.protocol))
-        expr.append(f.match(f.ct(address_key, "reply"), backend.address))
-        if backend.port is not None:
-            expr.append(f.match(f.ct("proto-src", "reply"), backend.port))
-        expr += [f.counter_ref(backend_traffic_counter_name(farm.name, backend.id)), {"return": None}]
-        b.rule(chain, expr)
-    b.element(TRAFFIC_MAP, farm.mark, f.jump(chain))
+    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
+    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
+    seen = set()
+    for backend in backends:
+        if backend.address in seen:
+            continue
+        seen.add(backend.address)
+        key = f.concat(farm.mark, backend.address)
+        b.element(traffic_backend_map(farm.family), key, backend_traffic_counter_name(farm.name, backend.id))
 
 
 def _fallback_chain(b: _Builder, farm: FarmSpec) -> str:
@@ -582,7 +597,8 @@ def _prefix(network: str) -> Any:
 
 
 def compile_units(farms: list[FarmSpec], policies: list[PolicySpec]) -> dict[str, UnitRuleset]:
-    units = {policy_key(p.id): compile_policy(p) for p in policies}
+    units = compile_hooks(farms)
+    units.update({policy_key(p.id): compile_policy(p) for p in policies})
     units.update({farm_key(x.id): compile_farm(x) for x in farms})
     return units
 
@@ -590,13 +606,16 @@ def compile_units(farms: list[FarmSpec], policies: list[PolicySpec]) -> dict[str
 # -- the skeleton -----------------------------------------------------------------------
 
 
-def _dispatch_rules(prefix: str) -> list[list[Json]]:
+def _dispatch_rules(prefix: str, wanted: Collection[tuple[int, bool]] | None = None) -> list[list[Json]]:
+    """The lookups of one family of dispatch maps: (family, protocol ``all``) pairs of ``wanted``, or all four."""
     rules = []
     for family, proto in ((4, "ip"), (6, "ip6")):
-        key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
-        rules.append([f.vmap(key, "@" + dispatch_map_name(family, "tcp", prefix))])
+        if wanted is None or (family, False) in wanted:
+            key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
+            rules.append([f.vmap(key, "@" + dispatch_map_name(family, "tcp", prefix))])
     for family, proto in ((4, "ip"), (6, "ip6")):
-        rules.append([f.vmap(f.payload(proto, "daddr"), "@" + dispatch_map_name(family, "all", prefix))])
+        if wanted is None or (family, True) in wanted:
+            rules.append([f.vmap(f.payload(proto, "daddr"), "@" + dispatch_map_name(family, "all", prefix))])
     return rules
 
 
@@ -619,28 +638,86 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         f.add("map", f.named_map("stateless_replies6", ["ipv6_addr", "inet_service"], "verdict", ["interval"])),
         f.add("map", f.named_map("snat_farms", "mark", "verdict")),
         f.add("map", f.named_map("offload_marks", "mark", "verdict")),
-        f.add("map", f.named_map(TRAFFIC_MAP, "mark", "verdict")),
-        f.add("chain", f.base_chain("stateless", type_="filter", hook="prerouting", prio=PRIO_RAW)),
-        f.add("chain", f.base_chain("guard", type_="filter", hook="prerouting", prio=PRIO_GUARD)),
+        f.add("map", f.named_map(TRAFFIC_DIR_MAP, ["mark", "ct_dir"], "counter")),
+        f.add("map", f.named_map(traffic_backend_map(4), ["mark", "ipv4_addr"], "counter")),
+        f.add("map", f.named_map(traffic_backend_map(6), ["mark", "ipv6_addr"], "counter")),
         f.add("chain", f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT)),
-        f.add("chain", f.base_chain("output", type_="nat", hook="output", prio=PRIO_DSTNAT)),
-        f.add("chain", f.base_chain("forward", type_="filter", hook="forward", prio=PRIO_FILTER)),
-        f.add("chain", f.base_chain("postrouting", type_="nat", hook="postrouting", prio=PRIO_SRCNAT)),
     ]
     rules = [f.rule("prerouting", expr) for expr in _dispatch_rules("dispatch")]
-    rules += [f.rule("output", expr) for expr in _dispatch_rules("local")]
-    rules += [f.rule("guard", expr) for expr in _dispatch_rules("guard")]
-    for family, proto in ((4, "ip"), (6, "ip6")):
-        key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
-        rules.append(f.rule("stateless", [f.vmap(key, f"@stateless{family}")]))
-        reply_key = f.concat(f.payload(proto, "saddr"), f.payload("udp", "sport"))
-        rules.append(
-            f.rule("stateless", [f.match(f.meta("l4proto"), "udp"), f.vmap(reply_key, f"@stateless_replies{family}")])
-        )
-    rules.append(f.rule("forward", [f.vmap(f.ct("mark"), "@" + TRAFFIC_MAP)]))  # count, then maybe offload
-    rules.append(f.rule("forward", [f.vmap(f.ct("mark"), "@offload_marks")]))
-    rules.append(f.rule("postrouting", [f.vmap(f.ct("mark"), "@snat_farms")]))
     return cmds, rules, digest_of([COMPILER_VERSION, cmds, rules])
+
+
+def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
+    """What of the hook units one farm needs: the worker keeps this beside each compiled farm, so
+    the hooks follow a change without every farm's specification at hand."""
+    if not farm.enabled or farm.mode == "dsr":
+        return frozenset()
+    any_ = farm.protocol == "all"
+    if farm.mode == "stlsdnat":
+        return frozenset({("stateless", farm.family)})
+    needs: set[tuple] = {("forward", farm.family, bool(farm.backends))}
+    if farm.tcp_strict or farm.rst_rtlimit:
+        needs.add(("guard", farm.family, any_))
+    if farm.intra_connect:
+        needs.add(("output", farm.family, any_))
+    if farm.flow_offload:
+        needs.add(("offload",))
+    if farm.mode == "snat":
+        needs.add(("postrouting",))
+    return frozenset(needs)
+
+
+def compile_hooks(farms: list[FarmSpec]) -> dict[str, UnitRuleset]:
+    """The base chains the farms need beyond ``prerouting``, each a unit of its own (see the module's docstring).
+
+    A hook no farm needs is not there at all: packets do not traverse it.
+    """
+    return hooks_for(set().union(*(farm_needs(x) for x in farms)))
+
+
+def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
+    """The hook units for the union of the farms' :func:`farm_needs`."""
+    hooks: dict[str, tuple[str, str, int, list[list[Json]]]] = {}
+    guard = {(n[1], n[2]) for n in needs if n[0] == "guard"}
+    if guard:
+        hooks["guard"] = ("filter", "prerouting", PRIO_GUARD, _dispatch_rules("guard", guard))
+    stateless = {n[1] for n in needs if n[0] == "stateless"}
+    if stateless:
+        rules = []
+        for family, proto in ((4, "ip"), (6, "ip6")):
+            if family in stateless:
+                key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
+                rules.append([f.vmap(key, f"@stateless{family}")])
+                reply_key = f.concat(f.payload(proto, "saddr"), f.payload("udp", "sport"))
+                udp = f.match(f.meta("l4proto"), "udp")
+                rules.append([udp, f.vmap(reply_key, f"@stateless_replies{family}")])
+        hooks["stateless"] = ("filter", "prerouting", PRIO_RAW, rules)
+    local = {(n[1], n[2]) for n in needs if n[0] == "output"}
+    if local:
+        hooks["output"] = ("nat", "output", PRIO_DSTNAT, _dispatch_rules("local", local))
+    forward = {n for n in needs if n[0] == "forward"}
+    if forward:
+        rules = []
+        if ("offload",) in needs:
+            rules.append([f.vmap(f.ct("mark"), "@offload_marks")])  # offloaded flows leave the hook from here on
+        rules.append([f.counter_map_ref(f.concat(f.ct("mark"), f.ct("direction")), TRAFFIC_DIR_MAP)])
+        for family, proto in ((4, "ip"), (6, "ip6")):
+            if ("forward", family, True) in forward:
+                key = f.concat(f.ct("mark"), f.ct(f"{proto} saddr", "reply"))
+                version = f.match(f.meta("nfproto"), f"ipv{family}")
+                rules.append([version, f.counter_map_ref(key, traffic_backend_map(family))])
+        hooks["forward"] = ("filter", "forward", PRIO_FILTER, rules)
+    if ("postrouting",) in needs:
+        hooks["postrouting"] = ("nat", "postrouting", PRIO_SRCNAT, [[f.vmap(f.ct("mark"), "@snat_farms")]])
+    units = {}
+    for chain, (type_, hook, prio, rules) in hooks.items():
+        b = _Builder()
+        b.creates.append(f.add("chain", f.base_chain(chain, type_=type_, hook=hook, prio=prio)))
+        b.chains.append(chain)
+        for expr in rules:
+            b.rule(chain, expr)
+        units[hook_key(chain)] = b.finish(hook_key(chain), chain, None)
+    return units
 
 
 def base_commands() -> list[Json]:
@@ -658,9 +735,17 @@ def document(commands: list[Json]) -> Json:
     return {"nftables": commands}
 
 
+_KIND_ORDER = {"hook": 0, "policy": 1, "farm": 2}
+
+
+def _order_key(key: str) -> tuple[int, int, str]:
+    kind, _, ident = key.partition(":")
+    return (_KIND_ORDER.get(kind, 3), int(ident) if ident.isdigit() else 0, ident)
+
+
 def _ordered(units: dict[str, UnitRuleset]) -> list[UnitRuleset]:
-    """Policies before the farms that reference their sets; then by id."""
-    return sorted(units.values(), key=lambda u: (u.key.split(":")[0] != "policy", int(u.key.split(":")[1])))
+    """Hooks, then policies before the farms that reference their sets; then by id."""
+    return sorted(units.values(), key=lambda u: _order_key(u.key))
 
 
 def skeleton_objects() -> tuple[list[str], list[str]]:

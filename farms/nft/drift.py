@@ -46,6 +46,7 @@ DSR_PREFIX = "lbweb-"  # lbweb's netdev tables (one per DSR farm)
 
 RULE_COMPAT, RULE_USERDATA = 5, 7
 ELEM_DATA, DATA_VERDICT, VERDICT_CHAIN = 2, 2, 2
+ELEM_OBJREF = 9  # NFTA_SET_ELEM_OBJREF: the named object of an object-map element
 OBJ_DATA = 4
 COUNTER = 1
 OBJECT_KINDS = {"counter", "quota", "ct helper", "limit"}
@@ -288,6 +289,23 @@ def verdict_chain(element: nfmsg.Element) -> str | None:
     return None
 
 
+def object_reference(element: nfmsg.Element) -> str | None:
+    """The named object (a counter) an object-map element points to (None for other elements)."""
+    for kind, _whole, payload in element.attrs:
+        if kind == ELEM_OBJREF:
+            return payload.rstrip(b"\0").decode(errors="replace")
+    return None
+
+
+def element_owner(element: nfmsg.Element, owners: Owners) -> str:
+    """The unit a shared-map element belongs to: the owner of the chain it jumps to, or of the counter
+    it counts into (the forward hook's counter maps); the skeleton's when nobody owns either."""
+    chain = verdict_chain(element)
+    if chain is not None:
+        return owners.chains.get(chain, SKELETON)
+    return owners.objects.get(object_reference(element) or "", SKELETON)
+
+
 # -- records ----------------------------------------------------------------------------------
 
 
@@ -360,7 +378,7 @@ def add_shared_elements(
             records.setdefault(key, {}).pop(f"elements {name}", None)
         by_unit: dict[str, list[str]] = {}
         for element in view.elements(name):
-            owner = owners.chains.get(verdict_chain(element) or "", SKELETON)
+            owner = element_owner(element, owners)
             if only is None or owner in only:
                 by_unit.setdefault(owner, []).append(element_hash(element))
         for owner, hashes in by_unit.items():
@@ -538,8 +556,7 @@ def removal_messages(
         gone = [
             e
             for e in dump.elements.get(name, [])
-            if owners.chains.get(verdict_chain(e) or "", SKELETON) in rewrite
-            and (repair_skeleton or owners.chains.get(verdict_chain(e) or "", SKELETON) != SKELETON)
+            if element_owner(e, owners) in rewrite and (repair_skeleton or element_owner(e, owners) != SKELETON)
         ]
         payload = _attr(nfmsg.ELEM_LIST_TABLE, table) + _attr(nfmsg.ELEM_LIST_SET, name)
         for chunk in nfmsg.elements_payloads(gone, adding=False):

@@ -105,6 +105,11 @@ def counter_map(key: Json, names: dict[str, str]) -> Json:
     return {"counter": {"map": {"key": key, "data": {"set": [[k, v] for k, v in names.items()]}}}}
 
 
+def counter_map_ref(key: Json, map_name: str) -> Json:
+    """Count into the counter a named counter map gives for the key (one lookup; nothing on a miss)."""
+    return {"counter": {"map": {"key": key, "data": "@" + map_name}}}
+
+
 def numgen(mode: str, modulus: int) -> Json:
     return {"numgen": {"mode": mode, "mod": modulus, "offset": 0}}
 

@@ -173,6 +173,9 @@ def _rules_and_definitions(context: list[Json], tables: set[tuple[str, str]]) ->
     return loaded + [raw for raw in context if "rule" in raw.get("add", {})]
 
 
+KEY_PROBE_COUNTER = "lbweb-key-probe"  # only ever in the scratch namespace
+
+
 def _deleted_keys(
     scratch: ScratchKernel, commands: list[Command], definitions: list[Json], tables: set[tuple[str, str]]
 ) -> dict[tuple[str, str, str], list[nfmsg.Element]]:
@@ -186,7 +189,7 @@ def _deleted_keys(
         ((kind, obj),) = body.items()
         if kind in ("set", "map"):
             kinds[(obj["family"], obj["table"], obj["name"])] = obj.get("map") if kind == "map" else "set"
-    adds = []
+    adds, probes = [], []
     for c in deletions:
         family, table = c.where
         kind = kinds.get((family, table, c.name))
@@ -194,13 +197,18 @@ def _deleted_keys(
             elements = list(c.body["elem"])
         elif kind == "verdict":  # any verdict will do: only the keys are kept
             elements = [[key, {"accept": None}] for key in c.body["elem"]]
+        elif kind == "counter":  # any counter will do: a placeholder of the scratch namespace alone
+            probe = {"family": family, "table": table, "name": KEY_PROBE_COUNTER}
+            if probe not in probes:
+                probes.append(probe)
+            elements = [[key, KEY_PROBE_COUNTER] for key in c.body["elem"]]
         else:
             raise Untranscribable(f"cannot find the keys of elements deleted from '{c.name}'")
         adds.append({"add": {"element": {**c.body, "elem": elements}}})
     maps = {(*c.where, c.name) for c in deletions}
     definitions_only = [d for d in definitions if "table" in d["add"] or (*_where_of(d), _name_of(d)) in maps]
     scratch.reset(tables)
-    scratch.load(definitions_only + adds)
+    scratch.load(definitions_only + [{"add": {"counter": p}} for p in probes] + adds)
     reads = {t: scratch.read(*t, lambda dump, t=t: {m for f, tb, m in maps if (f, tb) == t}) for t in tables}
     return {(f, t, m): reads[(f, t)].elements.get(m, []) for f, t, m in maps}
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import fragments as f
 
-COMPILER_VERSION = "2"
+COMPILER_VERSION = "3"
 DIGEST_PREFIX = "lbweb:"
 
 Json = dict[str, Any]

@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import Count, Max
 
-from .choices import FarmModeChoices
+from .choices import FarmModeChoices, FarmStateChoices
 from .dataplane import farm_spec
 from .models import Backend, Farm, Policy
 from .nft import compiler
-from .nft.spec import FarmSpec
+from .nft.spec import BackendSpec, FarmSpec
 
 Json = dict[str, Any]
 
@@ -83,11 +83,42 @@ def _pretty(unit: compiler.UnitRuleset | None) -> list[str]:
     return json.dumps(unit.creates, indent=1).splitlines(keepends=True)
 
 
+def _others_needs(farm_id: int) -> set:
+    """What the other farms need of the hook units (``compiler.farm_needs``), from a few columns each."""
+    needs: set = set()
+    rows = Farm.objects.exclude(id=farm_id).annotate(backend_count=Count("backends"))
+    fields = ("id", "name", "vip", "protocol", "mode", "state", "tcp_strict", "rst_rtlimit", "intra_connect")
+    for row in rows.values(*fields, "flow_offload", "backend_count"):
+        spec = FarmSpec(
+            id=row["id"],
+            name=row["name"],
+            vip=row["vip"],
+            protocol=row["protocol"],
+            mode=row["mode"],
+            enabled=row["state"] == FarmStateChoices.UP,
+            tcp_strict=row["tcp_strict"],
+            rst_rtlimit=row["rst_rtlimit"],
+            intra_connect=row["intra_connect"],
+            flow_offload=row["flow_offload"],
+            backends=(BackendSpec(id=0, address=row["vip"]),) if row["backend_count"] else (),
+        )
+        needs |= compiler.farm_needs(spec)
+    return needs
+
+
 def compare(key: str, old: FarmSpec | None, new: FarmSpec | None, notes: list[str]) -> Preview:
-    """The incremental commands and the diff between two versions of one farm (None: absent)."""
+    """The incremental commands and the diff between two versions of one farm (None: absent), with the
+    hooks that come or go with it (the first SNAT farm brings ``postrouting``, say)."""
     before, after = _compiled(old), _compiled(new)
     old_objects = {key: before.objects} if before is not None else {}
     new_units = {key: after} if after is not None else {}
+    others = _others_needs(int(key.split(":")[1]))
+    for spec, side in ((old, "old"), (new, "new")):
+        hooks = compiler.hooks_for(others | (compiler.farm_needs(spec) if spec is not None else set()))
+        if side == "old":
+            old_objects.update({k: u.objects for k, u in hooks.items()})
+        else:
+            new_units.update(hooks)
     document, changed = compiler.incremental_document(old_objects, new_units)
     diff = "".join(difflib.unified_diff(_pretty(before), _pretty(after), "now", "after this change", n=3))
     return Preview(document, diff, bool(changed), list(dict.fromkeys(notes)))

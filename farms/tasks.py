@@ -73,6 +73,9 @@ def restore_at_boot(sender=None, **_kwargs) -> None:
     heartbeat.start_publisher("worker")
     dataplane.ensure_forwarding()
     dataplane.publish_capabilities()
+    # The reconcile below applies every pending change; a claim left by a task queued before (lost
+    # with a broker flush, or waiting for a worker that died) must not hold back the next writes.
+    apply_queue.started()
     reconcile.apply_async(kwargs={"reason": "worker start"})
 
 

@@ -248,10 +248,20 @@ def last_rule(unit, chain: str) -> list:
     return [r["expr"] for r in rules if r["chain"] == chain][-1]
 
 
+def scheduler_of(unit, chain: str) -> dict:
+    """A NAT farm's pick as one would read it: the key put in the ct mark, and the named map's elements."""
+    mark, lookup = last_rule(unit, chain)[-2:]
+    assert mark["mangle"]["key"] == {"ct": {"key": "mark"}} and lookup["vmap"]["key"] == {"ct": {"key": "mark"}}
+    name = lookup["vmap"]["data"].removeprefix("@")
+    elements = [c["add"]["element"]["elem"] for c in unit.creates if c["add"].get("element", {}).get("name") == name]
+    assert ("map", name) in unit.objects.volatile and len(elements) == 1
+    return {"key": mark["mangle"]["value"], "data": {"set": elements[0]}}
+
+
 def test_round_robin_and_weighted_schedulers():
-    vmap = last_rule(compiler.compile_farm(WEB), "farm-web")[-1]["vmap"]
+    vmap = scheduler_of(compiler.compile_farm(WEB), "farm-web")
     assert vmap["key"] == {"numgen": {"mode": "inc", "mod": 2, "offset": 0}}  # the disabled backend is left out
-    weighted = last_rule(compiler.compile_farm(DNS6), "farm-dns6")[-1]["vmap"]
+    weighted = scheduler_of(compiler.compile_farm(DNS6), "farm-dns6")
     assert weighted["key"]["numgen"] == {"mode": "random", "mod": 4, "offset": 0}
     assert [e[0] for e in weighted["data"]["set"]] == [0, {"range": [1, 3]}]
 
@@ -266,13 +276,13 @@ def test_hash_schedulers_and_priority_groups():
         sched_param=("srcip", "srcport"),
         backends=(BackendSpec(1, "198.18.1.11"), BackendSpec(2, "198.18.1.12", priority=2)),
     )
-    key = last_rule(compiler.compile_farm(farm), "farm-h")[-1]["vmap"]["key"]["jhash"]
+    key = scheduler_of(compiler.compile_farm(farm), "farm-h")["key"]["jhash"]
     assert key["mod"] == 1 and key["expr"]["concat"][1] == {"payload": {"protocol": "th", "field": "sport"}}
     primary_down = dataclasses.replace(farm, backends=(BackendSpec(1, "198.18.1.11", healthy=False), farm.backends[1]))
-    vmap = last_rule(compiler.compile_farm(primary_down), "farm-h")[-1]["vmap"]
+    vmap = scheduler_of(compiler.compile_farm(primary_down), "farm-h")
     assert vmap["data"]["set"] == [[0, {"jump": {"target": "be-h-2"}}]]  # priority 2 takes over
     sym = dataclasses.replace(farm, scheduler="symhash", sched_param=())
-    assert "symhash" in last_rule(compiler.compile_farm(sym), "farm-h")[-1]["vmap"]["key"]
+    assert "symhash" in scheduler_of(compiler.compile_farm(sym), "farm-h")["key"]
 
 
 def farm_rule_of(ruleset: compiler.FarmRuleset) -> dict:
@@ -295,7 +305,7 @@ def test_a_backend_healthd_saw_down_leaves_the_scheduler_like_a_disabled_one():
     assert [b.id for b in down.active_backends] == [1]
     ruleset = compiler.compile_farm(down)
     assert {"farm-web", "be-web-1"} <= set(ruleset.objects.chains) and "be-web-2" not in ruleset.objects.chains
-    assert farm_rule_of(ruleset)["expr"][-1]["vmap"]["key"]["numgen"]["mod"] == 1
+    assert scheduler_of(ruleset, "farm-web")["key"]["numgen"]["mod"] == 1
     assert ruleset.digest != compiler.compile_farm(WEB).digest
     assert down.traffic == "balanced"
 
@@ -345,6 +355,22 @@ def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
     ]
 
 
+def test_the_scheduler_map_is_named_and_every_chain_it_jumps_to_restores_the_farm_mark():
+    """An anonymous map per farm made a full apply quadratic in the kernel (see ``nat_scheduler``)."""
+    for farm in (WEB, DNS6, replace(WEB, backends=(_b(1), _b(2), _b(3)))):
+        unit = compiler.compile_farm(farm)
+        data = scheduler_of(unit, f"farm-{farm.name}")["data"]["set"]
+        for _key, verdict in data:
+            target = verdict["jump"]["target"]
+            first = last_rule_first(unit, target)
+            assert first[0] == {"mangle": {"key": {"ct": {"key": "mark"}}, "value": farm.mark}}, (farm.name, target)
+        assert '"set": [' not in json.dumps([c for c in unit.creates if "rule" in c["add"]])  # no anonymous set
+
+
+def last_rule_first(unit, chain: str) -> list:
+    return [c["add"]["rule"]["expr"] for c in unit.creates if c["add"].get("rule", {}).get("chain") == chain][0]
+
+
 def test_hooks_exist_only_while_a_farm_needs_them():
     """No farm: only prerouting. A DNAT farm adds forward (accounting); SNAT adds postrouting; the options
     with a per-packet cost (guard, stateless, intra-connect, offload) add theirs only when a farm uses them."""
@@ -386,7 +412,7 @@ def test_snat_sends_a_reused_client_port_back_and_a_held_one_elsewhere():
     chains, sets = _chains_and_sets(compiler.compile_farm(farm))
     assert sets == {f"{kind}-web-{i}" for kind in ("reuse", "ports") for i in (1, 2, 3)}
     assert {f"pick-web-{i}" for i in (1, 2, 3)} | {f"elsewhere-web-{i}" for i in (1, 2, 3)} <= chains
-    vmap = last_rule(compiler.compile_farm(farm), "farm-web")[-1]["vmap"]
+    vmap = scheduler_of(compiler.compile_farm(farm), "farm-web")
     assert [e[1] for e in vmap["data"]["set"]] == [{"jump": {"target": f"pick-web-{i}"}} for i in (1, 2, 3)]
     creates = compiler.compile_farm(farm).creates
     rules = {}
@@ -413,7 +439,8 @@ def test_snat_sends_a_reused_client_port_back_and_a_held_one_elsewhere():
     # protocol all: only TCP is learnt and looked up
     every = compiler.compile_farm(replace(farm, protocol="all", ports=()))
     learnt = [c["add"]["rule"]["expr"] for c in every.creates if c["add"].get("rule", {}).get("chain") == "be-web-1"]
-    assert learnt[0][0] == {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}
+    assert learnt[0][0] == {"mangle": {"key": {"ct": {"key": "mark"}}, "value": 1}}  # the farm's mark back first
+    assert learnt[0][1] == {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}
 
 
 def element_commands(document: dict) -> list[dict]:
@@ -432,12 +459,13 @@ def one_change(old: FarmSpec, new: FarmSpec, *, legacy: bool = False) -> dict:
 
 def test_a_change_inside_a_farm_sends_no_element_command():
     """A weight or a backend's state leaves the farm's entries in the shared maps as they are: any element
-    command makes libnftables read the elements of every interval set first (a cost that grows with farms)."""
+    command makes libnftables read the elements of every interval set first (a cost that grows with farms).
+    Only the farm's own scheduler map is refilled."""
     heavier = replace(WEB_REWEIGHTED, backends=(replace(WEB.backends[0], weight=5), WEB.backends[1]))
     enabled = replace(WEB, backends=(*WEB.backends[:2], replace(WEB.backends[2], state="enabled")))
     for old, new in ((WEB, WEB_REWEIGHTED), (WEB_REWEIGHTED, heavier), (WEB, enabled)):
         document = one_change(old, new)
-        elements = element_commands(document)
+        elements = [c for c in element_commands(document) if "sched-" not in json.dumps(c)]
         if new is WEB_REWEIGHTED:  # backend 3 is gone: only its entry in the traffic counter map leaves
             assert [list(c) + [c["delete"]["element"]["name"]] for c in elements] == [["delete", "traffic_be4"]]
         else:

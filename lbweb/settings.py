@@ -96,6 +96,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "farms.roles.role_context",
                 "farms.liveness.liveness_context",
+                "lbweb.navigation.navigation_context",
             ],
         },
     },

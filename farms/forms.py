@@ -21,6 +21,7 @@ FARM_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Service", ("name", "description", "vip", "protocol", "ports", "state")),
     ("Balancing", ("mode", "scheduler", "sched_param", "persistence", "persist_ttl", "interface")),
     ("Source NAT", ("source_addr", "source_ports")),
+    ("When no backend is active", ("when_all_down", "fallback_address", "fallback_port")),
     ("Limits", ("new_rtlimit", "new_rtlimit_burst", "rst_rtlimit", "est_connlimit", "limit_verdict")),
     ("Logging", ("log", "log_prefix", "log_rtlimit")),
     ("Connection tracking", ("helper", "tcp_strict", "intra_connect", "flow_offload")),
@@ -258,11 +259,13 @@ class BackendInlineForm(forms.ModelForm):
         self.instance.farm = farm
         for name in backend_fields_not_for(farm):
             self.fields.pop(name, None)
+        which = f"backend {self.instance}" if self.instance.pk else "the new backend"
         for field in self.fields.values():
             field.help_text = ""  # one line per backend: the column headers say what each field is
+            field.widget.attrs["aria-label"] = f"{field.label} of {which}"
 
     def values(self) -> dict:
-        return {name: getattr(self.instance, name) for name in self.fields}
+        return {name: getattr(self.instance, name) for name in INLINE_BACKEND_FIELDS if name in self.fields}
 
 
 class BaseBackendFormSet(forms.BaseModelFormSet):
@@ -272,6 +275,12 @@ class BaseBackendFormSet(forms.BaseModelFormSet):
 
     def get_form_kwargs(self, index):
         return {**super().get_form_kwargs(index), "farm": self.farm}
+
+    def add_fields(self, form, index):
+        super().add_fields(form, index)
+        if "DELETE" in form.fields:
+            which = f"backend {form.instance}" if form.instance.pk else "the new backend"
+            form.fields["DELETE"].widget.attrs["aria-label"] = f"Remove {which}"
 
     @property
     def empty_form(self):

@@ -82,6 +82,7 @@ class FarmListView(RoleRequiredMixin, ListView):
         context["last_run"] = ApplyRun.objects.first()
         context["query"] = self.request.GET.get("q", "")
         context["healthd"] = heartbeat.read_status()
+        context["healthd_words"] = healthd_words(context["healthd"])
         return context
 
 
@@ -130,7 +131,7 @@ def farm_page_context(farm: Farm) -> dict:
         "options": options,
         "backends": backend_rows(farm, spec, connections),
         "events": AuditEvent.objects.filter(farm_ref=farm.pk)[:10],
-        "healthd": heartbeat.read_status(),
+        "healthd_words": healthd_words(heartbeat.read_status()),
         "check": check,
         "check_is_default": check.pk is None,
         "check_rows": check_rows,
@@ -161,6 +162,16 @@ def _shown(obj, name: str) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value) if value not in ("", None) else "—"
+
+
+HEALTHD_STATES = {"impaired": "impaired", "stopped": "stopped", "never_seen": "not running", "unknown": "unknown"}
+
+
+def healthd_words(status: dict) -> str:
+    """The banner of the farm list and the farm page when health checking is not running as it should."""
+    if status.get("state") == "running":
+        return ""
+    return f"Health checking {HEALTHD_STATES.get(status.get('state'), status.get('state'))}: {status.get('detail')}."
 
 
 def traffic_words(farm: Farm, spec) -> str:

@@ -44,6 +44,8 @@
   }
   const preview = document.getElementById("preview");
   const invalid = form && form.querySelector(".has-errors input, .has-errors select, .has-errors textarea");
+  const first = form && form.querySelector("[autofocus]");
   if (preview) preview.focus();
   else if (invalid) invalid.focus();
+  else if (first && document.activeElement === document.body) first.focus();  // autofocus, also after a late load
 })();

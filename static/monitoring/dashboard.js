@@ -193,7 +193,7 @@
     chart.data.datasets = Object.keys(STATUS_COLORS).map((status) => ({
       label: status,
       backgroundColor: STATUS_COLORS[status],
-      borderColor: STATUS_COLORS[status],
+      borderWidth: 0,
       data: history.flatMap((b) => b.segments.filter((s) => s.status === status)
         .map((s) => ({ x: [s.from * 1000, s.to * 1000], y: label(b), segment: s }))),
     }));

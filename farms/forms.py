@@ -188,7 +188,7 @@ class FarmForm(FieldsetsMixin, forms.ModelForm):
         instead of failing at apply. Nothing is known before the worker published: everything is offered."""
         if known.get("flowtable") is False and not self.instance.flow_offload:
             field = self.fields["flow_offload"]
-            field.disabled = True
+            field.widget.attrs["disabled"] = True  # not offered; a value sent anyway meets the model's refusal
             field.help_text = (
                 "Not available: this kernel has no flowtables (CONFIG_NF_FLOW_TABLE), as the worker found."
             )

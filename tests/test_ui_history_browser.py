@@ -64,7 +64,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
     api,
     lab,
     collector,
-    healthd,
+    healthd,  # noqa: F811 (the fixture imported above)
     live_server,
     role_users,
     browser_page,

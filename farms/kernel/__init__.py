@@ -1,0 +1,7 @@
+"""Kernel I/O, all of it: the one package that talks to nf_tables, conntrack and the links.
+
+libnftables and lbweb's own netlink batches (``applier``, ``sandbox``, ``scratch``, ``transcribe``,
+``nfmsg``, ``netlink``, ``steps``), reading the table back (``drift``), conntrack (``conntrack``),
+interfaces and neighbours (``links``) and the collector's readings (``collectors``). The pure compiler
+is ``farms/nft/``; the web process imports nothing from here.
+"""

@@ -3,5 +3,6 @@
 libnftables and lbweb's own netlink batches (``applier``, ``sandbox``, ``scratch``, ``transcribe``,
 ``nfmsg``, ``netlink``, ``steps``), reading the table back (``drift``), conntrack (``conntrack``),
 interfaces and neighbours (``links``) and the collector's readings (``collectors``). The pure compiler
-is ``farms/nft/``; the web process imports nothing from here.
+is ``farms/nft/``. The web process imports nothing from here: the contracts in pyproject.toml and
+``tests/test_import_contracts.py`` fail on such an import.
 """

@@ -203,7 +203,7 @@ class Farm(models.Model):
     @property
     def traffic(self) -> str:
         """Where new connections go now (FarmTrafficChoices), decided exactly as the compiler decides it."""
-        from .dataplane import farm_spec  # dataplane imports these models
+        from .translate import farm_spec  # translate imports these models
 
         return farm_spec(self).traffic
 
@@ -631,7 +631,7 @@ class KernelUnit(models.Model):
 
 class KernelFingerprint(models.Model):
     """What the kernel held of one unit (a farm, a policy, or "skeleton") right after lbweb wrote it, as
-    normalised hashes of its objects (``farms/nft/drift.py``): the reference a reconcile compares with."""
+    normalised hashes of its objects (``farms/kernel/drift.py``): the reference a reconcile compares with."""
 
     key = models.CharField(max_length=40, primary_key=True)
     record = models.JSONField(default=dict)

@@ -409,7 +409,7 @@ def test_every_process_holds_only_its_privilege(appliance):
         if proc.own_userns:
             # The worker's scratch process: root of a user namespace it made itself, which gives nothing on the
             # host; seen from here it is lbweb.
-            assert name == "worker" and "farms.nft.scratch" in proc.cmdline, proc.cmdline
+            assert name == "worker" and "farms.kernel.scratch" in proc.cmdline, proc.cmdline
             continue
         assert proc.cap_eff & ~PROGRAMS[name][1] == 0, f"{proc.cmdline} (of {name}) holds CapEff {proc.cap_eff:#x}"
 

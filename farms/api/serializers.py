@@ -214,11 +214,11 @@ class HealthCheckSerializer(ModelCleanMixin, StrictModelSerializer):
         return farm
 
     def create(self, validated_data: dict) -> HealthCheck:
-        return health_services.health_check_create(**validated_data)
+        return health_services.health_check_create(actor=_actor(self), **validated_data)
 
     def update(self, instance: HealthCheck, validated_data: dict) -> HealthCheck:
         validated_data.pop("farm", None)
-        return health_services.health_check_update(health_check=instance, **validated_data)
+        return health_services.health_check_update(health_check=instance, actor=_actor(self), **validated_data)
 
 
 class HealthEventSerializer(StrictModelSerializer):

@@ -406,3 +406,8 @@ class ImportResultSerializer(serializers.Serializer):
         child=serializers.DictField(child=serializers.IntegerField()),
         help_text="Per kind (farms, backends, policies): created, updated, deleted, unchanged.",
     )
+    changes = serializers.DictField(
+        child=serializers.DictField(child=serializers.ListField(child=serializers.CharField())),
+        help_text="Per kind, the names created, updated and deleted (a backend as farm/address:port); "
+        "a dry run lists what the import would do.",
+    )

@@ -103,11 +103,18 @@ def _current(obj: models.Model | None) -> models.Model | None:
     return type(obj).objects.filter(pk=obj.pk).first()
 
 
+def _made(result: Any) -> models.Model | None:
+    """The object a service returned: itself, or the first of a tuple (a token and its secret)."""
+    if isinstance(result, tuple) and result:
+        result = result[0]
+    return result if isinstance(result, models.Model) else None
+
+
 def audited(action: str, target: str | None = None) -> Callable:
     """Record a service call: ``target`` names the keyword that carries the object being changed.
 
-    The object recorded is the service's return value when it is a model instance (a create),
-    otherwise the target (an update, a delete, an action on an object).
+    The object recorded is the service's return value when it is a model instance (a create; or the
+    first item of a returned tuple), otherwise the target (an update, a delete, an action on an object).
     """
 
     def decorate(func: Callable) -> Callable:
@@ -123,7 +130,7 @@ def audited(action: str, target: str | None = None) -> Callable:
                     before = state_of(before_obj)
                     identity = (before_obj.pk, str(before_obj), farm_ref_of(before_obj)) if before_obj else None
                     result = func(*args, **kwargs)
-                    obj = result if isinstance(result, models.Model) else subject
+                    obj = _made(result) or subject
                     after_obj = _current(obj)
                     if after_obj is not None:
                         identity = (after_obj.pk, str(after_obj), farm_ref_of(after_obj))

@@ -705,3 +705,28 @@ class AuditEvent(models.Model):
             return []
         names = list(before) + [k for k in after if k not in before]
         return [(k, before.get(k), after.get(k)) for k in names if before.get(k) != after.get(k)]
+
+
+class ConfigVersion(models.Model):
+    """The whole configuration as the kernel held it after a successful apply (the export document).
+
+    Recorded by the worker (``farms/versions.py``) only when every farm had been applied and nothing newer
+    was saved meanwhile, and only when the document differs from the newest version: a health
+    transition or a reconcile that changes nothing adds no version. Restoring one is an import of its
+    document (the same validation, preview, audit and apply as any import).
+    """
+
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    generation = models.BigIntegerField(help_text="The configuration generation the kernel held.")
+    digest = models.CharField(max_length=64, db_index=True, help_text="SHA-256 of the canonical document.")
+    document = models.JSONField(encoder=DjangoJSONEncoder)
+    apply_run = models.ForeignKey(ApplyRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    farms = models.PositiveIntegerField(default=0)
+    backends = models.PositiveIntegerField(default=0)
+    policies = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ("-id",)
+
+    def __str__(self) -> str:
+        return f"version {self.pk} (generation {self.generation}, {self.created:%Y-%m-%d %H:%M:%S})"

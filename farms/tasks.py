@@ -7,13 +7,14 @@ from celery.signals import beat_init, worker_ready
 
 from monitoring.health import heartbeat
 
-from . import audit, dataplane, sessions
+from . import audit, dataplane, sessions, versions
 
 
 @shared_task(name="farms.tasks.apply_config")
 def apply_config(generation: int | None = None) -> int | None:
     """Apply the configuration up to at least ``generation`` (coalesced with any later change)."""
     run = dataplane.Applier().apply_pending(requested=generation)
+    versions.record_applied(run)
     return run.pk if run else None
 
 
@@ -21,6 +22,7 @@ def apply_config(generation: int | None = None) -> int | None:
 def reconcile(reason: str = "reconcile") -> int | None:
     """Compare the kernel with the database and repair any drift."""
     run = dataplane.Applier().reconcile(reason=reason)
+    versions.record_applied(run)
     return run.pk if run else None
 
 
@@ -29,6 +31,7 @@ def balance_least_connections() -> int | None:
     """Re-weight least-connections farms from live conntrack counts (at most once per beat tick)."""
     if sessions.refresh_least_connection_weights():
         run = dataplane.Applier().apply_pending(reason="least connections")
+        versions.record_applied(run)
         return run.pk if run else None
     return None
 

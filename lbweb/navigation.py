@@ -12,6 +12,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("dashboard", ("/monitoring/",)),
     ("apply-runs", ("/apply-runs/",)),
     ("audit", ("/audit-events/",)),
+    ("history", ("/config/versions/",)),
     ("config", ("/config/",)),
     ("system", ("/system/",)),
     ("api", ("/api/docs/", "/api/redoc/")),

@@ -69,7 +69,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
     role_users,
     browser_page,
     csp_violations,
-    monkeypatch,  # noqa: F811
+    monkeypatch,
 ):
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the test reads the audit between browser steps
     time.sleep(3)  # the collector samples for a while before the farm exists

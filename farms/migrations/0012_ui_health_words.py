@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('farms', '0009_merge_drift_and_kernel_limits'),
+        ('farms', '0011_merge_0010_maglev_scheduler_0010_ops_config_versions'),
     ]
 
     operations = [

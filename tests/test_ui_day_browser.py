@@ -90,10 +90,28 @@ def healthd_impaired(redis_server, settings):
     client.delete(heartbeat.KEY)
 
 
+@pytest.fixture
+def certificate(tmp_path, monkeypatch):
+    """The TLS page shows the web server's certificate: one made by the set-up's command, in a state dir of its own."""
+    from django.core.management import call_command
+
+    monkeypatch.setenv("LBWEB_VAR_DIR", str(tmp_path / "var"))
+    call_command("ensure_tls")
+
+
 def test_forms_health_and_bulk_states_in_a_browser(
-    live_server, admin_user, role_users, kernel_without_flowtables, healthd_impaired, browser_page, csp_violations
+    live_server,
+    admin_user,
+    role_users,
+    kernel_without_flowtables,
+    healthd_impaired,
+    certificate,
+    browser_page,
+    csp_violations,
 ):
     page, base = browser_page, live_server.url
+    page.goto(f"{base}/accounts/login/")
+    no_axe_violations(page)
     log_in(page, base, "admin", "admin-password")
     assert page.get_attribute("nav[aria-label=Main] a[aria-current=page]", "href") == "/"
     no_axe_violations(page)
@@ -187,6 +205,11 @@ def test_forms_health_and_bulk_states_in_a_browser(
     )
     shot(page, "4-farm-health")
     no_axe_violations(page)
+    b2 = Backend.objects.get(address="198.18.1.12")
+    for path in (f"/farms/{farm.pk}/edit/", f"/backends/{b2.id}/edit/", f"/backends/{b2.id}/delete/",
+                 f"/farms/{farm.pk}/delete/", "/policies/add/", "/accounts/password/", "/system/tls/"):  # fmt: skip
+        page.goto(base + path)
+        no_axe_violations(page)
 
     page.goto(f"{base}/")
     assert OWN_ERROR in page.text_content("#healthd-status")
@@ -231,7 +254,9 @@ def test_forms_health_and_bulk_states_in_a_browser(
     assert "viewer-user" in page.text_content("header.site")
     shot(page, "7-api-docs")
     no_axe_violations(page, "header.site")  # Swagger UI's own markup is not lbweb's
-    for path in ("/policies/", "/apply-runs/", "/config/", "/monitoring/", f"/monitoring/farms/{farm.pk}/"):
+    pages = ("/policies/", "/apply-runs/", "/config/", "/config/versions/", "/system/tls/", "/monitoring/",
+             f"/monitoring/farms/{farm.pk}/")  # fmt: skip
+    for path in pages:
         page.goto(base + path)
         assert page.locator("nav[aria-label=Main] a[aria-current=page]").count() == 1, path
         no_axe_violations(page)

@@ -9,4 +9,5 @@ LBWEB_EXTRA_APT="${LBWEB_EXTRA_APT:-} openssl chromium systemd prometheus" LBWEB
 .venv/bin/python bench/dataplane.py --install-only   # wrk, nginx, HAProxy, matplotlib for the bench's smoke test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/lint-imports --no-cache   # import contracts (pyproject.toml): the compiler is pure, the web imports no kernel I/O
 exec .venv/bin/pytest "$@"

@@ -37,6 +37,7 @@ from .choices import (
     PolicyTypeChoices,
 )
 from .fields import AddressField
+from .nft import maglev
 from .nft.limits import KERNEL_INT_MAX
 from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
 from .validation import (
@@ -202,7 +203,7 @@ class Farm(models.Model):
     @property
     def traffic(self) -> str:
         """Where new connections go now (FarmTrafficChoices), decided exactly as the compiler decides it."""
-        from .dataplane import farm_spec  # dataplane imports these models
+        from .translate import farm_spec  # translate imports these models
 
         return farm_spec(self).traffic
 
@@ -221,6 +222,8 @@ class Farm(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, str] = farm_option_errors(self)
+        if self.scheduler == FarmSchedulerChoices.MAGLEV and self.pk and self.backends.count() > maglev.MAX_BACKENDS:
+            errors["scheduler"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if self.protocol == FarmProtocolChoices.ALL:
             if self.ports:
                 errors["ports"] = "A farm for all protocols takes every port; leave the ports empty."
@@ -389,6 +392,9 @@ class Backend(models.Model):
             errors["address"] = f"{self} is the VIP and port of farm '{farm.name}' itself: connections would loop."
         if farm and self.port is not None and farm.protocol == FarmProtocolChoices.ALL:
             errors["port"] = "A farm for all protocols forwards every port unchanged; leave the port empty."
+        maglev_farm = farm and self._state.adding and farm.scheduler == FarmSchedulerChoices.MAGLEV
+        if maglev_farm and farm.backends.count() >= maglev.MAX_BACKENDS:
+            errors["farm"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.DSR:
             errors["port"] = "DSR forwards frames unchanged: the backend must listen on the virtual port."
         if farm and self.port is not None and farm.mode == FarmModeChoices.STATELESS_DNAT:
@@ -625,7 +631,7 @@ class KernelUnit(models.Model):
 
 class KernelFingerprint(models.Model):
     """What the kernel held of one unit (a farm, a policy, or "skeleton") right after lbweb wrote it, as
-    normalised hashes of its objects (``farms/nft/drift.py``): the reference a reconcile compares with."""
+    normalised hashes of its objects (``farms/kernel/drift.py``): the reference a reconcile compares with."""
 
     key = models.CharField(max_length=40, primary_key=True)
     record = models.JSONField(default=dict)

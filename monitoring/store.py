@@ -27,12 +27,13 @@ import functools
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from django.conf import settings
 
-from .sampler import Sample
+if TYPE_CHECKING:  # the sampler reads the kernel: the web process, which reads the store, never imports it
+    from .sampler import Sample
 
 log = logging.getLogger("lbweb.monitoring")
 

@@ -65,10 +65,10 @@ def _apply_after_commit() -> int:
     generation = NetworkSettings.bump()
 
     def send() -> None:
-        from . import tasks
+        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
 
         try:
-            tasks.apply_network.apply_async(kwargs={"generation": generation}, retry=False)
+            app.send_task("network.tasks.apply_network", kwargs={"generation": generation}, retry=False)
         except Exception as exc:  # broker down: applied when the worker starts (it checks the generations)
             log.warning("network apply of generation %d not enqueued (%s); it stays pending", generation, exc)
 

@@ -19,6 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from .choices import (
+    L7_MODES,
     ApplyKindChoices,
     ApplyStatusChoices,
     BackendHealthChoices,
@@ -391,6 +392,8 @@ class Backend(models.Model):
             errors["port"] = "A farm for all protocols forwards every port unchanged; leave the port empty."
         if farm and self.port is not None and farm.mode == FarmModeChoices.DSR:
             errors["port"] = "DSR forwards frames unchanged: the backend must listen on the virtual port."
+        if farm and self.port is None and farm.mode in L7_MODES:
+            errors["port"] = "A backend of an HTTP farm needs its port (HAProxy connects to it)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.STATELESS_DNAT:
             ranges = parse_ports(farm.ports)
             if len(ranges) != 1 or ranges[0][0] != ranges[0][1]:

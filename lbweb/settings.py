@@ -13,6 +13,7 @@ LBWEB_PROXY_SSL_HEADER: API tokens, login lockout and HTTPS, below.
 import os
 import secrets
 from datetime import timedelta
+from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF
@@ -59,6 +60,7 @@ INSTALLED_APPS = [
     "farms",
     "monitoring",
     "system",
+    "l7",
 ]
 
 MIDDLEWARE = [
@@ -204,6 +206,13 @@ if CHARTJS_DIST.is_dir():
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "farms:farm_list"
 LOGOUT_REDIRECT_URL = "login"
+
+# HTTP farms (l7/): HAProxy reads conf/ (written by the worker) and listens for its master CLI in sock/;
+# see deploy/PROCESSES.md for the owners and modes.
+LBWEB_HAPROXY_DIR = Path(os.environ.get("LBWEB_HAPROXY_DIR", "/run/lbweb-haproxy"))
+LBWEB_HAPROXY_CONF_DIR = LBWEB_HAPROXY_DIR / "conf"
+LBWEB_HAPROXY_SOCKET = os.environ.get("LBWEB_HAPROXY_SOCKET", str(LBWEB_HAPROXY_DIR / "sock" / "master.sock"))
+LBWEB_CERT_WARN_DAYS = int(os.environ.get("LBWEB_CERT_WARN_DAYS", "21"))
 
 REDIS_SOCKET = VAR_DIR / "redis.sock"
 REDIS_URL = os.environ.get("REDIS_URL") or f"unix://{REDIS_SOCKET}"

@@ -234,9 +234,9 @@ def server_line(server: ServerSpec, service: ServiceSpec) -> str:
     if server_state(server) == "maint":
         parts.append("disabled")
     if server.capacity is not None:
-        # The declared capacity: at most this many requests at once; the rest wait in the backend's queue.
-        # Up to as many idle connections are kept open for reuse.
-        parts.append(f"maxconn {server.capacity} pool-max-conn {server.capacity}")
+        # The declared capacity: at most this many connections (so requests) at once; the rest wait in the
+        # backend's queue. Idle connections kept for reuse are among these, so the pool is sized by it too.
+        parts.append(f"maxconn {server.capacity}")
     if service.persistence == "cookie":
         parts.append(f"cookie {server.name}")
     if server.tls:

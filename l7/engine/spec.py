@@ -71,7 +71,9 @@ class ServiceSpec:
 
     @property
     def backend_name(self) -> str:
-        return f"s{self.id}"
+        """``s<id>``; a farm's implicit default service (backends in no service) has id -farm and is
+        ``f<farm>-default``."""
+        return f"s{self.id}" if self.id > 0 else f"f{-self.id}-default"
 
 
 @dataclass(frozen=True)

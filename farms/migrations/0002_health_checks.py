@@ -7,248 +7,79 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("farms", "0001_initial"),
+        ('farms', '0001_initial'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="backend",
-            name="health",
-            field=models.CharField(
-                choices=[
-                    ("unknown", "Unknown (not checked yet, or no check): takes traffic"),
-                    ("up", "Up"),
-                    ("down", "Down: takes no new connection"),
-                ],
-                default="unknown",
-                editable=False,
-                max_length=8,
-            ),
+            model_name='backend',
+            name='health',
+            field=models.CharField(choices=[('unknown', 'Unknown (not checked yet, or no check): takes traffic'), ('up', 'Up'), ('down', 'Down: takes no new connection')], default='unknown', editable=False, max_length=8),
         ),
         migrations.AddField(
-            model_name="backend",
-            name="health_changed",
+            model_name='backend',
+            name='health_changed',
             field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
-            model_name="backend",
-            name="health_reason",
+            model_name='backend',
+            name='health_reason',
             field=models.CharField(blank=True, editable=False, max_length=200),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="fallback_address",
-            field=models.GenericIPAddressField(
-                blank=True, help_text="With 'fallback': where new connections go when no backend is active.", null=True
-            ),
+            model_name='farm',
+            name='fallback_address',
+            field=models.GenericIPAddressField(blank=True, help_text="With 'fallback': where new connections go when no backend is active.", null=True),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="fallback_port",
-            field=models.PositiveIntegerField(
-                blank=True,
-                help_text="Port of the fallback address; empty: the port the client connected to.",
-                null=True,
-                validators=[
-                    django.core.validators.MinValueValidator(1),
-                    django.core.validators.MaxValueValidator(65535),
-                ],
-            ),
+            model_name='farm',
+            name='fallback_port',
+            field=models.PositiveIntegerField(blank=True, help_text='Port of the fallback address; empty: the port the client connected to.', null=True, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(65535)]),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="when_all_down",
-            field=models.CharField(
-                choices=[
-                    ("reject", "Reject new connections (TCP reset, ICMP port unreachable)"),
-                    ("fallback", "Send new connections to the fallback address"),
-                ],
-                default="reject",
-                help_text="What new connections get when no backend is active (all disabled or down).",
-                max_length=8,
-            ),
+            model_name='farm',
+            name='when_all_down',
+            field=models.CharField(choices=[('reject', 'Reject new connections (TCP reset, ICMP port unreachable)'), ('fallback', 'Send new connections to the fallback address')], default='reject', help_text='What new connections get when no backend is active (all disabled or down).', max_length=8),
         ),
         migrations.CreateModel(
-            name="HealthCheck",
+            name='HealthCheck',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "type",
-                    models.CharField(
-                        choices=[
-                            ("none", "No check (backends always taken as healthy)"),
-                            ("tcp", "TCP connect"),
-                            ("http", "HTTP request"),
-                            ("https", "HTTPS request"),
-                            ("udp", "UDP request and reply"),
-                            ("icmp", "ICMP echo (ping)"),
-                            ("command", "Custom command"),
-                        ],
-                        default="tcp",
-                        max_length=8,
-                    ),
-                ),
-                (
-                    "port",
-                    models.PositiveIntegerField(
-                        blank=True,
-                        help_text="Port probed; empty: the backend's port, else the farm's first port.",
-                        null=True,
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(65535),
-                        ],
-                    ),
-                ),
-                (
-                    "interval",
-                    models.FloatField(
-                        default=2.0,
-                        help_text="Seconds between two probes of one backend.",
-                        validators=[
-                            django.core.validators.MinValueValidator(0.1),
-                            django.core.validators.MaxValueValidator(3600),
-                        ],
-                    ),
-                ),
-                (
-                    "timeout",
-                    models.FloatField(
-                        default=1.0,
-                        help_text="Seconds a probe may take (a command gets this long too).",
-                        validators=[
-                            django.core.validators.MinValueValidator(0.05),
-                            django.core.validators.MaxValueValidator(600),
-                        ],
-                    ),
-                ),
-                (
-                    "rise",
-                    models.PositiveSmallIntegerField(
-                        default=2,
-                        help_text="Consecutive successes that bring a down backend back.",
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(100),
-                        ],
-                    ),
-                ),
-                (
-                    "fall",
-                    models.PositiveSmallIntegerField(
-                        default=3,
-                        help_text="Consecutive failures that take an up backend down; after a first failure the probe is repeated at once, so one lost probe never takes a backend down.",
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(100),
-                        ],
-                    ),
-                ),
-                (
-                    "http_method",
-                    models.CharField(
-                        choices=[("GET", "GET"), ("HEAD", "HEAD"), ("OPTIONS", "OPTIONS"), ("POST", "POST")],
-                        default="GET",
-                        max_length=8,
-                    ),
-                ),
-                ("http_path", models.CharField(default="/", max_length=500)),
-                (
-                    "http_statuses",
-                    models.CharField(
-                        default="200-399",
-                        help_text="Healthy status codes: a list and ranges, e.g. 200,204,300-399.",
-                        max_length=100,
-                    ),
-                ),
-                (
-                    "http_body",
-                    models.CharField(
-                        blank=True, help_text="Text the response body must contain (first 64 KiB).", max_length=200
-                    ),
-                ),
-                (
-                    "http_host",
-                    models.CharField(
-                        blank=True,
-                        help_text="Host header (and TLS server name); empty: the backend address.",
-                        max_length=255,
-                    ),
-                ),
-                (
-                    "tls_verify",
-                    models.BooleanField(default=False, help_text="HTTPS: verify the certificate and its name."),
-                ),
-                ("udp_send", models.CharField(blank=True, help_text="UDP: the payload sent (text).", max_length=500)),
-                (
-                    "udp_expect",
-                    models.CharField(
-                        blank=True, help_text="UDP: text the reply must contain; empty: any reply.", max_length=500
-                    ),
-                ),
-                (
-                    "command",
-                    models.CharField(
-                        blank=True,
-                        help_text="Command line (no shell); {address} and {port} are replaced. Exit status 0 means healthy.",
-                        max_length=1000,
-                    ),
-                ),
-                (
-                    "cut_connections",
-                    models.BooleanField(
-                        default=False,
-                        help_text="When a backend goes down, delete its connections from conntrack so clients reconnect elsewhere.",
-                    ),
-                ),
-                ("created", models.DateTimeField(auto_now_add=True)),
-                ("updated", models.DateTimeField(auto_now=True)),
-                (
-                    "farm",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="health_check", to="farms.farm"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('type', models.CharField(choices=[('none', 'No check (backends always taken as healthy)'), ('tcp', 'TCP connect'), ('http', 'HTTP request'), ('https', 'HTTPS request'), ('udp', 'UDP request and reply'), ('icmp', 'ICMP echo (ping)'), ('command', 'Custom command')], default='tcp', max_length=8)),
+                ('port', models.PositiveIntegerField(blank=True, help_text="Port probed; empty: the backend's port, else the farm's first port.", null=True, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(65535)])),
+                ('interval', models.FloatField(default=2.0, help_text='Seconds between two probes of one backend.', validators=[django.core.validators.MinValueValidator(0.1), django.core.validators.MaxValueValidator(3600)])),
+                ('timeout', models.FloatField(default=1.0, help_text='Seconds a probe may take (a command gets this long too).', validators=[django.core.validators.MinValueValidator(0.05), django.core.validators.MaxValueValidator(600)])),
+                ('rise', models.PositiveSmallIntegerField(default=2, help_text='Consecutive successes that bring a down backend back.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100)])),
+                ('fall', models.PositiveSmallIntegerField(default=3, help_text='Consecutive failures that take an up backend down; after a first failure the probe is repeated at once, so one lost probe never takes a backend down.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100)])),
+                ('http_method', models.CharField(choices=[('GET', 'GET'), ('HEAD', 'HEAD'), ('OPTIONS', 'OPTIONS'), ('POST', 'POST')], default='GET', max_length=8)),
+                ('http_path', models.CharField(default='/', max_length=500)),
+                ('http_statuses', models.CharField(default='200-399', help_text='Healthy status codes: a list and ranges, e.g. 200,204,300-399.', max_length=100)),
+                ('http_body', models.CharField(blank=True, help_text='Text the response body must contain (first 64 KiB).', max_length=200)),
+                ('http_host', models.CharField(blank=True, help_text='Host header (and TLS server name); empty: the backend address.', max_length=255)),
+                ('tls_verify', models.BooleanField(default=False, help_text='HTTPS: verify the certificate and its name.')),
+                ('udp_send', models.CharField(blank=True, help_text='UDP: the payload sent (text).', max_length=500)),
+                ('udp_expect', models.CharField(blank=True, help_text='UDP: text the reply must contain; empty: any reply.', max_length=500)),
+                ('command', models.CharField(blank=True, help_text='Command line (no shell); {address} and {port} are replaced. Exit status 0 means healthy.', max_length=1000)),
+                ('cut_connections', models.BooleanField(default=False, help_text='When a backend goes down, delete its connections from conntrack so clients reconnect elsewhere.')),
+                ('created', models.DateTimeField(auto_now_add=True)),
+                ('updated', models.DateTimeField(auto_now=True)),
+                ('farm', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='health_check', to='farms.farm')),
             ],
         ),
         migrations.CreateModel(
-            name="HealthEvent",
+            name='HealthEvent',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("time", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                (
-                    "previous",
-                    models.CharField(
-                        choices=[
-                            ("unknown", "Unknown (not checked yet, or no check): takes traffic"),
-                            ("up", "Up"),
-                            ("down", "Down: takes no new connection"),
-                        ],
-                        max_length=8,
-                    ),
-                ),
-                (
-                    "current",
-                    models.CharField(
-                        choices=[
-                            ("unknown", "Unknown (not checked yet, or no check): takes traffic"),
-                            ("up", "Up"),
-                            ("down", "Down: takes no new connection"),
-                        ],
-                        max_length=8,
-                    ),
-                ),
-                ("reason", models.CharField(blank=True, max_length=200)),
-                (
-                    "backend",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="health_events", to="farms.backend"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('time', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ('previous', models.CharField(choices=[('unknown', 'Unknown (not checked yet, or no check): takes traffic'), ('up', 'Up'), ('down', 'Down: takes no new connection')], max_length=8)),
+                ('current', models.CharField(choices=[('unknown', 'Unknown (not checked yet, or no check): takes traffic'), ('up', 'Up'), ('down', 'Down: takes no new connection')], max_length=8)),
+                ('reason', models.CharField(blank=True, max_length=200)),
+                ('backend', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='health_events', to='farms.backend')),
             ],
             options={
-                "ordering": ("-time", "-id"),
+                'ordering': ('-time', '-id'),
             },
         ),
     ]

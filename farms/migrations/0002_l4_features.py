@@ -6,292 +6,201 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("farms", "0001_initial"),
+        ('farms', '0001_initial'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="BackendLoad",
+            name='BackendLoad',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("connections", models.PositiveIntegerField(default=0)),
-                ("weight", models.PositiveIntegerField(default=1)),
-                ("updated", models.DateTimeField(auto_now=True)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('connections', models.PositiveIntegerField(default=0)),
+                ('weight', models.PositiveIntegerField(default=1)),
+                ('updated', models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.CreateModel(
-            name="KernelUnit",
+            name='KernelUnit',
             fields=[
-                ("key", models.CharField(max_length=40, primary_key=True, serialize=False)),
-                ("name", models.CharField(max_length=48)),
-                ("digest", models.CharField(max_length=32)),
-                ("objects_json", models.JSONField(default=dict)),
-                ("applied_at", models.DateTimeField(auto_now=True)),
+                ('key', models.CharField(max_length=40, primary_key=True, serialize=False)),
+                ('name', models.CharField(max_length=48)),
+                ('digest', models.CharField(max_length=32)),
+                ('objects_json', models.JSONField(default=dict)),
+                ('applied_at', models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.CreateModel(
-            name="Policy",
+            name='Policy',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("name", models.SlugField(max_length=40, unique=True)),
-                (
-                    "type",
-                    models.CharField(
-                        choices=[("deny", "Deny list"), ("allow", "Allow list")], default="deny", max_length=5
-                    ),
-                ),
-                ("description", models.CharField(blank=True, max_length=200)),
-                (
-                    "elements",
-                    models.TextField(
-                        blank=True, help_text="Addresses and CIDRs, separated by commas, spaces or lines."
-                    ),
-                ),
-                ("config_generation", models.BigIntegerField(default=0, editable=False)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('name', models.SlugField(max_length=40, unique=True)),
+                ('type', models.CharField(choices=[('deny', 'Deny list'), ('allow', 'Allow list')], default='deny', max_length=5)),
+                ('description', models.CharField(blank=True, max_length=200)),
+                ('elements', models.TextField(blank=True, help_text='Addresses and CIDRs, separated by commas, spaces or lines.')),
+                ('config_generation', models.BigIntegerField(default=0, editable=False)),
             ],
             options={
-                "verbose_name_plural": "policies",
-                "ordering": ("name",),
+                'verbose_name_plural': 'policies',
+                'ordering': ('name',),
             },
         ),
         migrations.CreateModel(
-            name="StaticSession",
+            name='StaticSession',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "client",
-                    models.CharField(
-                        help_text="Address, address:port or MAC, as the farm's persistence.", max_length=60
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('client', models.CharField(help_text="Address, address:port or MAC, as the farm's persistence.", max_length=60)),
             ],
             options={
-                "ordering": ("farm", "client"),
+                'ordering': ('farm', 'client'),
             },
         ),
         migrations.DeleteModel(
-            name="KernelFarm",
+            name='KernelFarm',
         ),
         migrations.AddField(
-            model_name="backend",
-            name="est_connlimit",
-            field=models.PositiveIntegerField(default=0, help_text="Established connections allowed (0: off)."),
+            model_name='backend',
+            name='est_connlimit',
+            field=models.PositiveIntegerField(default=0, help_text='Established connections allowed (0: off).'),
         ),
         migrations.AddField(
-            model_name="backend",
-            name="mac",
-            field=models.CharField(
-                blank=True, help_text="DSR: the backend's MAC (empty: resolved by ARP/ND).", max_length=17
-            ),
+            model_name='backend',
+            name='mac',
+            field=models.CharField(blank=True, help_text="DSR: the backend's MAC (empty: resolved by ARP/ND).", max_length=17),
         ),
         migrations.AddField(
-            model_name="backend",
-            name="priority",
-            field=models.PositiveIntegerField(
-                default=1,
-                help_text="Backends of priority 2 take traffic only when every backend of priority 1 is unavailable.",
-                validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100)],
-            ),
+            model_name='backend',
+            name='priority',
+            field=models.PositiveIntegerField(default=1, help_text='Backends of priority 2 take traffic only when every backend of priority 1 is unavailable.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100)]),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="est_connlimit",
-            field=models.PositiveIntegerField(default=0, help_text="Established connections of the farm (0: off)."),
+            model_name='farm',
+            name='est_connlimit',
+            field=models.PositiveIntegerField(default=0, help_text='Established connections of the farm (0: off).'),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="flow_offload",
-            field=models.BooleanField(default=False, help_text="Flowtable fast path for established flows."),
+            model_name='farm',
+            name='flow_offload',
+            field=models.BooleanField(default=False, help_text='Flowtable fast path for established flows.'),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="helper",
-            field=models.CharField(
-                blank=True,
-                choices=[
-                    ("", "None"),
-                    ("ftp", "FTP"),
-                    ("tftp", "TFTP"),
-                    ("sip", "SIP"),
-                    ("pptp", "PPTP"),
-                    ("snmp", "SNMP"),
-                    ("irc", "IRC"),
-                    ("amanda", "Amanda"),
-                    ("h323", "H.323"),
-                ],
-                default="",
-                max_length=6,
-            ),
+            model_name='farm',
+            name='helper',
+            field=models.CharField(blank=True, choices=[('', 'None'), ('ftp', 'FTP'), ('tftp', 'TFTP'), ('sip', 'SIP'), ('pptp', 'PPTP'), ('snmp', 'SNMP'), ('irc', 'IRC'), ('amanda', 'Amanda'), ('h323', 'H.323')], default='', max_length=6),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="interface",
-            field=models.CharField(blank=True, help_text="DSR: the interface facing the backends.", max_length=15),
+            model_name='farm',
+            name='interface',
+            field=models.CharField(blank=True, help_text='DSR: the interface facing the backends.', max_length=15),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="intra_connect",
-            field=models.BooleanField(default=False, help_text="Balance connections from the appliance itself."),
+            model_name='farm',
+            name='intra_connect',
+            field=models.BooleanField(default=False, help_text='Balance connections from the appliance itself.'),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="limit_verdict",
-            field=models.CharField(choices=[("drop", "Drop"), ("reject", "Reject")], default="drop", max_length=6),
+            model_name='farm',
+            name='limit_verdict',
+            field=models.CharField(choices=[('drop', 'Drop'), ('reject', 'Reject')], default='drop', max_length=6),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="log",
-            field=models.BooleanField(default=False, help_text="Log new connections (rate limited)."),
+            model_name='farm',
+            name='log',
+            field=models.BooleanField(default=False, help_text='Log new connections (rate limited).'),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="log_prefix",
+            model_name='farm',
+            name='log_prefix',
             field=models.CharField(blank=True, max_length=60),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="log_rtlimit",
+            model_name='farm',
+            name='log_rtlimit',
             field=models.PositiveIntegerField(default=10, validators=[django.core.validators.MinValueValidator(1)]),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="new_rtlimit",
-            field=models.PositiveIntegerField(default=0, help_text="New connections per second per client (0: off)."),
+            model_name='farm',
+            name='new_rtlimit',
+            field=models.PositiveIntegerField(default=0, help_text='New connections per second per client (0: off).'),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="new_rtlimit_burst",
+            model_name='farm',
+            name='new_rtlimit_burst',
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="persist_ttl",
-            field=models.PositiveIntegerField(
-                default=60,
-                help_text="Seconds.",
-                validators=[
-                    django.core.validators.MinValueValidator(1),
-                    django.core.validators.MaxValueValidator(604800),
-                ],
-            ),
+            model_name='farm',
+            name='persist_ttl',
+            field=models.PositiveIntegerField(default=60, help_text='Seconds.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(604800)]),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="persistence",
-            field=models.CharField(
-                blank=True,
-                choices=[
-                    ("", "None"),
-                    ("srcip", "Source address"),
-                    ("srcip srcport", "Source address and port"),
-                    ("srcmac", "Source MAC"),
-                ],
-                default="",
-                max_length=16,
-            ),
+            model_name='farm',
+            name='persistence',
+            field=models.CharField(blank=True, choices=[('', 'None'), ('srcip', 'Source address'), ('srcip srcport', 'Source address and port'), ('srcmac', 'Source MAC')], default='', max_length=16),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="rst_rtlimit",
-            field=models.PositiveIntegerField(default=0, help_text="TCP resets per second (0: off)."),
+            model_name='farm',
+            name='rst_rtlimit',
+            field=models.PositiveIntegerField(default=0, help_text='TCP resets per second (0: off).'),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="sched_param",
-            field=models.CharField(
-                blank=True,
-                help_text="Hash scheduler: fields to hash, space separated (srcip, dstip, srcport, dstport, srcmac, dstmac). nftlb: sched-param.",
-                max_length=60,
-            ),
+            model_name='farm',
+            name='sched_param',
+            field=models.CharField(blank=True, help_text='Hash scheduler: fields to hash, space separated (srcip, dstip, srcport, dstport, srcmac, dstmac). nftlb: sched-param.', max_length=60),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="source_addr",
-            field=models.CharField(
-                blank=True, help_text="SNAT source: an address or a range a-b (empty: masquerade).", max_length=100
-            ),
+            model_name='farm',
+            name='source_addr',
+            field=models.CharField(blank=True, help_text='SNAT source: an address or a range a-b (empty: masquerade).', max_length=100),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="source_ports",
-            field=models.CharField(blank=True, help_text="SNAT source ports, e.g. 1024-65535.", max_length=11),
+            model_name='farm',
+            name='source_ports',
+            field=models.CharField(blank=True, help_text='SNAT source ports, e.g. 1024-65535.', max_length=11),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="tcp_strict",
-            field=models.BooleanField(default=False, help_text="Drop packets conntrack finds invalid."),
+            model_name='farm',
+            name='tcp_strict',
+            field=models.BooleanField(default=False, help_text='Drop packets conntrack finds invalid.'),
         ),
         migrations.AlterField(
-            model_name="backend",
-            name="state",
-            field=models.CharField(
-                choices=[
-                    ("enabled", "Enabled"),
-                    ("drain", "Drain (only clients bound by persistence)"),
-                    ("disabled", "Disabled"),
-                ],
-                default="enabled",
-                max_length=8,
-            ),
+            model_name='backend',
+            name='state',
+            field=models.CharField(choices=[('enabled', 'Enabled'), ('drain', 'Drain (only clients bound by persistence)'), ('disabled', 'Disabled')], default='enabled', max_length=8),
         ),
         migrations.AlterField(
-            model_name="farm",
-            name="mode",
-            field=models.CharField(
-                choices=[
-                    ("snat", "SNAT (backends see the load balancer)"),
-                    ("dnat", "DNAT (backends see the client)"),
-                    ("dsr", "DSR (layer 2, backends answer the client directly)"),
-                    ("stlsdnat", "Stateless DNAT (UDP, no conntrack)"),
-                ],
-                default="snat",
-                max_length=8,
-            ),
+            model_name='farm',
+            name='mode',
+            field=models.CharField(choices=[('snat', 'SNAT (backends see the load balancer)'), ('dnat', 'DNAT (backends see the client)'), ('dsr', 'DSR (layer 2, backends answer the client directly)'), ('stlsdnat', 'Stateless DNAT (UDP, no conntrack)')], default='snat', max_length=8),
         ),
         migrations.AlterField(
-            model_name="farm",
-            name="scheduler",
-            field=models.CharField(
-                choices=[
-                    ("rr", "Round robin"),
-                    ("weight", "Weighted"),
-                    ("hash", "Hash of chosen fields"),
-                    ("symhash", "Symmetric hash"),
-                    ("leastconn", "Least connections"),
-                ],
-                default="rr",
-                max_length=10,
-            ),
+            model_name='farm',
+            name='scheduler',
+            field=models.CharField(choices=[('rr', 'Round robin'), ('weight', 'Weighted'), ('hash', 'Hash of chosen fields'), ('symhash', 'Symmetric hash'), ('leastconn', 'Least connections')], default='rr', max_length=10),
         ),
         migrations.AddField(
-            model_name="backendload",
-            name="backend",
-            field=models.OneToOneField(
-                on_delete=django.db.models.deletion.CASCADE, related_name="load", to="farms.backend"
-            ),
+            model_name='backendload',
+            name='backend',
+            field=models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='load', to='farms.backend'),
         ),
         migrations.AddField(
-            model_name="farm",
-            name="policies",
-            field=models.ManyToManyField(blank=True, related_name="farms", to="farms.policy"),
+            model_name='farm',
+            name='policies',
+            field=models.ManyToManyField(blank=True, related_name='farms', to='farms.policy'),
         ),
         migrations.AddField(
-            model_name="staticsession",
-            name="backend",
-            field=models.ForeignKey(
-                on_delete=django.db.models.deletion.CASCADE, related_name="static_sessions", to="farms.backend"
-            ),
+            model_name='staticsession',
+            name='backend',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='static_sessions', to='farms.backend'),
         ),
         migrations.AddField(
-            model_name="staticsession",
-            name="farm",
-            field=models.ForeignKey(
-                on_delete=django.db.models.deletion.CASCADE, related_name="static_sessions", to="farms.farm"
-            ),
+            model_name='staticsession',
+            name='farm',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='static_sessions', to='farms.farm'),
         ),
         migrations.AddConstraint(
-            model_name="staticsession",
-            constraint=models.UniqueConstraint(fields=("farm", "client"), name="static_session_unique_client"),
+            model_name='staticsession',
+            constraint=models.UniqueConstraint(fields=('farm', 'client'), name='static_session_unique_client'),
         ),
     ]

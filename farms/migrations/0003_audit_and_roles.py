@@ -20,56 +20,31 @@ def delete_role_groups(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("farms", "0002_l4_features"),
+        ('farms', '0002_l4_features'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
-        ("auth", "0012_alter_user_first_name_max_length"),
+        ('auth', '0012_alter_user_first_name_max_length'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="AuditEvent",
+            name='AuditEvent',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("time", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                (
-                    "actor_name",
-                    models.CharField(help_text="The account's name then ('system' for none).", max_length=150),
-                ),
-                ("action", models.CharField(max_length=30)),
-                ("object_type", models.CharField(db_index=True, max_length=30)),
-                ("object_id", models.BigIntegerField(blank=True, null=True)),
-                ("object_name", models.CharField(blank=True, max_length=200)),
-                (
-                    "farm_ref",
-                    models.BigIntegerField(
-                        blank=True,
-                        db_index=True,
-                        help_text="The farm this concerns (kept after the farm is deleted).",
-                        null=True,
-                    ),
-                ),
-                (
-                    "before",
-                    models.JSONField(blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True),
-                ),
-                (
-                    "after",
-                    models.JSONField(blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True),
-                ),
-                (
-                    "actor",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('time', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ('actor_name', models.CharField(help_text="The account's name then ('system' for none).", max_length=150)),
+                ('action', models.CharField(max_length=30)),
+                ('object_type', models.CharField(db_index=True, max_length=30)),
+                ('object_id', models.BigIntegerField(blank=True, null=True)),
+                ('object_name', models.CharField(blank=True, max_length=200)),
+                ('farm_ref', models.BigIntegerField(blank=True, db_index=True, help_text='The farm this concerns (kept after the farm is deleted).', null=True)),
+                ('before', models.JSONField(blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True)),
+                ('after', models.JSONField(blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True)),
+                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "ordering": ("-time", "-id"),
+                'ordering': ('-time', '-id'),
             },
         ),
         migrations.RunPython(create_role_groups, delete_role_groups),

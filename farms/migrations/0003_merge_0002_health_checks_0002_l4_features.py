@@ -4,9 +4,11 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("farms", "0002_health_checks"),
-        ("farms", "0002_l4_features"),
+        ('farms', '0002_health_checks'),
+        ('farms', '0002_l4_features'),
     ]
 
-    operations = []
+    operations = [
+    ]

@@ -4,9 +4,11 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("farms", "0003_audit_and_roles"),
-        ("farms", "0003_merge_0002_health_checks_0002_l4_features"),
+        ('farms', '0003_audit_and_roles'),
+        ('farms', '0003_merge_0002_health_checks_0002_l4_features'),
     ]
 
-    operations = []
+    operations = [
+    ]

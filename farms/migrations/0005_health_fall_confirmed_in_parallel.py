@@ -5,18 +5,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("farms", "0004_merge_20261122_1955"),
+        ('farms', '0004_merge_20261122_1955'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name="healthcheck",
-            name="fall",
-            field=models.PositiveSmallIntegerField(
-                default=3,
-                help_text="Consecutive failures that take an up backend down; a probe that fails, or has no answer after half the timeout, is confirmed at once by fall - 1 parallel probes within the same timeout, so one lost probe never takes a backend down and a silent one is down one timeout after its first unanswered probe.",
-                validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100)],
-            ),
+            model_name='healthcheck',
+            name='fall',
+            field=models.PositiveSmallIntegerField(default=3, help_text='Consecutive failures that take an up backend down; a probe that fails, or has no answer after half the timeout, is confirmed at once by fall - 1 parallel probes within the same timeout, so one lost probe never takes a backend down and a silent one is down one timeout after its first unanswered probe.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100)]),
         ),
     ]

@@ -4,18 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("farms", "0006_backend_address_index"),
+        ('farms', '0006_backend_address_index'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="applyrun",
-            name="writer",
-            field=models.CharField(
-                blank=True,
-                help_text="Who wrote the transaction: 'netlink' (lbweb's own batch, the same cost whatever the number of farms), 'libnftables' (full applies, and changes lbweb cannot transcribe), or blank (nothing sent).",
-                max_length=12,
-            ),
+            model_name='applyrun',
+            name='writer',
+            field=models.CharField(blank=True, help_text="Who wrote the transaction: 'netlink' (lbweb's own batch, the same cost whatever the number of farms), 'libnftables' (full applies, and changes lbweb cannot transcribe), or blank (nothing sent).", max_length=12),
         ),
     ]

@@ -20,10 +20,10 @@ from typing import Any
 from django.db.models import Max
 
 from .choices import FarmModeChoices
-from .dataplane import farm_spec
 from .models import Backend, Farm, Policy
 from .nft import compiler
 from .nft.spec import FarmSpec
+from .translate import farm_spec
 
 Json = dict[str, Any]
 

@@ -63,10 +63,10 @@ def _enqueue(task_name: str, **kwargs) -> None:
     """Queue a worker task after commit; if the broker is down the change stays pending, never lost."""
 
     def send() -> None:
-        from . import tasks
+        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
 
         try:
-            getattr(tasks, task_name).apply_async(kwargs=kwargs, retry=False)
+            app.send_task(f"farms.tasks.{task_name}", kwargs=kwargs, retry=False)
         except Exception as exc:  # broker down: the worker reconciles at start and periodically
             log.warning("%s%s not enqueued (%s); the change stays pending", task_name, kwargs, exc)
 
@@ -77,10 +77,10 @@ def enqueue_on_commit(task_name: str, *args: int, what: str) -> None:
     """Queue a worker task once the transaction commits; if the broker is down the saved change stays."""
 
     def enqueue() -> None:
-        from . import tasks
+        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
 
         try:
-            getattr(tasks, task_name).apply_async(args=list(args), retry=False)
+            app.send_task(f"farms.tasks.{task_name}", args=list(args), retry=False)
         except Exception as exc:  # broker down: the worker's reconcile at start picks up what is pending
             log.warning("%s not enqueued (%s)", what, exc)
 

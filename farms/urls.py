@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import history_views, views
 
 app_name = "farms"
 
@@ -24,4 +24,11 @@ urlpatterns = [
     path("audit-events/", views.AuditEventListView.as_view(), name="auditevent_list"),
     path("config/", views.ConfigView.as_view(), name="config"),
     path("config/export/", views.ConfigExportView.as_view(), name="config_export"),
+    path("config/versions/", history_views.ConfigVersionListView.as_view(), name="configversion_list"),
+    path("config/versions/diff/", history_views.ConfigVersionDiffView.as_view(), name="configversion_diff"),
+    path(
+        "config/versions/<int:pk>/restore/",
+        history_views.ConfigVersionRestoreView.as_view(),
+        name="configversion_restore",
+    ),
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -22,8 +23,9 @@ from django.views.generic import DetailView, ListView
 
 from monitoring.health import heartbeat
 
-from . import config_io, health_services, preview, services
+from . import config_io, health_services, liveness, preview, services
 from .choices import BackendStateChoices
+from .filtersets import AuditEventFilterSet
 from .forms import BackendForm, ConfigImportForm, FarmForm, HealthCheckForm, PolicyForm
 from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
 from .roles import ADMIN, OPERATOR, RoleRequiredMixin
@@ -396,8 +398,27 @@ class PolicyDeleteView(ObjectDeleteView):
 # -- history ------------------------------------------------------------------------------------
 
 
+FARM_LINE = re.compile(r"^farm (\d+): (.*)$")
+
+
+def error_groups(error: str, names: dict[int, str]) -> list[dict]:
+    """A run's error as the page shows it: each distinct message once, with the farms it concerns
+    (by name; a farm deleted since keeps its id). The worker writes one ``farm <id>: <message>`` line
+    per refused farm, and a bisected batch repeats the kernel's words for every farm it refused."""
+    groups: dict[str, dict] = {}
+    for line in error.splitlines():
+        match = FARM_LINE.match(line)
+        farm = (int(match.group(1)), names.get(int(match.group(1)))) if match else None
+        message = match.group(2) if match else line
+        group = groups.setdefault(message, {"message": message, "farms": []})
+        if farm and farm not in group["farms"]:
+            group["farms"].append(farm)
+    return list(groups.values())
+
+
 class ApplyRunListView(RoleRequiredMixin, ListView):
-    """Every apply of the worker: generation, kind, duration, and the kernel's words when it failed."""
+    """Every apply of the worker: generation, kind, duration, and the kernel's words when it failed,
+    under the worker's liveness (a stopped worker shows here first: nothing reaches the kernel)."""
 
     template_name = "farms/applyrun_list.html"
     context_object_name = "runs"
@@ -409,28 +430,50 @@ class ApplyRunListView(RoleRequiredMixin, ListView):
             runs = runs.filter(ok=False)
         return runs
 
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        runs = list(context["runs"])
+        ids = {int(m.group(1)) for r in runs for line in r.error.splitlines() if (m := FARM_LINE.match(line))}
+        names = dict(Farm.objects.filter(id__in=ids).values_list("id", "name"))
+        for run in runs:
+            run.error_groups = error_groups(run.error, names)
+        context["runs"] = runs
+        state = liveness.status()
+        context["worker"] = state["processes"].get("worker", {})
+        context["pending"] = state["pending"]
+        return context
+
 
 class AuditEventListView(RoleRequiredMixin, ListView):
-    """Who changed what and when, with before and after."""
+    """Who changed what and when, with before and after; filtered by the API's own filterset."""
 
     template_name = "farms/auditevent_list.html"
     context_object_name = "events"
     paginate_by = PAGE_SIZE
-    filters = ("actor_name", "object_type", "action", "farm_ref")
 
     def get_queryset(self):
-        events = AuditEvent.objects.all()
-        for name in self.filters:
-            value = self.request.GET.get(name)
-            if value:
-                events = events.filter(**{name: value})
-        return events
+        self.filterset = AuditEventFilterSet(self.request.GET or None, queryset=AuditEvent.objects.all())
+        if not self.filterset.is_bound:
+            return AuditEvent.objects.all()
+        return self.filterset.qs if self.filterset.is_valid() else AuditEvent.objects.none()
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        context["active_filters"] = {n: self.request.GET[n] for n in self.filters if self.request.GET.get(n)}
-        context["object_types"] = AuditEvent.objects.order_by().values_list("object_type", flat=True).distinct()
-        context["actors"] = AuditEvent.objects.order_by().values_list("actor_name", flat=True).distinct()
+        events = AuditEvent.objects.order_by()
+        names = dict(Farm.objects.values_list("id", "name"))
+        refs = sorted(set(events.exclude(farm_ref=None).values_list("farm_ref", flat=True)) | set(names))
+        gone = dict(  # a deleted farm keeps its name in its own events
+            events.filter(object_type="farm", object_id__in=[r for r in refs if r not in names]).values_list(
+                "object_id", "object_name"
+            )
+        )
+        context["filter"] = self.filterset
+        context["farms"] = [(r, names.get(r) or f"{gone.get(r, f'#{r}')} (deleted)") for r in refs]
+        context["actions"] = sorted(set(events.values_list("action", flat=True)))
+        context["actors"] = sorted(set(events.values_list("actor_name", flat=True)))
+        context["object_types"] = sorted(set(events.values_list("object_type", flat=True)))
+        context["active_filters"] = {k: v for k, v in self.request.GET.items() if v and k != "page"}
+        context["filter_errors"] = self.filterset.errors if self.filterset.is_bound else {}
         return context
 
 
@@ -490,8 +533,8 @@ class HealthCheckEditView(ObjectEditView):
 
     def save(self, obj, form):
         if obj is None:
-            return health_services.health_check_create(farm=self.farm(), **form.values())
-        return health_services.health_check_update(health_check=obj, **form.values())
+            return health_services.health_check_create(farm=self.farm(), actor=self.request.user, **form.values())
+        return health_services.health_check_update(health_check=obj, actor=self.request.user, **form.values())
 
     def cancel_url(self, obj):
         return reverse("farms:farm_detail", args=[self.kwargs["farm_pk"]])

@@ -291,3 +291,5 @@ LBWEB_HEALTHD_STALE_SECONDS = float(os.environ.get("LBWEB_HEALTHD_STALE_SECONDS"
 LBWEB_PROCESS_STALE_SECONDS = float(os.environ.get("LBWEB_PROCESS_STALE_SECONDS", "5"))
 # Changes waiting longer than this for the worker show as "N changes waiting for X s" on every page.
 LBWEB_APPLY_STALL_SECONDS = float(os.environ.get("LBWEB_APPLY_STALL_SECONDS", "10"))
+# Configuration versions kept (each holds the whole export document): farms/versions.py.
+LBWEB_CONFIG_VERSIONS_KEEP = int(os.environ.get("LBWEB_CONFIG_VERSIONS_KEEP", "200"))

@@ -12,6 +12,8 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+from monitoring import views as monitoring_views
+
 urlpatterns = [
     path("", include("farms.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
@@ -24,6 +26,7 @@ urlpatterns = [
     path("api/v1/", include("l7.urls")),
     path("api/v1/", include("farms.api.urls")),
     path("monitoring/", include("monitoring.urls")),
+    path("metrics", monitoring_views.prometheus_metrics, name="prometheus-metrics"),
     path("system/", include("system.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(

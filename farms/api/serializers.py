@@ -214,11 +214,11 @@ class HealthCheckSerializer(ModelCleanMixin, StrictModelSerializer):
         return farm
 
     def create(self, validated_data: dict) -> HealthCheck:
-        return health_services.health_check_create(**validated_data)
+        return health_services.health_check_create(actor=_actor(self), **validated_data)
 
     def update(self, instance: HealthCheck, validated_data: dict) -> HealthCheck:
         validated_data.pop("farm", None)
-        return health_services.health_check_update(health_check=instance, **validated_data)
+        return health_services.health_check_update(health_check=instance, actor=_actor(self), **validated_data)
 
 
 class HealthEventSerializer(StrictModelSerializer):
@@ -405,4 +405,9 @@ class ImportResultSerializer(serializers.Serializer):
     counts = serializers.DictField(
         child=serializers.DictField(child=serializers.IntegerField()),
         help_text="Per kind (farms, backends, policies): created, updated, deleted, unchanged.",
+    )
+    changes = serializers.DictField(
+        child=serializers.DictField(child=serializers.ListField(child=serializers.CharField())),
+        help_text="Per kind, the names created, updated and deleted (a backend as farm/address:port); "
+        "a dry run lists what the import would do.",
     )

@@ -227,7 +227,7 @@ class HealthCheckViewSet(viewsets.ModelViewSet):
         return None if request.method in ("GET", "HEAD", "OPTIONS") else ADMIN
 
     def perform_destroy(self, instance: HealthCheck) -> None:
-        health_services.health_check_delete(health_check=instance)
+        health_services.health_check_delete(health_check=instance, actor=self.request.user)
 
 
 class HealthEventViewSet(viewsets.ReadOnlyModelViewSet):

@@ -41,10 +41,11 @@ lbweb_create_users() {
       lbweb-haproxy
 }
 
-# lbweb_haproxy_dirs: HAProxy's directories (deploy/PROCESSES.md): conf/ the worker (lbweb) writes and HAProxy's
-# group reads, sock/ where HAProxy puts its master socket for lbweb's group. Setgid: files take the directory's group.
+# lbweb_haproxy_dirs DIR: HAProxy's directories (deploy/PROCESSES.md): conf/ the worker (lbweb) writes and
+# HAProxy's group reads, sock/ where HAProxy puts its master socket for lbweb's group. Setgid: files take the
+# directory's group.
 lbweb_haproxy_dirs() {
-  install -d -o root -g root -m 0755 /run/lbweb-haproxy
-  install -d -o lbweb -g lbweb-haproxy -m 2750 /run/lbweb-haproxy/conf
-  install -d -o lbweb-haproxy -g lbweb -m 2750 /run/lbweb-haproxy/sock
+  install -d -o root -g root -m 0755 "$1"
+  install -d -o lbweb -g lbweb-haproxy -m 2750 "$1/conf"
+  install -d -o lbweb-haproxy -g lbweb -m 2750 "$1/sock"
 }

@@ -19,7 +19,7 @@ from farms.api.permissions import RolePermission
 from farms.models import Backend, Farm
 from farms.roles import ADMIN, OPERATOR
 
-from . import services, specs
+from . import services, specs, validation
 from .models import CapacityToken, Certificate, HttpService, L7Backend, L7Farm
 
 
@@ -64,9 +64,7 @@ class CertificateSerializer(serializers.ModelSerializer):
 
     def update(self, instance, validated_data):
         try:
-            return services.certificate_update(
-                certificate=instance, actor=self.context["request"].user, **validated_data
-            )
+            return services.certificate_update(target=instance, actor=self.context["request"].user, **validated_data)
         except DjangoValidationError as exc:
             _raise_400(exc)
 
@@ -75,6 +73,11 @@ class SelfSignedSerializer(serializers.Serializer):
     name = serializers.SlugField(max_length=64)
     names = serializers.ListField(child=serializers.CharField(max_length=253), min_length=1, max_length=50)
     days = serializers.IntegerField(min_value=1, max_value=3650, default=365)
+
+
+class AcmeSerializer(serializers.Serializer):
+    name = serializers.SlugField(max_length=64)
+    domains = serializers.ListField(child=serializers.CharField(max_length=253), min_length=1, max_length=50)
 
 
 class CertificateViewSet(viewsets.ModelViewSet):
@@ -86,7 +89,7 @@ class CertificateViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance):
         try:
-            services.certificate_delete(certificate=instance, actor=self.request.user)
+            services.certificate_delete(target=instance, actor=self.request.user)
         except DjangoValidationError as exc:
             _raise_400(exc)
 
@@ -101,6 +104,26 @@ class CertificateViewSet(viewsets.ModelViewSet):
         except DjangoValidationError as exc:
             _raise_400(exc)
         return Response(CertificateSerializer(cert).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=AcmeSerializer, responses={202: AcmeSerializer})
+    @action(detail=False, methods=["post"], url_path="acme", url_name="acme")
+    def acme(self, request):
+        """Ask the ACME server (LBWEB_ACME_SERVER) for a certificate for these names; the worker runs certbot
+        (HTTP-01 through the HTTP farms) and stores it as ``name``. Renewed 30 days before its end."""
+        params = AcmeSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        if not settings.LBWEB_ACME_SERVER:
+            raise serializers.ValidationError({"name": "No ACME server is set (LBWEB_ACME_SERVER)."})
+        for domain in params.validated_data["domains"]:
+            if validation.hosts_errors(domain) or domain.startswith("*."):
+                raise serializers.ValidationError({"domains": f"'{domain}' is not a host name HTTP-01 can prove."})
+        from .tasks import acme_issue
+
+        try:
+            acme_issue.apply_async(args=[params.validated_data["name"], params.validated_data["domains"]], retry=False)
+        except Exception as exc:  # broker down
+            return Response({"detail": f"The worker cannot be reached: {exc}"}, status=503)
+        return Response(params.validated_data, status=status.HTTP_202_ACCEPTED)
 
 
 class HttpServiceSerializer(serializers.ModelSerializer):

@@ -203,8 +203,10 @@ def certificate_create(*, actor=None, source: str = CertificateSourceChoices.UPL
 
 
 @transaction.atomic
-def certificate_update(*, certificate: Certificate, actor=None, **values) -> Certificate:
-    """Replace a certificate (a renewal): the farms that offer it are applied again."""
+def certificate_update(*, target: Certificate, actor=None, **values) -> Certificate:
+    """Replace a certificate (a renewal): the farms that offer it are applied again. (``target``: the row;
+    ``certificate`` is one of its fields.)"""
+    certificate = target
     before = _cert_state(Certificate.objects.get(pk=certificate.pk))
     _save(certificate, CERTIFICATE_FIELDS, values)
     _certificate_changed(certificate)
@@ -226,7 +228,8 @@ def certificate_self_signed(*, name: str, names: list[str], days: int = 365, act
 
 
 @transaction.atomic
-def certificate_delete(*, certificate: Certificate, actor=None) -> None:
+def certificate_delete(*, target: Certificate, actor=None) -> None:
+    certificate = target
     if certificate.farms.exists():
         users = ", ".join(sorted(certificate.farms.values_list("farm__name", flat=True)))
         raise ValidationError({"certificate": f"Farms {users} offer this certificate; take it off them first."})

@@ -24,6 +24,7 @@ urlpatterns = [
     path("api/v1/metrics/", include("monitoring.api.urls")),
     path("api/v1/network/", include("network.api.urls")),
     path("api/v1/", include("system.api_urls")),
+    path("api/v1/", include("l7.urls")),
     path("api/v1/", include("farms.api.urls")),
     path("monitoring/", include("monitoring.urls")),
     path("metrics", monitoring_views.prometheus_metrics, name="prometheus-metrics"),

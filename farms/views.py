@@ -256,15 +256,16 @@ class ObjectEditView(RoleRequiredMixin, View):
             "form": form,
             "object": obj,
             "noun": self.noun,
-            "title": f"Edit {self.noun} {obj}" if obj is not None else f"New {self.noun}",
+            "title": self.page_title(obj),
             "preview": change_preview,
             "cancel_url": self.cancel_url(obj),
             "can_preview": type(self).preview is not ObjectEditView.preview,
             "read_only": not has_role(self.request.user, self.write_role or self.required_role),
         }
-        if context["read_only"]:
-            context["title"] = f"{self.noun.capitalize()} of {obj}" if obj is not None else context["title"]
         return render(self.request, self.template_name, context)
+
+    def page_title(self, obj) -> str:
+        return f"Edit {self.noun} {obj}" if obj is not None else f"New {self.noun}"
 
     def get(self, request, *args, **kwargs):
         obj = self.get_object()
@@ -768,6 +769,11 @@ class HealthCheckEditView(ObjectEditView):
 
     def new_instance(self):
         return HealthCheck.effective_for(self.farm())
+
+    def page_title(self, obj) -> str:
+        farm = obj.farm if obj is not None else self.farm()
+        own = "" if obj is not None else f" (the {farm.protocol} default until it has its own)"
+        return f"Health check of farm {farm.name}{own}"
 
     def save(self, obj, form):
         if obj is None:

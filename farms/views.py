@@ -125,10 +125,7 @@ def farm_page_context(farm: Farm) -> dict:
         for f in fields
         if f.name != "type" and applies(HEALTH_CHECK_FIELD_WHEN.get(f.name), check_values)
     ]
-    try:
-        connections, census_at = open_connections(metric_store(), farm.pk)
-    except Exception:  # Redis down: the live cells say "—"
-        connections, census_at = {}, None
+    connections, census_at = _open_connections(farm.pk)
     return {
         "options": options,
         "backends": backend_rows(farm, spec, connections),
@@ -141,6 +138,14 @@ def farm_page_context(farm: Farm) -> dict:
         "bulk_states": [(value, STATE_VERBS.get(value, label)) for value, label in BackendStateChoices.choices],
         "census_at": census_at,
     }
+
+
+def _open_connections(farm_id: int) -> tuple[dict[int, int], float | None]:
+    """Each backend's open connections from the newest census; nothing known when Redis is down."""
+    try:
+        return open_connections(metric_store(), farm_id)
+    except Exception:  # Redis down: the page says "—" or "not known", never 0
+        return {}, None
 
 
 def _clock(timestamp: float | None) -> str:
@@ -468,10 +473,7 @@ class BackendCutView(RoleRequiredMixin, View):
 
     def get(self, request, pk: int):
         backend = get_object_or_404(Backend.objects.select_related("farm"), pk=pk)
-        try:
-            connections, census_at = open_connections(metric_store(), backend.farm_id)
-        except Exception:  # Redis down
-            connections, census_at = {}, None
+        connections, census_at = _open_connections(backend.farm_id)
         context = {
             "backend": backend,
             "farm": backend.farm,

@@ -33,11 +33,6 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(OUTPUT / f"history-{name}.png"), full_page=True)
 
 
-def no_axe_violations(page) -> None:
-    found = axe.violations(page)
-    assert found == [], f"{page.url}: {found}"
-
-
 def census_of(page, address: str) -> int | None:
     backend_id = page.get_attribute(f"#backend-table tr[data-address='{address}']", "id").split("-")[1]
     text = page.text_content(f"[data-conns-for='{backend_id}']").strip()
@@ -98,7 +93,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
         b3 = " ".join(page.text_content(f"#backend-table tr[data-address='{backend4('b3')}']").split())
         assert "Down: TCP connect" in b3 and "no: down" in b3 and "since" in b3
         shot(page, "1-farm")
-        no_axe_violations(page)
+        axe.assert_none(page)
 
         page.get_by_role("link", name=f"Cut {backend4('b1')}").click()
         page.wait_for_selector("#cut-count")
@@ -106,7 +101,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
         assert shown == 3 and "3 open connections end at once" in " ".join(page.text_content("#cut-count").split())
         assert AuditEvent.objects.filter(action="maintenance").count() == 0  # asking changed nothing
         shot(page, "2-cut-confirm")
-        no_axe_violations(page)
+        axe.assert_none(page)
         page.get_by_role("button", name=f"Cut {backend4('b1')} now").click()
         page.wait_for_selector(f"#backend-table tr[data-address='{backend4('b1')}'] td[data-state='disabled']")
         event = wait_for(
@@ -146,7 +141,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
     assert rows[backend4("b1")][-2:] == ["disabled", "serving"], rows  # the cut, then the bulk enable
     assert rows[backend4("b2")] == ["serving"]
     shot(page, "4-farm-dashboard")
-    no_axe_violations(page)
+    axe.assert_none(page)
 
     page.goto(f"{base}/monitoring/farms/{quiet['id']}/")
     page.wait_for_function("() => document.querySelector('#chart-throughput + .chart-empty') !== null", polling=100)
@@ -154,5 +149,5 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
     assert page.text_content("#chart-throughput + .chart-empty") == "No traffic yet."
     assert page.evaluate("Chart.getChart('chart-throughput').options.scales.y.ticks.display") is False
     shot(page, "5-quiet-dashboard")
-    no_axe_violations(page)
+    axe.assert_none(page)
     assert csp_violations == []

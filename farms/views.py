@@ -176,9 +176,12 @@ HEALTHD_STATES = {"impaired": "impaired", "stopped": "stopped", "never_seen": "n
 
 def healthd_words(status: dict) -> str:
     """The banner of the farm list and the farm page when health checking is not running as it should."""
-    if status.get("state") == "running":
+    state = status.get("state")
+    if state == "running":
         return ""
-    return f"Health checking {HEALTHD_STATES.get(status.get('state'), status.get('state'))}: {status.get('detail')}."
+    words = f"Health checking {HEALTHD_STATES.get(state, state)}"
+    detail = str(status.get("detail", "")).removeprefix(words.lower()).lstrip(": ")  # "stopped: stopped: ..." once
+    return f"{words}: {detail}." if detail else f"{words}."
 
 
 def traffic_words(farm: Farm, spec) -> str:

@@ -8,6 +8,8 @@ backends, real connections through a farm. Screenshots: test-output/history-*.pn
 * "Cut…" shows the backend's open connections (the newest conntrack census) before anything happens;
   the audit entry of the cut says how many the worker ended, and the number is the one shown.
 * Bulk enable from the farm page puts the cut backend back, audited like a single change.
+* A farm without backends says it rejects new connections, and a client's connection is refused at once
+  (a TCP reset from the kernel's rule), not left to time out.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tests.test_ui_browser import log_in
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
-VIP, QUIET_VIP = vip4(130), vip4(131)
+VIP, QUIET_VIP, EMPTY_VIP = vip4(130), vip4(131), vip4(132)
 
 
 def shot(page, name: str) -> None:
@@ -150,4 +152,14 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
     assert page.evaluate("Chart.getChart('chart-throughput').options.scales.y.ticks.display") is False
     shot(page, "5-quiet-dashboard")
     axe.assert_none(page)
+
+    empty = api.farm(name="empty", vip=EMPTY_VIP, protocol="tcp", ports="80", mode="snat", scheduler="rr")
+    api.wait_applied(empty["id"])
+    page.goto(f"{base}/farms/{empty['id']}/")
+    words = "It has no backend: the farm rejects new connections (a TCP reset)."
+    assert page.text_content("#farm-traffic") == words and words in page.text_content("#no-backends")
+    started = time.monotonic()
+    with pytest.raises(ConnectionRefusedError):  # the reset, as the page says
+        lab.connect(EMPTY_VIP, 80, timeout=3)
+    assert time.monotonic() - started < 1
     assert csp_violations == []

@@ -15,6 +15,11 @@ class FarmModeChoices(models.TextChoices):
     DNAT = "dnat", "DNAT (backends see the client)"
     DSR = "dsr", "DSR (layer 2, backends answer the client directly)"
     STATELESS_DNAT = "stlsdnat", "Stateless DNAT (UDP, no conntrack)"
+    HTTP = "http", "HTTP (HAProxy: routing by host and path)"
+    HTTPS = "https", "HTTPS (HAProxy: TLS terminated, routing by host and path)"
+
+
+L7_MODES = (FarmModeChoices.HTTP, FarmModeChoices.HTTPS)  # served by HAProxy (l7/), not by the kernel
 
 
 class FarmSchedulerChoices(models.TextChoices):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import beat_init, worker_ready
 
+from l7 import dataplane as l7_dataplane
 from monitoring.health import heartbeat
 
 from . import audit, dataplane, sessions, versions
@@ -15,7 +16,8 @@ def apply_config(generation: int | None = None) -> int | None:
     """Apply the configuration up to at least ``generation`` (coalesced with any later change)."""
     run = dataplane.Applier().apply_pending(requested=generation)
     versions.record_applied(run)
-    return run.pk if run else None
+    l7_run = l7_dataplane.apply()  # after the kernel's: an ApplyRun of HAProxy never claims an unseen generation
+    return run.pk if run else (l7_run.pk if l7_run else None)
 
 
 @shared_task(name="farms.tasks.reconcile")
@@ -23,6 +25,7 @@ def reconcile(reason: str = "reconcile") -> int | None:
     """Compare the kernel with the database and repair any drift."""
     run = dataplane.Applier().reconcile(reason=reason)
     versions.record_applied(run)
+    l7_dataplane.apply(reason=reason)
     return run.pk if run else None
 
 

@@ -22,10 +22,13 @@ urlpatterns = [
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("admin/", admin.site.urls),
     path("api/v1/metrics/", include("monitoring.api.urls")),
+    path("api/v1/network/", include("network.api.urls")),
     path("api/v1/", include("system.api_urls")),
+    path("api/v1/", include("l7.urls")),
     path("api/v1/", include("farms.api.urls")),
     path("monitoring/", include("monitoring.urls")),
     path("metrics", monitoring_views.prometheus_metrics, name="prometheus-metrics"),
+    path("system/network/", include("network.urls")),
     path("system/", include("system.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(

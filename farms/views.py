@@ -119,8 +119,10 @@ def farm_page_context(farm: Farm) -> dict:
     spec = farm_spec(farm)
     check = HealthCheck.effective_for(farm)
     check_values = {name: getattr(check, name) for name in ("type",)}
+    first_port = farm.port_ranges[0][0] if farm.ports else None
+    probed = "each backend's port" + (f", else {first_port}" if first_port else "")
     check_rows = [
-        (f.label, _shown(check, f.name))
+        (f.label, probed if f.name == "port" and check.port is None else _shown(check, f.name))
         for _title, fields in HealthCheckForm(instance=check).fieldsets()
         for f in fields
         if f.name != "type" and applies(HEALTH_CHECK_FIELD_WHEN.get(f.name), check_values)

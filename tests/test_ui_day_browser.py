@@ -235,6 +235,9 @@ def test_forms_health_and_bulk_states_in_a_browser(
         box = page.locator(".table-scroll", has=page.locator(table)).first
         assert box.evaluate("(el) => el.scrollWidth > el.clientWidth"), path  # wider than the screen: it scrolls
         axe.assert_none(page)
+    for path in ("/monitoring/", f"/monitoring/farms/{farm.pk}/", f"/farms/{farm.pk}/health-check/"):
+        page.goto(base + path)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
     page.goto(f"{base}/farms/{farm.pk}/")
     shot(page, "6-mobile-farm")
     assert page.get_attribute("nav[aria-label=Main] a[aria-current=page]", "href") == "/"

@@ -306,3 +306,25 @@ def test_capacity_changed_live_queues_beyond_it(haproxy):
     assert haproxy.engine.cli.servers()[("s60", "b1")]["slim"] == "4"
     assert burst(8) == [200] * 8
     assert int(haproxy.engine.cli.servers()[("s60", "b1")]["smax"]) == 4
+
+
+def test_statistics_for_the_collector(haproxy):
+    """l7/stats.py on HAProxy's own rows: requests/s, responses by class, per backend sessions against capacity."""
+    from l7 import stats
+
+    service = ServiceSpec(70, "stats", queue_timeout=10, servers=servers("b1", capacity=3) + servers("b2"))
+    apply(haproxy, routing_farm(services=(service,)))
+    before, started = stats.index(haproxy.engine.cli.stats()), time.monotonic()
+    for _ in range(10):
+        assert haproxy.get(VIP, "/", headers={"Host": "x"}).status == 200
+    assert haproxy.get(VIP, "/old/a", headers={"Host": "x"}).status == 301
+    now = stats.index(haproxy.engine.cli.stats())
+    seconds = time.monotonic() - started
+    entry = stats.farm_entries(now, before, seconds, {"s70": 1})[1]
+    assert entry["requests"] == round(11 / seconds, 1)
+    assert entry["responses_2xx"] == round(10 / seconds, 1) and entry["responses_3xx"] == round(1 / seconds, 1)
+    assert entry["responses_5xx"] == 0 and entry["queue"] == 0
+    b1, b2 = entry["backends"]["1"], entry["backends"]["2"]
+    assert b1["capacity"] == 3 and b2["capacity"] is None and b1["sessions"] == 0 and b1["enabled"]
+    assert b1["new_conns"] + b2["new_conns"] > 0
+    assert stats.farm_entries(now, {}, 0, {"s70": 1})[1]["requests"] is None  # first reading: no rate

@@ -59,6 +59,16 @@ FARM_FIELDS = {
     "tracked_conns": "tc",
     "snat_ports": "sp",
     "snat_port_use": "su",
+    # HTTP farms (l7/stats.py, from HAProxy): requests/s, responses by class /s, latency, sessions, queue
+    "requests": "rq",
+    "responses_1xx": "h1",
+    "responses_2xx": "h2",
+    "responses_3xx": "h3",
+    "responses_4xx": "h4",
+    "responses_5xx": "h5",
+    "latency_ms": "lt",
+    "sessions": "ss",
+    "queue": "q",
 }
 BACKEND_FIELDS = {
     "bytes": "b",
@@ -67,6 +77,11 @@ BACKEND_FIELDS = {
     "active_conns": "ac",
     "snat_ports": "sp",
     "enabled": "on",
+    "sessions": "ss",  # HTTP farms: sessions in use, declared capacity, queue, time in queue, latency
+    "capacity": "cap",
+    "queue": "q",
+    "queue_time_ms": "qt",
+    "latency_ms": "lt",
 }
 RATE_FIELDS = ("bytes_in", "bytes_out", "packets_in", "packets_out", "new_conns")
 BACKEND_RATE_FIELDS = ("bytes", "packets", "new_conns")

@@ -12,7 +12,9 @@ LBWEB_PROXY_SSL_HEADER: API tokens, login lockout and HTTPS, below.
 
 import os
 import secrets
+import socket
 from datetime import timedelta
+from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF
@@ -59,6 +61,7 @@ INSTALLED_APPS = [
     "farms",
     "monitoring",
     "system",
+    "cluster",
 ]
 
 MIDDLEWARE = [
@@ -68,6 +71,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A cluster's backup refuses writes, naming the master (cluster/middleware.py).
+    "cluster.middleware.BackupRefusesWrites",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -96,6 +101,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "farms.roles.role_context",
                 "farms.liveness.liveness_context",
+                "cluster.views.cluster_context",
             ],
         },
     },
@@ -212,7 +218,7 @@ _BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1) if REDIS_URL.st
 CELERY_BROKER_URL = _BROKER_URL
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "dataplane"
-CELERY_TASK_ROUTES = {"farms.tasks.*": {"queue": "dataplane"}}
+CELERY_TASK_ROUTES = {"farms.tasks.*": {"queue": "dataplane"}, "cluster.tasks.*": {"queue": "dataplane"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
@@ -222,12 +228,17 @@ CELERY_BEAT_SCHEDULE = {
         "task": "farms.tasks.reconcile",
         "schedule": float(os.environ.get("LBWEB_RECONCILE_SECONDS", "30")),
     },
+    # HA pair: record this node's transitions, tell the peer our role, push the configuration if it missed some.
+    "cluster-heartbeat": {"task": "cluster.tasks.heartbeat", "schedule": 2.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # The worker waits this long after an apply before the next one, so a burst of
 # writes becomes a handful of transactions instead of one per write.
 LBWEB_APPLY_COALESCE_SECONDS = float(os.environ.get("LBWEB_APPLY_COALESCE_SECONDS", "0.2"))
+# This appliance's name in a cluster (cluster.models.Node.name); its cluster files live in VAR_DIR/cluster.
+LBWEB_NODE_NAME = os.environ.get("LBWEB_NODE_NAME") or socket.gethostname()
+LBWEB_CLUSTER_DIR = Path(os.environ.get("LBWEB_CLUSTER_DIR") or VAR_DIR / "cluster")
 # The worker makes sure the kernel forwards packets (an LB that does not route balances nothing).
 LBWEB_MANAGE_SYSCTL = os.environ.get("LBWEB_MANAGE_SYSCTL", "1") == "1"
 

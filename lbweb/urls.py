@@ -21,6 +21,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/metrics/", include("monitoring.api.urls")),
     path("api/v1/", include("system.api_urls")),
+    path("api/v1/", include("cluster.api.urls")),
+    path("cluster/", include("cluster.urls")),
     path("api/v1/", include("farms.api.urls")),
     path("monitoring/", include("monitoring.urls")),
     path("system/", include("system.urls")),

@@ -202,7 +202,11 @@ class HaLab:
         )
 
     def write_configs(self) -> None:
-        os.chmod(self.work, 0o755)
+        self.work.mkdir(parents=True, exist_ok=True)
+        for directory in (self.work, *self.work.parents):  # lbweb (the daemons) must reach the node directories
+            if directory in (Path("/tmp"), Path("/")):
+                break
+            os.chmod(directory, 0o755)
         for name in NODES:
             spec = self.spec(name)
             Path(spec.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)

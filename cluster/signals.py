@@ -24,5 +24,6 @@ def push_after_apply(sender: str | None = None, **_kwargs) -> None:
         from . import tasks
 
         tasks.push_config.apply_async(retry=False)
+        tasks.deploy.apply_async(retry=False)  # a farm's VIP added or removed while master
     except Exception as exc:  # the heartbeat pushes what this missed
         log.warning("cluster push not enqueued (%s)", exc)

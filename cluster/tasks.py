@@ -29,9 +29,7 @@ def push_config() -> dict:
     status = _status()
     if status["role"] != "master":
         return {"skipped": f"this node is {status['role']}"}
-    result = sync.push(status, with_config=True)
-    engine.deploy()  # a farm's VIP added or removed while master
-    return result
+    return sync.push(status, with_config=True)
 
 
 @shared_task

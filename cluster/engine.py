@@ -19,8 +19,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from farms.dataplane import farm_spec, farms_queryset
 from farms.nft import compiler
+from farms.translate import farm_spec, farms_queryset
 
 from . import render
 from .models import Cluster, Node

@@ -52,10 +52,10 @@ def request_deploy() -> None:
     """The worker rewrites keepalived's and conntrackd's files after this commits."""
 
     def send() -> None:
-        from . import tasks
+        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
 
         try:
-            tasks.deploy.apply_async(retry=False)
+            app.send_task("cluster.tasks.deploy", retry=False)
         except Exception as exc:  # broker down: the heartbeat deploys when it comes back
             log.warning("cluster deploy not enqueued (%s)", exc)
 

@@ -21,9 +21,9 @@ def push_after_apply(sender: str | None = None, **_kwargs) -> None:
     try:
         if not Cluster.objects.filter(pk=1, enabled=True).exists() or local_role()["role"] != "master":
             return
-        from . import tasks
+        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
 
-        tasks.push_config.apply_async(retry=False)
-        tasks.deploy.apply_async(retry=False)  # a farm's VIP added or removed while master
+        app.send_task("cluster.tasks.push_config", retry=False)
+        app.send_task("cluster.tasks.deploy", retry=False)  # a farm's VIP added or removed while master
     except Exception as exc:  # the heartbeat pushes what this missed
         log.warning("cluster push not enqueued (%s)", exc)

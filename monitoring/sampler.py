@@ -20,9 +20,9 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from farms.nft.applier import CounterValue, Kernel
+from farms.kernel import collectors
+from farms.kernel.applier import CounterValue, Kernel
 
-from . import collectors
 from .farm_index import FarmIndex
 
 log = logging.getLogger("lbweb.monitoring")

@@ -5,7 +5,7 @@ element (its cache); with 10,000 farms that alone takes seconds. Here it works o
 that holds only what one change needs, and lbweb reads the objects back as netlink
 messages (``nfmsg.read_table``) to send them to the real table itself.
 
-The namespace is a child process's own: it starts as ``python -m farms.nft.scratch``,
+The namespace is a child process's own: it starts as ``python -m farms.kernel.scratch``,
 unshares a user namespace and a network namespace (``CLONE_NEWUSER | CLONE_NEWNET``),
 and serves calls over a socket pair. Why a process and a user namespace: the worker runs
 as the unprivileged user ``lbweb`` with CAP_NET_ADMIN only, and a network namespace of its
@@ -88,7 +88,7 @@ class Scratch:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "farms.nft.scratch", str(theirs.fileno())],
+                [sys.executable, "-m", "farms.kernel.scratch", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 cwd=_project_root(),
                 stdin=subprocess.DEVNULL,
@@ -169,7 +169,7 @@ class ScratchKernel:
     def read(
         self, family: str, name: str, elements_of: Callable[[nfmsg.TableDump], Iterable[str]] | None = None
     ) -> nfmsg.TableDump:
-        from lbweb import netlink
+        from farms.kernel import netlink
 
         if self._sock is None:
             self._sock = netlink.open_socket(netlink.NETLINK_NETFILTER)
@@ -243,7 +243,7 @@ def _serve(fd: int) -> None:
             conn.send((False, ScratchError(f"scratch call failed: {result[1]!r} ({exc})")))
 
 
-if __name__ == "__main__":  # served by the module proper, so that what it pickles names farms.nft.scratch
-    from farms.nft.scratch import _serve as serve
+if __name__ == "__main__":  # served by the module proper, so that what it pickles names farms.kernel.scratch
+    from farms.kernel.scratch import _serve as serve
 
     serve(int(sys.argv[1]))

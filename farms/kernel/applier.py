@@ -19,13 +19,12 @@ from typing import Any, NamedTuple
 
 import nftables
 
-from lbweb import netlink
+from farms.nft.compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
+from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
+from farms.nft.spec import HELPERS, TCP_HELPERS
 
-from . import nfmsg, steps
-from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
-from .fragments import TABLE_FAMILY, TABLE_NAME
+from . import netlink, nfmsg, steps
 from .scratch import ScratchCrashed, scratch
-from .spec import HELPERS, TCP_HELPERS
 from .transcribe import Untranscribable, transcribe
 
 log = logging.getLogger(__name__)

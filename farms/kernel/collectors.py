@@ -3,7 +3,7 @@
 Each function reads one source and returns plain values (cumulative counters,
 not rates); :mod:`monitoring.sampler` turns two readings into rates. Nothing
 here writes to the kernel. nftables counters are read by
-``farms.nft.applier.Kernel.read_counters`` (the one module that talks to nftables).
+``farms.kernel.applier.Kernel.read_counters`` (the one module that talks to nftables).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from pyroute2 import IPRoute
 
-from lbweb import netlink
+from . import netlink
 
 LINK_FIELDS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", "tx_errors", "rx_dropped", "tx_dropped")
 CONNTRACK_STAT_FIELDS = ("insert_failed", "drop", "early_drop")
@@ -99,7 +99,7 @@ NFNL_SUBSYS_CTNETLINK = 1
 IPCTNL_MSG_CT_GET = 1
 CTA_TUPLE_REPLY, CTA_STATUS, CTA_PROTOINFO, CTA_MARK = 2, 3, 4, 8
 CTA_PROTOINFO_TCP, CTA_PROTOINFO_TCP_STATE = 1, 1
-TCP_CLOSING_STATES = frozenset({7, 8})  # TIME_WAIT, CLOSE: over, only the entry lingers (as farms/conntrack.py)
+TCP_CLOSING_STATES = frozenset({7, 8})  # TIME_WAIT, CLOSE: over, only the entry lingers (as conntrack.py)
 CTA_TUPLE_IP, CTA_TUPLE_PROTO = 1, 2
 CTA_IP_V4_SRC, CTA_IP_V6_SRC = 1, 3
 CTA_PROTO_SRC_PORT = 2

@@ -34,12 +34,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lbweb import netlink
+from farms.nft.compiler import skeleton_objects
+from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
+from farms.nft.units import UnitObjects
 
-from . import nfmsg
-from .compiler import skeleton_objects
-from .fragments import TABLE_FAMILY, TABLE_NAME
-from .units import UnitObjects
+from . import netlink, nfmsg
 
 SKELETON = "skeleton"
 DSR_PREFIX = "lbweb-"  # lbweb's netdev tables (one per DSR farm)

@@ -13,7 +13,7 @@ import time
 
 from pyroute2 import IPRoute
 
-from .nft.spec import FarmSpec
+from farms.nft.spec import FarmSpec
 
 
 class LinkError(Exception):

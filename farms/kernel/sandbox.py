@@ -67,7 +67,7 @@ class Writer:
     def _start(self) -> None:
         request_read, request_write = os.pipe()
         answer_read, answer_write = os.pipe()
-        command = [sys.executable, "-m", "farms.nft.sandbox", str(request_read), str(answer_write)]
+        command = [sys.executable, "-m", "farms.kernel.sandbox", str(request_read), str(answer_write)]
         try:
             self._proc = subprocess.Popen(
                 command, cwd=ROOT, stdin=subprocess.DEVNULL, pass_fds=(request_read, answer_write)

@@ -7,7 +7,7 @@ single appliance), then runs the daemon in the foreground. When the worker rewri
 reloaded (SIGHUP) and conntrackd restarted; when the worker removes it (the cluster disabled), the daemon is
 stopped and the wrapper waits again. When keepalived ends, for whatever reason, the floating addresses are
 released here as well (its handler does it too, but not if it was killed with it), so a dead keepalived never
-leaves a node holding them. The wrapper ends with the daemon, and its supervisor starts it again.
+leaves a node holding them. A daemon that ends by itself ends the wrapper (status 1): its supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def release(directory: Path) -> None:
 
 
 def run(daemon: str, directory: Path) -> int:
+    """Until SIGTERM: wait for the configuration, run the daemon while it exists. Returns 0 when stopped, 1 when the
+    daemon ended by itself (its supervisor restarts the wrapper, with the daemon)."""
     conf = directory / f"{daemon}.conf"
     stopping = False
 
@@ -61,44 +63,50 @@ def run(daemon: str, directory: Path) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    while not stopping and _mtime(conf) is None:
-        time.sleep(POLL)
-    if stopping:
-        return 0
+    while not stopping:
+        if _mtime(conf) is None:
+            time.sleep(POLL)
+            continue
+        ended = _supervise(daemon, directory, conf, lambda: stopping)
+        if ended:
+            return 1
+    return 0
+
+
+def _start(daemon: str, directory: Path) -> subprocess.Popen:
     if daemon == "conntrackd":
         (directory / "conntrackd.lock").unlink(missing_ok=True)  # left by a conntrackd that was killed
+    return subprocess.Popen(argv_for(daemon, directory))
+
+
+def _supervise(daemon: str, directory: Path, conf: Path, stopping) -> bool:
+    """Run the daemon until it ends (True), or until SIGTERM or its configuration is removed (False)."""
     seen = _mtime(conf)
-    child = subprocess.Popen(argv_for(daemon, directory))
-    code = 0
+    child = _start(daemon, directory)
+    ended = False
     try:
         while True:
-            code = child.poll()
-            if code is not None:
-                break
-            if stopping:
-                child.terminate()
-                code = child.wait(timeout=30)
+            if child.poll() is not None:
+                ended = True
                 break
             now = _mtime(conf)
-            if now is None:  # the cluster was disabled
+            if stopping() or now is None:
                 child.terminate()
                 child.wait(timeout=30)
-                code = 0
                 break
             if now != seen:
                 seen = now
                 if daemon == "keepalived":
-                    child.send_signal(signal.SIGHUP)
+                    child.send_signal(signal.SIGHUP)  # keepalived reloads its file
                 else:
                     child.terminate()
                     child.wait(timeout=30)
-                    (directory / "conntrackd.lock").unlink(missing_ok=True)
-                    child = subprocess.Popen(argv_for(daemon, directory))
+                    child = _start(daemon, directory)
             time.sleep(POLL)
     finally:
         if daemon == "keepalived":
             release(directory)
-    return code
+    return ended
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -227,27 +227,30 @@ class HaLab:
         return proc
 
     def start_conntrackd(self, name: str) -> None:
-        spec = self.spec(name)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{spec.state_dir}/conntrackd.lock")
-        self._spawn(
-            f"conntrackd-{name}", self.nodes[name], [*PRIVDROP, "/usr/sbin/conntrackd", "-C", spec.conntrackd_conf]
-        )
+        """The appliance's program: cluster/run.py (as lbweb, with conntrackd's capabilities) runs conntrackd."""
+        argv = [*PRIVDROP, sys.executable, "-m", "cluster.run", "conntrackd", "--dir", self.spec(name).state_dir]
+        self._spawn(f"conntrackd-{name}", self.nodes[name], argv)
 
     def start_keepalived(self, name: str) -> None:
-        spec = self.spec(name)
-        d = spec.state_dir
+        """The appliance's program: cluster/run.py runs keepalived, reloads it, releases the addresses after it."""
         argv = [
             *PRIVDROP_KEEPALIVED,
-            "/usr/sbin/keepalived",
-            "--dont-fork",
-            "--log-console",
-            "--vrrp",
-            "-f",
-            spec.keepalived_conf,
+            sys.executable,
+            "-m",
+            "cluster.run",
+            "keepalived",
+            "--dir",
+            self.spec(name).state_dir,
         ]
-        argv += ["-p", f"{d}/keepalived.pid", "-r", f"{d}/vrrp.pid", "-c", f"{d}/checkers.pid"]
         self._spawn(f"keepalived-{name}", self.nodes[name], argv)
+
+    def kill_keepalived(self, name: str) -> None:
+        """SIGKILL to keepalived itself (its pid file), as a crash: its wrapper ends too; the lab, as the
+        supervisor would, starts the program again later (:meth:`start_keepalived`)."""
+        pid = int((Path(self.spec(name).state_dir) / "keepalived.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        proc = self.procs.pop(f"keepalived-{name}")
+        proc.wait(timeout=30)
 
     def start(self) -> None:
         self.write_configs()
@@ -382,7 +385,7 @@ def failover(lab: HaLab, kind: str, settle: float = 3.0) -> dict:
     else:
         row["event_at"] = time.time()
         if kind == "kill":
-            lab.kill(f"keepalived-{old}")
+            lab.kill_keepalived(old)
         else:
             lab.link(old, up=False)
         new = lab.wait_master(timeout=30, not_=old)

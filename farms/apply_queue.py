@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import logging
 
+from lbweb import redis_keys
 from lbweb.redis_client import get_redis
 
 log = logging.getLogger(__name__)
 
-APPLY_QUEUED_KEY = "lbweb:apply:queued"
+APPLY_QUEUED_KEY = redis_keys.APPLY_QUEUED
 QUEUED_TTL = 60
 
 

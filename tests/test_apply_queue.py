@@ -83,12 +83,12 @@ def test_a_starting_worker_releases_a_claim_left_behind(broker, monkeypatch):
 
 
 def test_a_broker_that_refuses_leaves_no_claim_behind(broker, monkeypatch):
-    from farms import tasks
+    from lbweb.celery import app
 
     def refuse(*_args, **_kwargs):
         raise ConnectionError("broker down")
 
-    monkeypatch.setattr(tasks.apply_config, "apply_async", refuse)
+    monkeypatch.setattr(app, "send_task", refuse)
     services.farm_create(name="web", vip="198.18.100.1", ports="80", mode="dnat")
     assert broker.get(apply_queue.APPLY_QUEUED_KEY) is None  # the next write tries again
     monkeypatch.undo()

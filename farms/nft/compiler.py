@@ -74,7 +74,7 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
-from . import dsr
+from . import dsr, maglev
 from . import fragments as f
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
 from .spec import TCP_HELPERS, BackendSpec, FarmSpec, PolicySpec
@@ -229,6 +229,27 @@ def _weighted_vmap(make_key: Callable[[int], Json], backends: tuple[BackendSpec,
     return f.vmap(make_key(low), {"set": elems})
 
 
+def maglev_fields(farm: FarmSpec) -> tuple[str, ...]:
+    """What a maglev farm hashes: its hash fields, else the client's address and port (its address
+    alone for protocol 'all'), so each connection of a client is placed on its own."""
+    return farm.sched_param or (("srcip",) if farm.protocol == "all" else ("srcip", "srcport"))
+
+
+def _maglev_vmap(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable) -> Json:
+    """``jhash`` of the flow modulo the Maglev table's size, looked up in the table itself: slot -> backend.
+
+    For a NAT farm the table goes into the farm's named scheduler map through the ct mark (see
+    :func:`nat_scheduler`); a change refills that map in one transaction, and what the packets see
+    changes only in the slots Maglev moved."""
+    keys = [(f"{b.address} {b.port or ''}", b.weight) for b in backends]
+    # Sized by every backend of the farm, not the active ones: a backend going down must not resize the
+    # table (a resize moves nearly every flow); only adding backends past 40, 163 or 655 does.
+    table = maglev.lookup_table(keys, maglev.table_size(len(farm.backends)))
+    expr = _hash_expr(farm, maglev_fields(farm))
+    key = {"jhash": {"mod": len(table), "seed": HASH_SEED, "offset": 0, "expr": expr}}
+    return f.vmap(key, {"set": [[slot, f.jump(target(backends[i]))] for slot, i in enumerate(table)]})
+
+
 def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None) -> Json:
     """The verdict map that picks one backend for a new connection: it jumps to ``target(backend)``,
     the backend's chain unless told otherwise."""
@@ -243,13 +264,18 @@ def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Cal
         )
     if farm.scheduler == "symhash":
         return _weighted_vmap(lambda total: {"symhash": {"mod": total, "offset": 0}}, backends, target)
+    if farm.scheduler == "maglev":
+        return _maglev_vmap(farm, backends, target)
     # weight, and leastconn (whose weights the worker derives from live connection counts)
     return _weighted_vmap(lambda total: f.numgen("random", total), backends, target)
 
 
+SINGLE_VALUE_SCHEDULERS = ("rr", "maglev")  # one map key per slot; the others own intervals of [0, total weight)
+
+
 def sched_map_name(farm: FarmSpec) -> str:
     """The NAT farm's scheduler map; its name says its flags, so a change of kind makes a new map."""
-    return f"sched-{farm.name}" if farm.scheduler == "rr" else f"sched-{farm.name}-w"
+    return f"sched-{farm.name}" if farm.scheduler in SINGLE_VALUE_SCHEDULERS else f"sched-{farm.name}-w"
 
 
 def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None):
@@ -264,7 +290,7 @@ def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...]
     (see :func:`_restore_mark`), before anything reads it."""
     verdict = scheduler_map(farm, backends, target)["vmap"]
     name = sched_map_name(farm)
-    flags = None if farm.scheduler == "rr" else ["interval"]
+    flags = None if farm.scheduler in SINGLE_VALUE_SCHEDULERS else ["interval"]
     b.obj("map", f.named_map(name, "mark", "verdict", flags), volatile=True)
     b.creates.append(f.add("element", f.element(name, verdict["data"]["set"])))
     return [f.set_ct_mark(verdict["key"]), f.vmap(f.ct("mark"), "@" + name)]

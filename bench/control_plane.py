@@ -191,6 +191,42 @@ def print_report(r: dict) -> None:
     print(f"total run time: {r['run_seconds']:.0f} s; load average at the end {r['loadavg_end']}")
 
 
+RECORD = ROOT / "bench" / "RESULTS-control_plane.json"
+
+
+def record_figures(r: dict) -> dict[str, float | None]:
+    """The figures a run is judged by, by name (what the README's goals name)."""
+    figures: dict[str, float | None] = {}
+    for s in r.get("scale", []):
+        n, f = s["farms"], s["full_apply"]
+        figures[f"full apply {n:,} farms, worker s"] = f.get("worker_apply_s")
+        figures[f"full apply {n:,} farms, nft -j -f s"] = f.get("kernel_limit", {}).get("nft_load_s")
+        figures[f"full apply {n:,} farms, tasks queued"] = f.get("queued_tasks", f.get("apply_requests"))
+        figures[f"full apply {n:,} farms, worker RSS MB"] = f.get("worker_rss_mb")
+        figures[f"single change at {n:,} farms, p50 ms"] = s.get("single", {}).get("kernel_ms", {}).get("p50")
+    growth = r.get("single_growth") or {}
+    figures["single change, largest / smallest count"] = growth.get("kernel_p50")
+    return figures
+
+
+def print_against_record(r: dict, record_path: Path = RECORD) -> None:
+    """Each figure beside the recorded run's (bench/RESULTS-control_plane.json), when there is one."""
+    if not record_path.exists():
+        return
+    record = json.loads(record_path.read_text())
+    now, before = record_figures(r), record_figures(record)
+    print(f"Against the record ({record_path.name}, {record.get('when', '?')}):")
+    print(f"{'figure':48} {'now':>10} {'record':>10} {'now/record':>11}")
+    for name, value in now.items():
+        old = before.get(name)
+        shown = [f"{v:10,.2f}" if isinstance(v, (int, float)) else f"{'-':>10}" for v in (value, old)]
+        rate = f"{value / old:11.2f}" if isinstance(value, (int, float)) and old else f"{'-':>11}"
+        print(f"{name:48} {shown[0]} {shown[1]} {rate}")
+    print("(tasks queued: apply tasks in the broker's queue right after the commit; the record predates the")
+    print(" one-waiting-apply queue and counts one request per write)")
+    print()
+
+
 # -- main ----------------------------------------------------------------------------------
 
 
@@ -391,6 +427,7 @@ def main() -> None:
 
     result["lab_namespaces"] = lab.namespaces
     print_report(result)
+    print_against_record(result)
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"control_plane-{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -122,7 +122,12 @@ def drain_queue(redis_client, since: float, cap: float) -> dict:
         left = queue_length(redis_client)
     now = time.monotonic()
     if not left:
-        return {"queue_drained_s": round(now - since, 2), "queue_estimated": False, "queue_purged": 0}
+        return {
+            "queue_drained_s": round(now - since, 2),
+            "queue_estimated": False,
+            "queue_purged": 0,
+            "queued_tasks": initial,
+        }
     from lbweb.celery import app
 
     rate = (initial - left) / (now - started)  # no-op requests per second
@@ -133,6 +138,7 @@ def drain_queue(redis_client, since: float, cap: float) -> dict:
         "queue_estimated": True,
         "queue_rate_per_s": round(rate, 1),
         "queue_purged": purged,
+        "queued_tasks": initial,
     }
 
 

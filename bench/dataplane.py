@@ -15,23 +15,29 @@ on failure.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import datetime
-import http.client
-import os
-import platform
-import shutil
-import signal
-import socket
-import struct
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+# Run as a script, Python puts bench/ first on the path, where bench/http.py would stand in for the
+# standard library's http package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import datetime  # noqa: E402
+import http.client  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import struct  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,6 +53,7 @@ APT_TOOLS = {
     "haproxy": "haproxy",
     "dnsperf": "dnsperf",
     "dnsmasq": "dnsmasq-base",
+    "nftlb": "nftlb",  # only its rulesets are measured: the nftlb-* cases
 }
 REQUIREMENTS = ROOT / "bench" / "requirements.txt"
 HTTP_CONNS = ("keep-alive", "close")
@@ -60,7 +67,15 @@ DNAT_UDP_VIP = vip4(6)
 DSR_VIP = topology.dsr_vip4(1)
 DNS_PORT = 53
 DNS_CONTROL_PORT = 5300
+MINIMAL_VIPS = {"dnat": vip4(11), "snat": vip4(12), "udp": vip4(13), "stateless": vip4(14), "dnat-100": vip4(15)}
+NFTLB_VIPS = {"dnat": vip4(21), "snat": vip4(22), "udp": vip4(23)}
+MANY_VIP = vip4(7)  # lbweb's farm of MANY_BACKENDS backends
+MANY_BACKENDS = 100
+EXTRA_BACKEND_BASE = 100  # 198.18.1.100-199: secondary addresses of the backends for the 100-backend farms
 HAPROXY_SOURCE = "198.18.1.2"  # HAProxy's connections to the backends; lbweb's SNAT uses 198.18.1.1
+# Each SNAT ruleset has its own source address: the TIME-WAIT sockets one leaves on the backends must
+# not meet the next case's connections (lbweb's SNAT uses 198.18.1.1, the LB's address).
+MINIMAL_SOURCE, NFTLB_SOURCE = "198.18.1.3", "198.18.1.4"
 LB_CLIENT_SIDE = "198.18.0.1"
 SETTLE = 2.0  # seconds of quiet after lbweb's worker starts or stops
 CLIENT_UID = 61000  # + 10 x case + client: each client's uid, which policy routing maps to its address
@@ -86,6 +101,8 @@ class Case:
     conns: tuple[str, ...] = HTTP_CONNS
     prepare: Callable[[Bench], None] = lambda bench: None
     available: Callable[[Bench], str | None] = lambda bench: None
+    ruleset: str = ""  # a case of another ruleset: its tables, loaded (nft -f) for each of its runs only
+    peers: dict[str, str] = field(default_factory=dict)  # "minimal"/"nftlb" -> the case of the same farm
     unavailable: str | None = field(default=None, init=False)
 
     def addresses(self, clients: int) -> list[str]:
@@ -172,6 +189,31 @@ class Bench:
             appliance.drop_tables()
             time.sleep(SETTLE)
 
+    def load_ruleset(self, case: Case) -> None:
+        """A ruleset case's tables go in before its run (the LB is a plain router otherwise)."""
+        if case.ruleset:
+            command = ["ip", "netns", "exec", self.lab.lb, "nft", "-f", "-"]
+            subprocess.run(command, input=case.ruleset, text=True, check=True, capture_output=True)
+
+    def drop_ruleset(self, case: Case) -> None:
+        for family, name in ruleset_tables(case.ruleset):
+            self.lab.ns(self.lab.lb, "nft", "delete", "table", family, name, check=False)
+
+    def add_lb_address(self, address: str) -> None:
+        """A secondary address of the LB on the backends' side (SNAT keeps 198.18.1.1 as the primary)."""
+        self.lab.ns(self.lab.lb, "ip", "addr", "add", f"{address}/24", "dev", "br0")
+
+    def add_backend_addresses(self) -> None:
+        """MANY_BACKENDS addresses over the three backends (nginx listens on every address): a farm of 100
+        backends without 100 servers. Once, for every case that needs them."""
+        if getattr(self, "_many", False):
+            return
+        self._many = True
+        names = sorted(self.lab.backends)
+        for i in range(MANY_BACKENDS):
+            ns = self.lab.backends[names[i % len(names)]]
+            self.lab.ns(ns, "ip", "addr", "add", f"{many_backend(i)}/32", "dev", "eth0")
+
     def destroy(self) -> None:
         stop(self.haproxy)
         for proc in self.dns:
@@ -194,6 +236,7 @@ def lbweb_case(
     segment: bool = False,
     conns: tuple[str, ...] = HTTP_CONNS,
     before: Callable[[Bench], None] = lambda bench: None,
+    peers: dict[str, str] | None = None,
     **farm: str,
 ) -> Case:
     """A farm of lbweb in ``mode`` on ``vip`` (port 80, or 53 for DNS) over the three backends, created
@@ -227,7 +270,124 @@ def lbweb_case(
         conns=conns,
         prepare=prepare,
         available=available,
+        peers=peers or {},
     )
+
+
+def many_backend(i: int) -> str:
+    return f"198.18.1.{EXTRA_BACKEND_BASE + i}"
+
+
+def ruleset_tables(ruleset: str) -> list[tuple[str, str]]:
+    return [tuple(line.split()[1:3]) for line in ruleset.splitlines() if line.startswith("table ")]
+
+
+def _numgen_map(values: list[str]) -> str:
+    return ", ".join(f"{i} : {v}" for i, v in enumerate(values))
+
+
+def minimal_ruleset(kind: str, vip: str, backends: tuple[str, ...] = ROUTED_BACKENDS) -> str:
+    """What one would write by hand for one farm: a DNAT in the nat hook (SNAT: a ct mark and a
+    masquerade; stateless UDP: two address rewrites in the raw hook, no conntrack)."""
+    if kind == "stateless":
+        replies, pick = ", ".join(backends), _numgen_map(list(backends))
+        return f"""table ip minimal {{
+    chain raw {{
+        type filter hook prerouting priority raw; policy accept;
+        ip daddr {vip} udp dport {DNS_PORT} notrack ip daddr set numgen inc mod {len(backends)} map {{ {pick} }}
+        ip saddr {{ {replies} }} udp sport {DNS_PORT} notrack ip saddr set {vip}
+    }}
+}}
+"""
+    if kind == "udp":
+        targets = [f"{b} . {DNS_CONTROL_PORT}" for b in backends]
+        match = f"ip daddr {vip} udp dport {DNS_PORT}"
+        nat = f"dnat ip to numgen inc mod {len(backends)} map {{ {_numgen_map(targets)} }}"
+    else:
+        match = f"ip daddr {vip} tcp dport 80"
+        nat = f"dnat to numgen inc mod {len(backends)} map {{ {_numgen_map(list(backends))} }}"
+    mark = "ct mark set 0x1 " if kind == "snat" else ""
+    postrouting = (
+        f"""
+    chain postrouting {{
+        type nat hook postrouting priority srcnat; policy accept;
+        ct mark 0x1 snat to {MINIMAL_SOURCE}
+    }}"""
+        if kind == "snat"
+        else ""
+    )
+    return f"""table ip minimal {{
+    chain prerouting {{
+        type nat hook prerouting priority dstnat; policy accept;
+        {match} {mark}{nat}
+    }}{postrouting}
+}}
+"""
+
+
+def nftlb_config(kind: str, vip: str) -> dict:
+    """nftlb's own farm document for the same farm (nftlb 1.0.7's attribute names)."""
+    backends = [
+        {"name": f"b{i + 1}", "ip-addr": b, "state": "up"} | ({"port": str(DNS_CONTROL_PORT)} if kind == "udp" else {})
+        for i, b in enumerate(ROUTED_BACKENDS)
+    ]
+    farm = {
+        "name": f"bench{kind}",
+        "family": "ipv4",
+        "virtual-addr": vip,
+        "virtual-ports": str(DNS_PORT if kind == "udp" else 80),
+        "mode": "snat" if kind == "snat" else "dnat",
+        "protocol": "udp" if kind == "udp" else "tcp",
+        "scheduler": "rr",
+        "state": "up",
+        "backends": backends,
+    } | ({"source-addr": NFTLB_SOURCE} if kind == "snat" else {})
+    return {"farms": [farm]}
+
+
+def nftlb_case(name: str, kind: str, **extra) -> Case:
+    """nftlb 1.0.7 (Debian's package) builds the ruleset of the same farm from its own configuration, in
+    the LB namespace (``nftlb -e -c``: apply, then exit); the ruleset it leaves is what the case loads
+    for each run. nftlb itself is not in the packet path either way."""
+    vip = NFTLB_VIPS[kind]
+    case = Case(name, extra.pop("baseline", "baseline"), lbweb=False, host=vip, **extra)
+
+    def available(bench: Bench) -> str | None:
+        return None if shutil.which("nftlb") else "not available: nftlb is not installed (Debian package nftlb)"
+
+    def prepare(bench: Bench) -> None:
+        if kind == "udp":
+            bench.start_dns()
+        if kind == "snat":
+            bench.add_lb_address(NFTLB_SOURCE)
+        config = bench.workdir / f"nftlb-{kind}.json"
+        config.write_text(json.dumps(nftlb_config(kind, vip)))
+        lab = bench.lab
+        lab.ns(lab.lb, "nftlb", "-e", "-c", str(config), "-k", "lbweb-bench")
+        case.ruleset = lab.ns(lab.lb, "nft", "list", "table", "ip", "nftlb").stdout
+        (bench.workdir / f"nftlb-{kind}.nft").write_text(case.ruleset)
+        lab.ns(lab.lb, "nft", "delete", "table", "ip", "nftlb")
+        for family in ("ip", "ip6", "netdev"):  # anything else nftlb made (it makes tables per family)
+            lab.ns(lab.lb, "nft", "delete", "table", family, "nftlb", check=False)
+
+    case.available, case.prepare = available, prepare
+    return case
+
+
+def minimal_case(name: str, kind: str, **extra) -> Case:
+    backends = extra.pop("backends", ROUTED_BACKENDS)
+    vip = MINIMAL_VIPS[kind]
+    before = extra.pop("before", lambda bench: None)
+    case = Case(name, extra.pop("baseline", "baseline"), lbweb=False, host=vip, **extra)
+    case.ruleset = minimal_ruleset(kind.removesuffix("-100"), vip, backends)
+
+    def prepare(bench: Bench) -> None:
+        before(bench)
+        if kind == "snat":
+            bench.add_lb_address(MINIMAL_SOURCE)
+
+    case.prepare = prepare
+    return case
 
 
 def prepare_haproxy(bench: Bench) -> None:
@@ -240,10 +400,24 @@ def prepare_haproxy(bench: Bench) -> None:
 def all_cases() -> list[Case]:
     """Every case, in table order: each baseline first, then the cases measured against it."""
     dns = {"tool": "dnsperf", "conns": (DATAGRAMS,)}
+    many = tuple(many_backend(i) for i in range(MANY_BACKENDS))
     return [
         Case("baseline", "baseline", lbweb=False),
-        lbweb_case("lbweb-dnat", "dnat", vip4(1)),
-        lbweb_case("lbweb-snat", "snat", vip4(2)),
+        minimal_case("minimal-dnat", "dnat"),
+        nftlb_case("nftlb-dnat", "dnat"),
+        lbweb_case("lbweb-dnat", "dnat", vip4(1), peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat"}),
+        minimal_case("minimal-snat", "snat"),
+        nftlb_case("nftlb-snat", "snat"),
+        lbweb_case("lbweb-snat", "snat", vip4(2), peers={"minimal": "minimal-snat", "nftlb": "nftlb-snat"}),
+        minimal_case("minimal-dnat-100", "dnat-100", backends=many, before=Bench.add_backend_addresses),
+        lbweb_case(
+            "lbweb-dnat-100",
+            "dnat",
+            MANY_VIP,
+            backends=many,
+            before=Bench.add_backend_addresses,
+            peers={"minimal": "minimal-dnat-100", "nftlb": "nftlb-dnat"},
+        ),
         Case("haproxy-tcp", "baseline", lbweb=False, host=HAPROXY_VIP, prepare=prepare_haproxy),
         Case("baseline-l2", "baseline-l2", lbweb=False, segment=True),
         lbweb_case(
@@ -258,6 +432,7 @@ def all_cases() -> list[Case]:
             sched_param="srcip srcport",
         ),
         Case("baseline-udp", "baseline-udp", lbweb=False, prepare=Bench.start_dns, **dns),
+        minimal_case("minimal-stateless", "stateless", baseline="baseline-udp", before=Bench.start_dns, **dns),
         lbweb_case(
             "lbweb-stateless",
             "stlsdnat",
@@ -265,8 +440,11 @@ def all_cases() -> list[Case]:
             baseline="baseline-udp",
             protocol="udp",
             before=Bench.start_dns,
+            peers={"minimal": "minimal-stateless"},
             **dns,
         ),
+        minimal_case("minimal-dnat-udp", "udp", baseline="baseline-udp", before=Bench.start_dns, **dns),
+        nftlb_case("nftlb-dnat-udp", "udp", baseline="baseline-udp", **dns),
         # A control for the stateless farm: the same UDP service through conntrack and NAT.
         lbweb_case(
             "lbweb-dnat-udp",
@@ -276,6 +454,7 @@ def all_cases() -> list[Case]:
             protocol="udp",
             backend_port=DNS_CONTROL_PORT,
             before=Bench.start_dns,
+            peers={"minimal": "minimal-dnat-udp", "nftlb": "nftlb-dnat-udp"},
             **dns,
         ),
     ]
@@ -480,9 +659,13 @@ def run(args: argparse.Namespace) -> dict:
                 conns = [c for c in case.conns if c in args.conns or c not in HTTP_CONNS]
                 for conn in conns if r % 2 == 0 else conns[::-1]:
                     bench.lab.ns(bench.lab.lb, "conntrack", "-F", check=False)
+                    bench.load_ruleset(case)
                     time.sleep(args.gap)
-                    probe(bench, case)
-                    raw = measure.run_load(bench.lab, bench.load(case, conn, args))
+                    try:
+                        probe(bench, case)
+                        raw = measure.run_load(bench.lab, bench.load(case, conn, args))
+                    finally:
+                        bench.drop_ruleset(case)
                     figures = measure.figures(raw, idle)
                     runs.append({"round": r + 1, "case": case.name, "conn": conn, "figures": figures, "raw": raw})
                     if case.tool == "dnsperf":
@@ -512,6 +695,7 @@ def run(args: argparse.Namespace) -> dict:
             "conns": [x for x in c.conns if x in args.conns or x not in HTTP_CONNS],
         }
         | ({"unavailable": c.unavailable} if c.unavailable else {})
+        | ({"peers": c.peers} if c.peers else {})
         for c in cases
     ]
     rows = report.summarise(runs, case_rows)
@@ -556,6 +740,8 @@ def main(argv: list[str] | None = None) -> int:
         report.chart(png_path, document["summary"], kinds, title)
     print()
     print(report.table(document["summary"]))
+    print()
+    print(report.peer_table(document["summary"]))
     print()
     print("x base: median of the case / median of the baseline with the same connection kind (same invocation).")
     print("LB us/req = softirq + CPU of the LB's processes per request;  all us/req = all busy CPU of the machine.")

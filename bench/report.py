@@ -56,7 +56,33 @@ def summarise(runs: list[dict], cases: list[dict]) -> list[dict]:
             continue
         for metric in ("req_s", "p99_ms", "lb_us", "machine_us"):
             row[f"{metric}_ratio"] = row[metric] / base[metric] if base[metric] else None
+    peers = {c["name"]: c.get("peers", {}) for c in cases}
+    for row in rows:
+        for label, other in peers.get(row["case"], {}).items():
+            theirs = by_key.get((other, row["conn"]))
+            if "req_s" in row and theirs and theirs.get("req_s"):
+                row.setdefault("peer_ratios", {})[label] = {
+                    "case": other,
+                    "req_s": row["req_s"] / theirs["req_s"],
+                    "lb_us": row["lb_us"] / theirs["lb_us"] if theirs.get("lb_us") else None,
+                }
     return rows
+
+
+def peer_table(rows: list[dict]) -> str:
+    """lbweb's cases against the same farm as a minimal hand-written ruleset and as nftlb's ruleset."""
+    head = f"{'case':<22} {'conn':<10} {'req/s':>9}  {'x minimal':>9} {'x nftlb':>8}"
+    lines = [f"{head}  {'LB us x min':>11} {'x nftlb':>8}"]
+    for row in rows:
+        peers = row.get("peer_ratios")
+        if not peers:
+            continue
+        minimal, nftlb = peers.get("minimal", {}), peers.get("nftlb", {})
+        lines.append(
+            f"{row['case']:<22} {row['conn']:<10} {row['req_s']:>9.0f}  {_ratio(minimal.get('req_s')):>9}"
+            f" {_ratio(nftlb.get('req_s')):>8}  {_ratio(minimal.get('lb_us')):>11} {_ratio(nftlb.get('lb_us')):>8}"
+        )
+    return "\n".join(lines)
 
 
 def _ratio(value: float | None) -> str:

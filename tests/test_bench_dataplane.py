@@ -17,7 +17,16 @@ from tests.stack import ROOT, VENV_BIN
 
 pytestmark = pytest.mark.dataplane
 
-CASES = ("baseline", "lbweb-snat", "baseline-l2", "lbweb-dsr", "baseline-udp", "lbweb-stateless")
+CASES = (
+    "baseline",
+    "minimal-snat",
+    "nftlb-snat",
+    "lbweb-snat",
+    "baseline-l2",
+    "lbweb-dsr",
+    "baseline-udp",
+    "lbweb-stateless",
+)
 
 
 def test_dataplane_bench_quick_runs_http_dsr_and_stateless_udp_cases_and_writes_sane_json(tmp_path):
@@ -26,12 +35,13 @@ def test_dataplane_bench_quick_runs_http_dsr_and_stateless_udp_cases_and_writes_
     command = [str(VENV_BIN / "python"), "bench/dataplane.py", "--quick", "--no-install", "--out", str(tmp_path)]
     command += ["--cases", ",".join(CASES), "--conns", "close", "--duration", "1", "--rounds", "1"]
     command += ["--idle", "0.2", "--gap", "0", "--connections", "6"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=150)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     document = json.loads((tmp_path / "dataplane.json").read_text())
     rows = {(row["case"], row["conn"]): row for row in document["summary"]}
     kinds = {case: "datagrams" if "udp" in case or "stateless" in case else "close" for case in CASES}
+    assert "x minimal" in result.stdout  # the table of ratios to the other rulesets of the same farm
     assert set(rows) == set(kinds.items()), sorted(rows)
     for case, conn in kinds.items():
         row = rows[(case, conn)]
@@ -45,8 +55,12 @@ def test_dataplane_bench_quick_runs_http_dsr_and_stateless_udp_cases_and_writes_
     assert rows[("lbweb-snat", "close")]["baseline"] == "baseline"
     assert rows[("lbweb-dsr", "close")]["baseline"] == "baseline-l2"
     assert rows[("lbweb-stateless", "datagrams")]["baseline"] == "baseline-udp"
-    for case in ("lbweb-snat", "lbweb-dsr", "lbweb-stateless"):
+    for case in ("lbweb-snat", "lbweb-dsr", "lbweb-stateless", "minimal-snat", "nftlb-snat"):
         assert rows[(case, kinds[case])]["req_s_ratio"] > 0
+    # lbweb's SNAT farm beside a hand-written ruleset and nftlb's ruleset of the same farm, same rounds
+    peers = rows[("lbweb-snat", "close")]["peer_ratios"]
+    assert peers["minimal"]["case"] == "minimal-snat" and peers["nftlb"]["case"] == "nftlb-snat"
+    assert peers["minimal"]["req_s"] > 0 and peers["nftlb"]["req_s"] > 0
     # The paths are what they claim: the L2 baseline never touches the LB; DSR passes it one way only
     # (fewer packets per request than SNAT, which carries both ways); the UDP cases route query and answer.
     assert rows[("baseline-l2", "close")]["lb_packets"] < 0.1

@@ -47,6 +47,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+# Run as a script, Python puts bench/ first on the path, where bench/http.py would stand in for the
+# standard library's http package (tests/lab.py imports http.client).
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import cp_scale  # noqa: E402
@@ -202,7 +205,6 @@ def record_figures(r: dict) -> dict[str, float | None]:
         figures[f"full apply {n:,} farms, worker s"] = f.get("worker_apply_s")
         figures[f"full apply {n:,} farms, nft -j -f s"] = f.get("kernel_limit", {}).get("nft_load_s")
         figures[f"full apply {n:,} farms, tasks queued"] = f.get("queued_tasks", f.get("apply_requests"))
-        figures[f"full apply {n:,} farms, worker RSS MB"] = f.get("worker_rss_mb")
         figures[f"single change at {n:,} farms, p50 ms"] = s.get("single", {}).get("kernel_ms", {}).get("p50")
     growth = r.get("single_growth") or {}
     figures["single change, largest / smallest count"] = growth.get("kernel_p50")

@@ -96,7 +96,8 @@ def drain():
 
 
 def deep_read():
-    # [total weight, sorted interval widths] of the chain's numgen verdict map, through libnftables
+    # [total weight, sorted interval widths] of the chain's numgen pick, through libnftables: the numgen
+    # the ct mark is set to, and the elements of the named scheduler map the next statement looks up
     import nftables
 
     nft = nftables.Nftables()
@@ -104,15 +105,23 @@ def deep_read():
     rc, out, _err = nft.cmd(f"list chain inet lbweb {CHAIN}")
     if rc != 0 or not out:
         return None
+    modulus = None
     for item in json.loads(out)["nftables"]:
         for expr in item.get("rule", {}).get("expr", []):
+            value = expr.get("mangle", {}).get("value")
+            if isinstance(value, dict) and "numgen" in value:
+                modulus = value["numgen"]["mod"]
             vmap = expr.get("vmap")
-            if vmap and isinstance(vmap.get("key"), dict) and "numgen" in vmap["key"]:
+            if modulus and vmap and isinstance(vmap.get("data"), str):
+                rc, out, _err = nft.cmd(f"list map inet lbweb {vmap['data'].lstrip('@')}")
+                if rc != 0:
+                    return None
+                elements = next(i["map"].get("elem", []) for i in json.loads(out)["nftables"] if "map" in i)
                 widths = []
-                for key, _verdict in vmap["data"]["set"]:
+                for key, _verdict in elements:
                     low, high = key["range"] if isinstance(key, dict) else (key, key)
                     widths.append(high - low + 1)
-                return [vmap["key"]["numgen"]["mod"], sorted(widths)]
+                return [modulus, sorted(widths)]
     return None
 
 

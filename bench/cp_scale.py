@@ -239,15 +239,25 @@ def with_kernel_limit(apply: dict, count: int, netns: str, env: dict, path: str,
 
 def resync_after_reload() -> None:
     """``nft -j -f`` rebuilt lbweb's table behind the worker's back: the same rules, but not the objects
-    the worker wrote (new handles), which a reconcile rightly reports as drift. Let it rewrite them before
-    the next figures (and the final ``kernel --check``)."""
+    the worker wrote (new handles), which a reconcile may report as drift. Let it rewrite them before
+    the next figures (and the final ``kernel --check``). A table whose objects read back the same (no
+    anonymous sets renamed by the reload) is no drift: the reconcile then records no run, and its end
+    is when the worker has nothing left to do."""
     from farms.models import ApplyRun
     from farms.tasks import reconcile
+    from lbweb.celery import app
 
     before = last_run_id()
     reconcile.apply_async(kwargs={"reason": "bench: table reloaded"})
     done = ApplyRun.objects.filter(id__gt=before, reason__startswith="bench: table reloaded")
-    wait_until(done.exists, 3600, "the reconcile after the reload", 0.1)
+    time.sleep(0.5)
+
+    def idle() -> bool:
+        inspect = app.control.inspect(timeout=1)
+        busy = [*(inspect.active() or {}).values(), *(inspect.reserved() or {}).values()]
+        return not any(busy) and app.connection().default_channel.client.llen("dataplane") == 0
+
+    wait_until(lambda: done.exists() or idle(), 3600, "the reconcile after the reload", 0.1)
 
 
 # -- single-backend changes ----------------------------------------------------------------

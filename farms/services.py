@@ -39,23 +39,34 @@ FARM_FIELDS = (
     "source_addr",
     "source_ports",
     "new_rtlimit",
+    "new_rtlimit_unit",
     "new_rtlimit_burst",
     "rst_rtlimit",
+    "rst_rtlimit_unit",
+    "rst_rtlimit_burst",
+    "limits_ttl",
     "est_connlimit",
     "limit_verdict",
     "log",
+    "log_forward",
+    "log_output",
     "log_prefix",
     "log_rtlimit",
+    "log_rtlimit_unit",
+    "log_drops",
+    "mark",
     "helper",
     "tcp_strict",
     "intra_connect",
     "flow_offload",
     "interface",
+    "oface",
+    "ether_addr",
     "when_all_down",
     "fallback_address",
     "fallback_port",
 )
-BACKEND_FIELDS = ("address", "port", "weight", "state", "priority", "est_connlimit", "mac")
+BACKEND_FIELDS = ("address", "port", "weight", "state", "priority", "est_connlimit", "mac", "mark", "oface")
 POLICY_FIELDS = ("name", "type", "description", "elements")
 
 

@@ -15,6 +15,7 @@ from .choices import FarmModeChoices as Mode
 from .choices import FarmProtocolChoices as Proto
 from .choices import FarmSchedulerChoices as Sched
 from .nft.limits import LOG_PREFIX_BYTES, utf8_length
+from .nft.spec import HELPER_PROTOCOLS
 from .ports import PortSyntaxError, overlaps, parse_port_number, parse_ports
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
@@ -22,8 +23,6 @@ MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
 INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}", re.ASCII)
 # Counters a farm owns besides its own "farm-<name>": a farm named "<other>-limit" would share one.
 COUNTER_SUFFIXES = ("-limit", "-policy")
-HELPER_PROTOCOL = {"ftp": "tcp", "pptp": "tcp", "irc": "tcp", "h323": "tcp", "tftp": "udp", "snmp": "udp",
-                   "amanda": "udp", "sip": "udp"}  # fmt: skip
 
 
 def parse_mac(text: str) -> str:
@@ -186,13 +185,8 @@ def farm_option_errors(farm) -> dict[str, str]:
     elif proto == Proto.ALL and any(x in ("srcport", "dstport") for x in fields):
         e["sched_param"] = "A farm for all protocols has no ports to hash."
     if farm.persistence:
-        if sched == Sched.ROUND_ROBIN:
-            e["persistence"] = (
-                "Persistence cannot be combined with round robin (as in nftlb); use the weight scheduler."
-            )
-        elif sched in (Sched.HASH, Sched.SYMHASH):
-            e["persistence"] = "A hash scheduler already sends a client to the same backend; persistence is not needed."
-        elif proto == Proto.ALL and "srcport" in farm.persistence:
+        # With any scheduler, as nftlb: a client bound by persistence goes back to its backend first.
+        if proto == Proto.ALL and "srcport" in farm.persistence:
             e["persistence"] = "A farm for all protocols has no source port to persist on."
         elif farm.intra_connect and farm.persistence == "srcmac":
             e["persistence"] = "Connections from the appliance itself carry no source MAC."
@@ -210,8 +204,9 @@ def farm_option_errors(farm) -> dict[str, str]:
             parse_address_range(farm.source_addr, ipaddress.ip_address(farm.vip).version)
         except ValueError as exc:
             e["source_addr"] = str(exc)
-    if farm.helper and HELPER_PROTOCOL[farm.helper] != proto:
-        e["helper"] = f"The {farm.helper} helper tracks {HELPER_PROTOCOL[farm.helper]}; this farm is {proto}."
+    if farm.helper and proto != Proto.ALL and proto not in HELPER_PROTOCOLS[farm.helper]:
+        tracked = " and ".join(HELPER_PROTOCOLS[farm.helper])
+        e["helper"] = f"The {farm.helper} helper tracks {tracked}; this farm is {proto}."
     if farm.rst_rtlimit and proto != Proto.TCP:
         e["rst_rtlimit"] = "Reset limits apply to TCP farms only."
     if farm.interface and mode != Mode.DSR:

@@ -25,7 +25,7 @@ from . import nfmsg, steps
 from .compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from .fragments import TABLE_FAMILY, TABLE_NAME
 from .scratch import ScratchCrashed, scratch
-from .spec import HELPERS, TCP_HELPERS
+from .spec import HELPER_PROTOCOLS, HELPERS
 from .transcribe import Untranscribable, transcribe
 
 log = logging.getLogger(__name__)
@@ -239,7 +239,7 @@ class Kernel:
                                                   "hook": "ingress", "prio": 0, "dev": []}}}],
         }  # fmt: skip
         for helper in HELPERS:
-            proto = "tcp" if helper in TCP_HELPERS else "udp"
+            proto = HELPER_PROTOCOLS[helper][0]
             body = {"family": "inet", "table": "lbweb-probe", "name": "h", "type": helper, "protocol": proto}
             probes[f"helper-{helper}"] = [{"add": {"ct helper": body}}]
         # A farm without an active backend, and limit verdict 'reject', reject in the nat prerouting hook.

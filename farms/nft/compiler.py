@@ -63,7 +63,7 @@ from typing import Any
 from . import dsr
 from . import fragments as f
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
-from .spec import TCP_HELPERS, BackendSpec, FarmSpec, PolicySpec
+from .spec import HELPER_PROTOCOLS, BackendSpec, FarmSpec, PolicySpec
 from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, canonical, digest_of
 from .units import Builder as _Builder
 
@@ -75,7 +75,8 @@ PRIO_FILTER = 0
 PRIO_SRCNAT = 100
 TRAFFIC_MAP = "traffic_marks"
 HASH_SEED = 0x6C627765  # fixed, so every lbweb node hashes a flow to the same backend
-LIMIT_SET_TIMEOUT = 120  # seconds a source stays in a rate-limit meter
+DEFAULT_LOG_PREFIX = "TYPE-FNAME "  # nftlb's: IN-<farm>, FWD-<farm>, OUT-<farm>
+ROUTE_MARKS = "route_marks"
 REUSE_TTL = 120  # conntrack's TCP TIME_WAIT (nf_conntrack_tcp_timeout_time_wait): how long a reopen can happen
 REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when full, new ones are not learnt
 REUSE_ALTERNATIVES = 8  # backends tried after the scheduler's pick when another client holds the port there
@@ -213,9 +214,8 @@ def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Cal
     """The verdict map that picks one backend for a new connection: it jumps to ``target(backend)``,
     the backend's chain unless told otherwise."""
     target = target or (lambda b: backend_chain_name(farm, b.id))
-    if farm.scheduler == "rr":
-        elems = [[i, f.jump(target(b))] for i, b in enumerate(backends)]
-        return f.vmap(f.numgen("inc", len(backends)), {"set": elems})
+    if farm.scheduler == "rr":  # weighted, as nftlb: each backend takes weight turns in a row
+        return _weighted_vmap(lambda total: f.numgen("inc", total), backends, target)
     if farm.scheduler == "hash":
         expr = _hash_expr(farm, farm.sched_param or ("srcip",))
         return _weighted_vmap(
@@ -230,11 +230,20 @@ def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Cal
 # -- farm compilation -------------------------------------------------------------------
 
 
+ALL_PROTOCOLS = ("tcp", "udp", "sctp")  # nftlb's protocol "all": these three, never ICMP or the others
+EVERY_PORT = ((0, 65535),)
+
+
+def farm_protocols(farm: FarmSpec) -> tuple[str, ...]:
+    return ALL_PROTOCOLS if farm.protocol == "all" else (farm.protocol,)
+
+
 def _dispatch_keys(farm: FarmSpec, prefix: str = "dispatch") -> list[tuple[str, Any]]:
-    map_name = dispatch_map_name(farm.family, farm.protocol, prefix)
-    if farm.protocol == "all":
-        return [(map_name, farm.vip)]
-    return [(map_name, f.concat(farm.vip, farm.protocol, f.port_value(lo, hi))) for lo, hi in farm.ports]
+    """One key per protocol and port range; no ports (nftlb: empty virtual-ports) is every port."""
+    map_name = dispatch_map_name(farm.family, "tcp", prefix)
+    ports = farm.ports or EVERY_PORT
+    keys = [f.concat(farm.vip, proto, f.port_value(lo, hi)) for proto in farm_protocols(farm) for lo, hi in ports]
+    return [(map_name, key) for key in keys]
 
 
 def _backend_chain(b: _Builder, farm: FarmSpec, backend: BackendSpec) -> None:
@@ -243,14 +252,12 @@ def _backend_chain(b: _Builder, farm: FarmSpec, backend: BackendSpec) -> None:
     b.chain(name)
     expr: list[Json] = [f.counter_ref(name)]
     if backend.est_connlimit:
-        b.rule(
-            name,
-            [
-                {"ct count": {"val": backend.est_connlimit, "inv": True}},
-                f.counter_ref(f"{farm_chain_name(farm)}-limit"),
-                _verdict(farm),
-            ],
-        )
+        prefix = f"est-connlimit-{farm.name}-{backend.address} "
+        refuse = _refuse(b, farm, f"bck{backend.id}", prefix, f"{farm_chain_name(farm)}-limit")
+        b.rule(name, [{"ct count": {"val": backend.est_connlimit, "inv": True}}, *refuse])
+    packet_mark = farm.fwmark | backend.fwmark
+    if packet_mark:  # the connection's first packet is routed right after this chain (see _route_marks)
+        expr.append({"mangle": {"key": f.meta("mark"), "value": packet_mark}})
     if farm.persistence:
         expr.append(
             {
@@ -326,36 +333,148 @@ def _reuse_rules(b: _Builder, farm: FarmSpec, chain: str, backends: tuple[Backen
     return scheduler_map(farm, backends, lambda x: pick_chain_name(farm, x.id))
 
 
+def _rate(rate: int, unit: str, *, over: bool = False, burst: int = 0) -> Json:
+    """A token bucket of ``rate`` per ``unit`` (second, minute, hour, day, week: nftlb's units, kept exact)."""
+    body: Json = {"rate": rate, "per": unit}
+    if over:
+        body["inv"] = True
+    if burst:
+        body["burst"] = burst
+    return {"limit": body}
+
+
+def expand_log_prefix(template: str, farm_name: str, kind: str) -> str:
+    """nftlb's log prefix placeholders, replaced as nftlb replaces them: FNAME and ANAME (lbweb has no
+    address objects: the farm's name), KNAME (``log``), TYPE (``IN``, ``FWD`` or ``OUT``)."""
+    text = template.replace("FNAME", farm_name).replace("ANAME", farm_name).replace("KNAME", "log")
+    return text.replace("TYPE", kind)
+
+
+def farm_log_prefix(farm: FarmSpec, kind: str) -> str:
+    # The kernel keeps 127 bytes (not characters); libnftables 1.0.6 crashes on ~140 (see limits.py).
+    return truncate_utf8(expand_log_prefix(farm.log_prefix or DEFAULT_LOG_PREFIX, farm.name, kind), LOG_PREFIX_BYTES)
+
+
+def _log(farm: FarmSpec, kind: str) -> list[Json]:
+    """A log line with nftlb's prefix, at the farm's log rate (none: every packet, nftlb's default)."""
+    rate = [_rate(farm.log_rtlimit, farm.log_rtlimit_unit)] if farm.log_rtlimit else []
+    return [*rate, {"log": {"prefix": farm_log_prefix(farm, kind)}}]
+
+
+def _refuse(b: _Builder, farm: FarmSpec, tag: str, prefix: str, counter: str) -> list[Json]:
+    """What follows a limit's or a policy's match: logged as nftlb logs it (``prefix``, at the farm's log
+    rate, unless ``log_drops`` is off), counted, and dropped or rejected. A rated log needs a chain of
+    its own, so that the match (which may add to a meter) is evaluated once."""
+    tail = [f.counter_ref(counter), _verdict(farm)]
+    if not farm.log_drops:
+        return tail
+    log = {"log": {"prefix": truncate_utf8(prefix, LOG_PREFIX_BYTES)}}
+    if not farm.log_rtlimit:
+        return [log, *tail]
+    chain = f"drop-{farm.name}-{tag}"
+    b.chain(chain)
+    b.rule(chain, [_rate(farm.log_rtlimit, farm.log_rtlimit_unit), log])
+    b.rule(chain, tail)
+    return [f.jump(chain)]
+
+
+def _meter(b: _Builder, farm: FarmSpec, kind: str, definition: list, *, timeout: int | None) -> str:
+    """A per-client set a limit keeps its state in; its name changes with its definition."""
+    name = f"{kind}-{farm.name}-{digest_of(definition)[:6]}"
+    addr = "ipv4_addr" if farm.family == 4 else "ipv6_addr"
+    body: Json = {**f.named_set(name, addr), "size": 65535}  # the kernel makes it dynamic (fed by packets)
+    if timeout:
+        body |= {"flags": ["timeout"], "timeout": timeout}
+    b.obj("set", body)
+    return name
+
+
 def _farm_guards(b: _Builder, farm: FarmSpec, chain: str) -> None:
-    """Access policies, limits, logging and helpers: evaluated once, on a connection's first packet."""
+    """Limits, logging and helpers: evaluated once, on a connection's first packet (policies are
+    checked on every packet, in the farm's guard chain)."""
     l3 = _l3(farm)
+    saddr = f.payload(l3, "saddr")
+    if farm.new_rtlimit:
+        definition = [farm.new_rtlimit, farm.new_rtlimit_unit, farm.new_rtlimit_burst, farm.limits_ttl]
+        meter = _meter(b, farm, "rtlimit", definition, timeout=farm.limits_ttl)
+        limit = _rate(farm.new_rtlimit, farm.new_rtlimit_unit, over=True, burst=farm.new_rtlimit_burst)
+        over = {"set": {"op": "add", "elem": saddr, "set": "@" + meter, "stmt": [limit]}}
+        b.rule(chain, [over, *_refuse(b, farm, "new", f"new-rtlimit-{farm.name} ", f"{chain}-limit")])
+    if farm.est_connlimit:  # per client address, as nftlb (a set of connection counts keyed by source)
+        meter = _meter(b, farm, "estconn", [farm.est_connlimit], timeout=None)
+        count = {"ct count": {"val": farm.est_connlimit, "inv": True}}
+        over = {"set": {"op": "add", "elem": saddr, "set": "@" + meter, "stmt": [count]}}
+        b.rule(chain, [over, *_refuse(b, farm, "est", f"est-connlimit-{farm.name} ", f"{chain}-limit")])
+    if farm.log:
+        b.rule(chain, _log(farm, "IN"))
+    if farm.helper:
+        protocols = tuple(p for p in HELPER_PROTOCOLS[farm.helper] if farm.protocol in (p, "all"))
+        for protocol in protocols:
+            helper = f"helper-{farm.name}-{farm.helper}" + (f"-{protocol}" if len(protocols) > 1 else "")
+            b.obj("ct helper", {**f.counter(helper), "type": farm.helper, "protocol": protocol, "l3proto": "inet"})
+            match = [f.match(f.meta("l4proto"), protocol)] if len(protocols) > 1 else []
+            b.rule(chain, [*match, {"ct helper": helper}])
+
+
+def _guard_chain(b: _Builder, farm: FarmSpec) -> None:
+    """Every packet from a client to the farm (not only a connection's first), before NAT: access
+    policies (a denied source loses its established connections too, as in nftlb), tcp-strict, the
+    per-client reset limit, and the refresh of the client's persistence entry (nftlb's ``update``:
+    the TTL counts from the client's last packet, not from its first connection)."""
+    refresh = farm.persistence and farm.sticky_backends
+    if not (farm.policies or farm.tcp_strict or farm.rst_rtlimit or refresh):
+        return
+    guard = f"guard-{farm.name}"
+    l3 = _l3(farm)
+    b.chain(guard)
     for policy in farm.policies:
         members = "@" + policy_set_name(policy, farm.family)
-        op = "==" if policy.type == "deny" else "!="
-        b.rule(chain, [f.match(f.payload(l3, "saddr"), members, op), f.counter_ref(f"{chain}-policy"), _verdict(farm)])
-    if farm.new_rtlimit:
-        meter = f"rtlimit-{farm.name}-{digest_of([farm.new_rtlimit, farm.new_rtlimit_burst])[:6]}"
-        addr = "ipv4_addr" if farm.family == 4 else "ipv6_addr"
-        b.obj("set", {**f.named_set(meter, addr), "flags": ["timeout"], "timeout": LIMIT_SET_TIMEOUT})
-        limit = {"rate": farm.new_rtlimit, "per": "second", "inv": True}
-        if farm.new_rtlimit_burst:
-            limit["burst"] = farm.new_rtlimit_burst
-        over = {"set": {"op": "add", "elem": f.payload(l3, "saddr"), "set": "@" + meter, "stmt": [{"limit": limit}]}}
-        b.rule(chain, [over, f.counter_ref(f"{chain}-limit"), _verdict(farm)])
-    if farm.est_connlimit:
-        b.rule(
-            chain,
-            [{"ct count": {"val": farm.est_connlimit, "inv": True}}, f.counter_ref(f"{chain}-limit"), _verdict(farm)],
+        op, word = ("==", "BL") if policy.type == "deny" else ("!=", "WL")
+        refuse = _refuse(
+            b, farm, f"policy-{policy.name}", f"policy-{word}-{policy.name}-{farm.name} ", f"farm-{farm.name}-policy"
         )
-    if farm.log:
-        # The kernel keeps 127 bytes (not characters); libnftables 1.0.6 crashes on ~140 (see limits.py).
-        prefix = truncate_utf8(farm.log_prefix or f"lbweb {farm.name} ", LOG_PREFIX_BYTES)
-        b.rule(chain, [{"limit": {"rate": farm.log_rtlimit or 10, "per": "second"}}, {"log": {"prefix": prefix}}])
-    if farm.helper:
-        helper = f"helper-{farm.name}-{farm.helper}"
-        protocol = "tcp" if farm.helper in TCP_HELPERS else "udp"
-        b.obj("ct helper", {**f.counter(helper), "type": farm.helper, "protocol": protocol, "l3proto": "inet"})
-        b.rule(chain, [{"ct helper": helper}])
+        b.rule(guard, [f.match(f.payload(l3, "saddr"), members, op), *refuse])
+    if farm.tcp_strict or farm.rst_rtlimit:
+        b.obj("counter", f.counter(guard))
+    if farm.tcp_strict:
+        refuse = _refuse(b, farm, "strict", f"tcp-strict-{farm.name} ", guard)
+        b.rule(guard, [f.match(f.ct("state"), "invalid"), *refuse])
+    if farm.rst_rtlimit:
+        definition = [farm.rst_rtlimit, farm.rst_rtlimit_unit, farm.rst_rtlimit_burst, farm.limits_ttl]
+        meter = _meter(b, farm, "rstlimit", definition, timeout=farm.limits_ttl)
+        rst = f.match({"&": [f.payload("tcp", "flags"), "rst"]}, 0, "!=")
+        limit = _rate(farm.rst_rtlimit, farm.rst_rtlimit_unit, over=True, burst=farm.rst_rtlimit_burst)
+        over = {"set": {"op": "add", "elem": f.payload(l3, "saddr"), "set": "@" + meter, "stmt": [limit]}}
+        refuse = _refuse(b, farm, "rst", f"rst-rtlimit-{farm.name} ", guard)
+        b.rule(guard, [f.match(f.meta("l4proto"), "tcp"), rst, over, *refuse])
+    if refresh:
+        key = _hash_expr(farm, farm.persistence)
+        for backend in farm.sticky_backends:
+            learnt = "@" + persist_set_name(farm, backend.id)
+            b.rule(guard, [f.match(key, learnt), {"set": {"op": "update", "elem": key, "set": learnt}}])
+    for map_name, key in _dispatch_keys(farm, "guard"):
+        b.element(map_name, key, f.jump(guard))
+
+
+def _route_marks(b: _Builder, farm: FarmSpec) -> None:
+    """nftlb's farm and backend marks, as the packet mark of every packet of the farm's connections,
+    both ways, so that policy routing (``ip rule fwmark``) sees them as under nftlb and SKUDONET.
+    A connection's first packet gets it in its backend's chain; later ones here, before routing,
+    by the backend the connection went to (its reply source)."""
+    if not (farm.fwmark or any(x.fwmark for x in farm.backends)):
+        return
+    chain = f"mark-{farm.name}"
+    b.chain(chain)
+    marks: dict[str, int] = {}
+    for backend in sorted(farm.backends, key=lambda x: x.id):
+        marks.setdefault(backend.address, farm.fwmark | backend.fwmark)
+    if not any(x.fwmark for x in farm.backends):
+        value: Any = farm.fwmark
+    else:
+        source = f.ct(f"{_l3(farm)} saddr", "reply")
+        value = {"map": {"key": source, "data": {"set": [[a, m] for a, m in marks.items() if m]}}}
+    b.rule(chain, [{"mangle": {"key": f.meta("mark"), "value": value}}])
+    b.element(ROUTE_MARKS, farm.mark, f.jump(chain))
 
 
 def _persistence_sets(b: _Builder, farm: FarmSpec) -> dict[int, list[str]]:
@@ -394,8 +513,14 @@ def _session_key(client: tuple, farm: FarmSpec) -> Any:
 
 
 def _snat(b: _Builder, farm: FarmSpec) -> None:
+    """Postrouting of a new connection: nftlb's ``output`` log, then the SNAT of a snat farm."""
     chain = f"snat-{farm.name}"
     b.chain(chain)
+    if farm.log_output:
+        b.rule(chain, _log(farm, "OUT"))
+    if farm.mode != "snat":
+        b.element("snat_farms", farm.mark, f.jump(chain))
+        return
     ports = farm.source_ports
     expr: list[Json] = []
     if ports:
@@ -424,6 +549,8 @@ def _traffic(b: _Builder, farm: FarmSpec) -> None:
         b.obj("counter", f.counter(name))
     b.chain(chain)
     b.rule(chain, [f.counter_map(f.ct("direction"), {"original": directions["in"], "reply": directions["out"]})])
+    if farm.log_forward:  # nftlb's "forward": every forwarded packet of the farm, both ways
+        b.rule(chain, _log(farm, "FWD"))
     address_key = f"{_l3(farm)} saddr"
     for backend in sorted(backends, key=lambda x: (x.port is None, x.id)):
         expr: list[Json] = []
@@ -483,21 +610,11 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
     if farm.intra_connect:
         for map_name, key in _dispatch_keys(farm, "local"):
             b.element(map_name, key, f.jump(chain))
-    if farm.mode == "snat":
+    if farm.mode == "snat" or farm.log_output:
         _snat(b, farm)
     _traffic(b, farm)
-    if farm.tcp_strict or farm.rst_rtlimit:
-        guard = f"guard-{farm.name}"
-        b.obj("counter", f.counter(guard))
-        b.chain(guard)
-        if farm.tcp_strict:
-            b.rule(guard, [f.match(f.ct("state"), "invalid"), f.counter_ref(guard), {"drop": None}])
-        if farm.rst_rtlimit:
-            rst = f.match({"&": [f.payload("tcp", "flags"), "rst"]}, 0, "!=")
-            limit = {"limit": {"rate": farm.rst_rtlimit, "per": "second", "inv": True}}
-            b.rule(guard, [f.match(f.meta("l4proto"), "tcp"), rst, limit, f.counter_ref(guard), {"drop": None}])
-        for map_name, key in _dispatch_keys(farm, "guard"):
-            b.element(map_name, key, f.jump(guard))
+    _guard_chain(b, farm)
+    _route_marks(b, farm)
     if farm.flow_offload:
         table_ft = f"ft-{farm.name}"
         b.obj(
@@ -620,6 +737,7 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         f.add("map", f.named_map("snat_farms", "mark", "verdict")),
         f.add("map", f.named_map("offload_marks", "mark", "verdict")),
         f.add("map", f.named_map(TRAFFIC_MAP, "mark", "verdict")),
+        f.add("map", f.named_map(ROUTE_MARKS, "mark", "verdict")),
         f.add("chain", f.base_chain("stateless", type_="filter", hook="prerouting", prio=PRIO_RAW)),
         f.add("chain", f.base_chain("guard", type_="filter", hook="prerouting", prio=PRIO_GUARD)),
         f.add("chain", f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT)),
@@ -630,6 +748,7 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
     rules = [f.rule("prerouting", expr) for expr in _dispatch_rules("dispatch")]
     rules += [f.rule("output", expr) for expr in _dispatch_rules("local")]
     rules += [f.rule("guard", expr) for expr in _dispatch_rules("guard")]
+    rules.append(f.rule("guard", [f.vmap(f.ct("mark"), "@" + ROUTE_MARKS)]))  # nftlb's marks, every packet
     for family, proto in ((4, "ip"), (6, "ip6")):
         key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
         rules.append(f.rule("stateless", [f.vmap(key, f"@stateless{family}")]))

@@ -57,7 +57,7 @@ def _fragment_key(farm: FarmSpec, total: int) -> Json:
     """Pick a backend from what every fragment of a datagram carries: the same one for all of them."""
     if farm.family == 4:
         expr = f.concat(f.payload("ip", "saddr"), f.payload("ip", "id"))
-    elif farm.scheduler == "rr" or all(b.weight == 1 for b in farm.active_backends):
+    elif all(b.weight == 1 for b in farm.active_backends):  # single values, not intervals
         # nft 1.0.6 cannot hash the fragment header's id; the flow label is in every fragment too ...
         expr = f.concat(f.payload("ip6", "saddr"), f.payload("ip6", "flowlabel"))
     else:  # ... but it refuses a hashed flow label as the key of an interval (weighted) map
@@ -84,26 +84,30 @@ def _fragmented(l3: str, *, first_too: bool) -> Json:
 
 def _mac_map(farm: FarmSpec, make_key: Callable[[FarmSpec, int], Json] = _hash_key) -> Json:
     backends = farm.active_backends
-    if farm.scheduler == "rr":
-        return {
-            "map": {
-                "key": make_key(farm, len(backends)),
-                "data": {"set": [[i, b.mac] for i, b in enumerate(backends)]},
-            }
-        }
-    elems, low = [], 0
+    elems, low = [], 0  # every scheduler is weighted, round robin too (as nftlb)
     for b in backends:
         elems.append([f.port_value(low, low + b.weight - 1), b.mac])
         low += b.weight
     return {"map": {"key": make_key(farm, low), "data": {"set": elems}}}
 
 
+def _out_device(farm: FarmSpec) -> Json | str:
+    """nftlb's ``oface``: frames leave by the farm's oface (else its interface), or by the oface of the
+    backend they go to when backends sit behind different interfaces."""
+    default = farm.oface or farm.interface
+    backends = farm.active_backends
+    if all((b.oface or default) == default for b in backends):
+        return default
+    devices = [[b.mac, b.oface or default] for b in backends]
+    return {"map": {"key": f.payload("ether", "daddr"), "data": {"set": devices}}}
+
+
 def _forward(farm: FarmSpec, mac_map: Json) -> list[Json]:
     return [
         f.counter_ref(f"farm-{farm.name}"),
-        {"mangle": {"key": f.payload("ether", "saddr"), "value": farm.interface_mac}},
+        {"mangle": {"key": f.payload("ether", "saddr"), "value": farm.ether_addr or farm.interface_mac}},
         {"mangle": {"key": f.payload("ether", "daddr"), "value": mac_map}},
-        {"fwd": {"dev": farm.interface}},
+        {"fwd": {"dev": _out_device(farm)}},
     ]
 
 
@@ -128,11 +132,14 @@ def compile_farm(farm: FarmSpec, key: str) -> UnitRuleset:
         f.add("chain", _ref(table, name=chain)),
     ]
     match = [f.match(f.payload(l3, "daddr"), farm.vip)]
-    if farm.protocol != "all":
+    if farm.protocol == "all":  # nftlb's "all": TCP, UDP and SCTP, never ICMP
+        match.append(f.match(f.meta("l4proto"), {"set": ["tcp", "udp", "sctp"]}))
+    else:
         match.append(f.match(f.meta("l4proto"), farm.protocol))
-        if farm.protocol == "udp":  # later fragments carry no port: they follow their first one (below)
-            later = [*match, _fragmented(l3, first_too=False), f.jump(chain)]
-            creates.append(f.add("rule", {**_ref(table, chain="ingress"), "expr": later}))
+    if farm.protocol == "udp" or (farm.protocol == "all" and farm.ports):  # later fragments carry no port
+        later = [*match, _fragmented(l3, first_too=False), f.jump(chain)]
+        creates.append(f.add("rule", {**_ref(table, chain="ingress"), "expr": later}))
+    if farm.ports:
         match.append(f.match(f.payload("th", "dport"), {"set": [f.port_value(lo, hi) for lo, hi in farm.ports]}))
     creates.append(f.add("rule", {**_ref(table, chain="ingress"), "expr": [*match, f.jump(chain)]}))
     if farm.active_backends:

@@ -23,6 +23,7 @@ class FarmSchedulerChoices(models.TextChoices):
     HASH = "hash", "Hash of chosen fields"
     SYMHASH = "symhash", "Symmetric hash"
     LEASTCONN = "leastconn", "Least connections"
+    MAGLEV = "maglev", "Maglev consistent hash"
 
 
 class HashFieldChoices(models.TextChoices):

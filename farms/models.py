@@ -38,6 +38,7 @@ from .choices import (
     RateUnitChoices,
 )
 from .fields import AddressField
+from .nft import maglev
 from .nft.limits import KERNEL_INT_MAX
 from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
 from .validation import (
@@ -256,6 +257,8 @@ class Farm(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, str] = farm_option_errors(self)
+        if self.scheduler == FarmSchedulerChoices.MAGLEV and self.pk and self.backends.count() > maglev.MAX_BACKENDS:
+            errors["scheduler"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if self.ports:  # empty: every port (nftlb's empty virtual-ports), for any protocol
             try:
                 self.ports = format_ports(parse_ports(self.ports))
@@ -427,6 +430,9 @@ class Backend(models.Model):
             errors["address"] = f"{self} is the VIP and port of farm '{farm.name}' itself: connections would loop."
         if farm and self.port is not None and farm.protocol == FarmProtocolChoices.ALL:
             errors["port"] = "A farm for all protocols forwards every port unchanged; leave the port empty."
+        maglev_farm = farm and self._state.adding and farm.scheduler == FarmSchedulerChoices.MAGLEV
+        if maglev_farm and farm.backends.count() >= maglev.MAX_BACKENDS:
+            errors["farm"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.DSR:
             errors["port"] = "DSR forwards frames unchanged: the backend must listen on the virtual port."
         if farm and self.port is not None and farm.mode == FarmModeChoices.STATELESS_DNAT:

@@ -180,8 +180,8 @@ def farm_option_errors(farm) -> dict[str, str]:
         e["sched_param"] = f"Unknown hash field(s) {', '.join(unknown)}; use {', '.join(HashFieldChoices.values)}."
     elif sched == Sched.HASH and not fields:
         e["sched_param"] = "The hash scheduler needs the fields to hash, e.g. 'srcip' or 'srcip srcport'."
-    elif fields and sched != Sched.HASH:
-        e["sched_param"] = "Hash fields apply only to the hash scheduler."
+    elif fields and sched not in (Sched.HASH, Sched.MAGLEV):
+        e["sched_param"] = "Hash fields apply only to the hash and maglev schedulers."
     elif proto == Proto.ALL and any(x in ("srcport", "dstport") for x in fields):
         e["sched_param"] = "A farm for all protocols has no ports to hash."
     if farm.persistence:
@@ -269,6 +269,8 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
             "a farm for all protocols carries TCP, whose flows" if farm.protocol == Proto.ALL else "a TCP/SCTP flow"
         )
         e["scheduler"] = f"DSR keeps no connection state: {carried} must be hashed (hash or symhash)."
+    if farm.scheduler == Sched.MAGLEV:
+        e["scheduler"] = "DSR farms hash with hash or symhash; Maglev is for NAT farms."
     if farm.scheduler == Sched.LEASTCONN:
         e["scheduler"] = "DSR sees only one direction of a flow: least connections cannot be counted."
     for name, words in (

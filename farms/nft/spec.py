@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 PROTOCOLS = ("tcp", "udp", "sctp", "all")
 MODES = ("snat", "dnat", "dsr", "stlsdnat")
-SCHEDULERS = ("rr", "weight", "hash", "symhash", "leastconn")
+SCHEDULERS = ("rr", "weight", "hash", "symhash", "leastconn", "maglev")
 HASH_FIELDS = ("srcip", "dstip", "srcport", "dstport", "srcmac", "dstmac")
 PERSISTENCE = ("srcip", "srcport", "srcmac")
 HELPERS = ("ftp", "tftp", "sip", "pptp", "snmp", "irc", "amanda", "h323")

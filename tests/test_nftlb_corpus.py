@@ -125,7 +125,8 @@ def netns():
     name = f"lbt-corpus-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     for device in ("eth1", "eth2", "eth3"):
-        subprocess.run(["ip", "-n", name, "link", "add", device, "type", "veth", "peer", "name", f"{device}p"], check=True)
+        veth = ["ip", "-n", name, "link", "add", device, "type", "veth", "peer", "name", f"{device}p"]
+        subprocess.run(veth, check=True)
     yield name
     subprocess.run(["ip", "netns", "del", name], check=False)
 

@@ -139,6 +139,16 @@ class ConfigImportForm(forms.Form):
         return self.cleaned_data["text"]
 
 
+class NftlbImportForm(ConfigImportForm):
+    """An nftlb (or SKUDONET L4) JSON document; all or nothing, or every valid farm alone."""
+
+    file = forms.FileField(required=False, label="nftlb document (JSON)")
+    partial = forms.BooleanField(
+        required=False,
+        label="Import every valid farm and policy, each whole, and list the others (otherwise: all or nothing)",
+    )
+
+
 class HealthCheckForm(FieldsetsMixin, forms.ModelForm):
     """How healthd probes one farm's backends."""
 

@@ -24,4 +24,5 @@ urlpatterns = [
     path("audit-events/", views.AuditEventListView.as_view(), name="auditevent_list"),
     path("config/", views.ConfigView.as_view(), name="config"),
     path("config/export/", views.ConfigExportView.as_view(), name="config_export"),
+    path("config/nftlb/", views.NftlbImportPageView.as_view(), name="nftlb_import"),
 ]

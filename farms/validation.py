@@ -291,10 +291,15 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
 
 
 def _stateless_errors(farm, e: dict[str, str]) -> None:
-    if farm.protocol != Proto.UDP:
-        e["protocol"] = "Stateless DNAT is for UDP only: TCP needs conntrack to translate replies."
+    if farm.protocol not in (Proto.UDP, Proto.TCP):
+        e["protocol"] = "lbweb's stateless DNAT rewrites UDP or TCP (both ways); make one farm per protocol."
     if farm.scheduler == Sched.LEASTCONN:
         e["scheduler"] = "Stateless DNAT keeps no connection to count: least connections cannot apply."
+    elif farm.protocol == Proto.TCP and farm.scheduler not in (Sched.HASH, Sched.SYMHASH, Sched.MAGLEV):
+        e["scheduler"] = (
+            "Stateless DNAT picks a backend for every packet: a TCP connection stays on one backend only "
+            "with a hash (hash, symhash or maglev); nftlb would spread its packets over the backends."
+        )
     for name, words in (
         ("persistence", "persistence"),
         ("helper", "conntrack helpers"),
@@ -308,34 +313,40 @@ def _stateless_errors(farm, e: dict[str, str]) -> None:
             e.setdefault(name, f"Stateless DNAT bypasses conntrack: {words} cannot apply.")
 
 
-def udp_reply_ports(farm, backend_port: int | None) -> list[tuple[int, int]]:
-    """The UDP ports a backend answers ``farm``'s clients from, through the LB (none for DSR or TCP farms)."""
-    if farm.protocol not in (Proto.UDP, Proto.ALL) or farm.mode == Mode.DSR:
-        return []
+def reply_ports(farm, backend_port: int | None) -> dict[str, list[tuple[int, int]]]:
+    """The ports, per protocol, a backend answers ``farm``'s clients from through the LB (none for DSR)."""
+    if farm.mode == Mode.DSR:
+        return {}
     if backend_port is not None:
-        return [(backend_port, backend_port)]
-    if farm.protocol == Proto.ALL:
-        return [(1, 65535)]
-    try:
-        return parse_ports(farm.ports)
-    except PortSyntaxError:
-        return []  # reported on the field itself
+        ranges = [(backend_port, backend_port)]
+    elif not farm.ports:
+        ranges = [(1, 65535)]
+    else:
+        try:
+            ranges = parse_ports(farm.ports)
+        except PortSyntaxError:
+            return {}  # reported on the field itself
+    protocols = (Proto.TCP, Proto.UDP, Proto.SCTP) if farm.protocol == Proto.ALL else (farm.protocol,)
+    return {protocol: ranges for protocol in protocols}
 
 
 def stateless_reply_clash(farm, address: str, port: int | None, elsewhere) -> str | None:
-    """Stateless DNAT knows its replies only by backend address and source port: no other farm may share them.
+    """Stateless DNAT knows its replies only by backend address, protocol and source port: no other farm may
+    share them.
 
     ``elsewhere`` holds the (farm, port) of every backend with the same address in another farm.
     """
-    mine = udp_reply_ports(farm, port)
+    mine = reply_ports(farm, port)
     for other_farm, other_port in elsewhere:
         if Mode.STATELESS_DNAT not in (farm.mode, other_farm.mode):
             continue
-        common = overlaps(mine, udp_reply_ports(other_farm, other_port))
-        if common:
-            return (
-                f"{address} UDP port {common[0][0]} already answers farm '{other_farm.name}'; stateless DNAT "
-                "recognises replies by backend address and port alone, so the two farms would take each "
-                "other's replies. Give one of them another backend port."
-            )
+        theirs = reply_ports(other_farm, other_port)
+        for protocol in set(mine) & set(theirs):
+            common = overlaps(mine[protocol], theirs[protocol])
+            if common:
+                return (
+                    f"{address} {protocol.upper()} port {common[0][0]} already answers farm '{other_farm.name}'; "
+                    "stateless DNAT recognises replies by backend address and port alone, so the two farms "
+                    "would take each other's replies. Give one of them another backend port."
+                )
     return None

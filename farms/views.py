@@ -24,8 +24,9 @@ from monitoring.health import heartbeat
 
 from . import config_io, health_services, preview, services
 from .choices import BackendStateChoices
-from .forms import BackendForm, ConfigImportForm, FarmForm, HealthCheckForm, PolicyForm
+from .forms import BackendForm, ConfigImportForm, FarmForm, HealthCheckForm, NftlbImportForm, PolicyForm
 from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
+from .nftlb import nftlb_import
 from .roles import ADMIN, OPERATOR, RoleRequiredMixin
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
@@ -459,6 +460,31 @@ class ConfigView(RoleRequiredMixin, View):
                 if result.ok and not result.dry_run:
                     messages.success(request, "Configuration imported; the kernel follows in a moment.")
                     return redirect("farms:config")
+        status = 200 if result is None or result.ok else 400
+        return render(request, self.template_name, {"form": form, "result": result}, status=status)
+
+
+class NftlbImportPageView(RoleRequiredMixin, View):
+    """Import an nftlb document (admins): all or nothing, or partial; the report says what lbweb does
+    otherwise than nftlb, what it leaves out and, for a partial import, what it skipped and why."""
+
+    write_role = ADMIN
+    template_name = "farms/nftlb_import.html"
+
+    def get(self, request):
+        return render(request, self.template_name, {"form": NftlbImportForm()})
+
+    def post(self, request):
+        form = NftlbImportForm(request.POST, request.FILES)
+        result = None
+        if form.is_valid():
+            try:
+                document = json.loads(form.document_text())
+            except json.JSONDecodeError as exc:
+                form.add_error(None, f"Not JSON: {exc}")
+            else:
+                data = form.cleaned_data
+                result = nftlb_import(document=document, dry_run=data["dry_run"], partial=data["partial"])
         status = 200 if result is None or result.ok else 400
         return render(request, self.template_name, {"form": form, "result": result}, status=status)
 

@@ -456,3 +456,21 @@ def test_an_imported_nftlb_dnat_farm_carries_real_traffic_to_the_three_lab_backe
     answers = lab.http_get(vip4(90), 80, count=9)
     assert {a["backend"] for a in answers} == {"b1", "b2", "b3"}
     assert {a["client"] for a in answers} == {"198.18.0.2"}  # DNAT: the backends see the client
+
+
+def test_the_import_page_imports_partially_and_reports_what_it_skipped(django_user_model):
+    """The UI page (System › Export / import › Import an nftlb document) takes the partial import too."""
+    from django.test import Client
+
+    admin = django_user_model.objects.create_user("page-admin", is_staff=True, is_superuser=True)
+    browser = Client()
+    browser.force_login(admin)
+    assert 'id="nftlb-import-link"' in browser.get("/config/").content.decode()
+    doc = {"farms": [farm_doc("good", vip4(1)), farm_doc("local", vip4(2), mode="local")]}
+    all_or_nothing = browser.post("/config/nftlb/", {"text": json.dumps(doc)})
+    assert all_or_nothing.status_code == 400 and not Farm.objects.exists()
+    assert "Nothing was changed" in all_or_nothing.content.decode()
+    partial = browser.post("/config/nftlb/", {"text": json.dumps(doc), "partial": "on"})
+    page = partial.content.decode()
+    assert partial.status_code == 200 and list(Farm.objects.values_list("name", flat=True)) == ["good"]
+    assert 'id="nftlb-skipped"' in page and "farms[1].mode" in page and "mode local" in page

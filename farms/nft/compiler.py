@@ -654,10 +654,15 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
     return last
 
 
+def stateless_replies_map(family: int, protocol: str) -> str:
+    """Where a stateless farm's backends' answers are recognised: by source address and port, per protocol."""
+    return f"stateless_replies{family}" if protocol == "udp" else f"stateless_{protocol}_replies{family}"
+
+
 def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
-    """UDP rewritten both ways in the raw hook: no conntrack entry, no NAT table."""
+    """UDP or TCP rewritten both ways in the raw hook: no conntrack entry, no NAT table."""
     chain = farm_chain_name(farm)
-    l3 = _l3(farm)
+    l3, l4 = _l3(farm), farm.protocol  # udp or tcp: both rewritten both ways, as nftlb does
     backends = farm.active_backends
     b.obj("counter", f.counter(chain))
     for backend in backends:
@@ -666,7 +671,7 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
         b.chain(name)
         expr = [f.counter_ref(name), {"mangle": {"key": f.payload(l3, "daddr"), "value": backend.address}}]
         if backend.port is not None:
-            expr.append({"mangle": {"key": f.payload("udp", "dport"), "value": backend.port}})
+            expr.append({"mangle": {"key": f.payload(l4, "dport"), "value": backend.port}})
         b.rule(name, expr)
         reply = f"reply-{farm.name}-{backend.id}"
         b.chain(reply)
@@ -674,10 +679,10 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
         b.rule(reply, [f.match({"fib": {"result": "type", "flags": ["daddr"]}}, "local"), {"return": None}])
         back = [{"notrack": None}, {"mangle": {"key": f.payload(l3, "saddr"), "value": farm.vip}}]
         if backend.port is not None:
-            back.append({"mangle": {"key": f.payload("udp", "sport"), "value": farm.ports[0][0]}})
+            back.append({"mangle": {"key": f.payload(l4, "sport"), "value": (farm.ports or EVERY_PORT)[0][0]}})
         b.rule(reply, back)
-        replies = f"stateless_replies{farm.family}"
-        sources = [(backend.port, backend.port)] if backend.port is not None else list(farm.ports)
+        replies = stateless_replies_map(farm.family, l4)
+        sources = [(backend.port, backend.port)] if backend.port is not None else list(farm.ports or EVERY_PORT)
         for lo, hi in sources:
             b.element(replies, f.concat(backend.address, f.port_value(lo, hi)), f.jump(reply))
     b.chain(chain)
@@ -757,6 +762,8 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
     cmds += [
         f.add("map", f.named_map("stateless_replies4", ["ipv4_addr", "inet_service"], "verdict", ["interval"])),
         f.add("map", f.named_map("stateless_replies6", ["ipv6_addr", "inet_service"], "verdict", ["interval"])),
+        f.add("map", f.named_map("stateless_tcp_replies4", ["ipv4_addr", "inet_service"], "verdict", ["interval"])),
+        f.add("map", f.named_map("stateless_tcp_replies6", ["ipv6_addr", "inet_service"], "verdict", ["interval"])),
         f.add("map", f.named_map("snat_farms", "mark", "verdict")),
         f.add("map", f.named_map("offload_marks", "mark", "verdict")),
         f.add("map", f.named_map(TRAFFIC_MAP, "mark", "verdict")),
@@ -779,6 +786,9 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         rules.append(
             f.rule("stateless", [f.match(f.meta("l4proto"), "udp"), f.vmap(reply_key, f"@stateless_replies{family}")])
         )
+        tcp_key = f.concat(f.payload(proto, "saddr"), f.payload("tcp", "sport"))
+        tcp_replies = "@" + stateless_replies_map(family, "tcp")
+        rules.append(f.rule("stateless", [f.match(f.meta("l4proto"), "tcp"), f.vmap(tcp_key, tcp_replies)]))
     rules.append(f.rule("forward", [f.vmap(f.ct("mark"), "@" + TRAFFIC_MAP)]))  # count, then maybe offload
     rules.append(f.rule("forward", [f.vmap(f.ct("mark"), "@offload_marks")]))
     rules.append(f.rule("postrouting", [f.vmap(f.ct("mark"), "@snat_farms")]))

@@ -274,7 +274,6 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
     if farm.scheduler == Sched.LEASTCONN:
         e["scheduler"] = "DSR sees only one direction of a flow: least connections cannot be counted."
     for name, words in (
-        ("persistence", "persistence"),
         ("helper", "conntrack helpers"),
         ("new_rtlimit", "rate limits"),
         ("est_connlimit", "connection limits"),
@@ -282,10 +281,11 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
         ("tcp_strict", "tcp-strict"),
         ("intra_connect", "intra-connect"),
         ("flow_offload", "flow offload"),
-        ("log", "connection logging"),
     ):
         if getattr(farm, name):
             e.setdefault(name, f"DSR runs before conntrack at layer 2: {words} cannot apply.")
+    if farm.log or farm.log_forward or farm.log_output:
+        e.setdefault("log", "lbweb does not log DSR farms yet (nftlb logs them at ingress); turn logging off.")
     if farm.source_addr:
         e.setdefault("source_addr", "DSR does not translate addresses: no SNAT source or pool.")
 
@@ -300,8 +300,12 @@ def _stateless_errors(farm, e: dict[str, str]) -> None:
             "Stateless DNAT picks a backend for every packet: a TCP connection stays on one backend only "
             "with a hash (hash, symhash or maglev); nftlb would spread its packets over the backends."
         )
+    if farm.persistence:
+        e["persistence"] = (
+            "lbweb does not keep persistence for stateless farms yet (nftlb keeps it in netdev maps); "
+            "use a hash scheduler, or a dnat farm."
+        )
     for name, words in (
-        ("persistence", "persistence"),
         ("helper", "conntrack helpers"),
         ("est_connlimit", "connection limits"),
         ("new_rtlimit", "per-client rate limits"),

@@ -153,7 +153,7 @@ def test_farm_list_page_shows_apply_status(admin_user, client):
     [
         ({"mode": "stlsdnat", "protocol": "all", "ports": "", "scheduler": "hash", "sched_param": "srcip"}, "protocol"),
         (
-            {"mode": "dsr", "interface": "eth0", "scheduler": "hash", "sched_param": "srcip", "persistence": "srcip"},
+            {"mode": "stlsdnat", "protocol": "udp", "ports": "53", "persistence": "srcip"},
             "persistence",
         ),
         ({"scheduler": "hash"}, "sched_param"),

@@ -3,7 +3,8 @@
 Each test imports an nftlb document (``POST /api/v1/nftlb/import/``), lets the real worker apply it, and
 moves traffic: a per-client connection limit with several clients, a session kept past its persistence
 TTL, weighted round robin, an established connection cut when its source is denied, a farm's mark seen
-by a policy-routing rule, and protocol ``all`` meaning TCP, UDP and SCTP only.
+by a policy-routing rule, protocol ``all`` meaning TCP, UDP and SCTP only, stateless TCP answering both
+ways, and DSR persistence (in the one-segment lab of :mod:`tests.lab_l2`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import time
 
 import pytest
 
+from tests import lab_l2 as l2
 from tests.lab import CLIENT4, backend4, run_in_netns, vip4
+from tests.test_dsr_stateless import l2lab, l2worker  # noqa: F401 (fixtures: the one-segment DSR lab)
 from tests.test_l4_features import wait_for
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
@@ -201,3 +204,20 @@ def test_stateless_tcp_answers_both_ways_without_conntrack(api, worker, lab):
     assert {a["client"] for a in answers} == {CLIENT4} and {a["backend"] for a in answers} <= {"b1", "b2"}
     tracked = lab.ns(lab.lb, "conntrack", "-L", "-d", vip4(236), check=False).stdout
     assert vip4(236) not in tracked  # no conntrack entry: rewritten statelessly, as nftlb does
+
+
+def test_dsr_persistence_and_static_sessions_in_the_farm_s_netdev_table(api, l2worker, l2lab):  # noqa: F811
+    """nftlb keeps DSR persistence in netdev maps: a client goes back to its backend although the farm
+    hashes the client's port too (which alone spreads its connections), and a static session wins."""
+    backends = [{"name": name, "ip-addr": l2.backend4(name)} for name in THREE]
+    farm = {"name": "dsr-sticky", "family": "ipv4", "virtual-addr": l2.vip4(20), "virtual-ports": "80", "mode": "dsr",
+            "protocol": "tcp", "scheduler": "hash", "sched-param": "srcip srcport", "iface": l2.INTERFACE,
+            "persistence": "srcip", "persist-ttl": "60", "backends": backends}  # fmt: skip
+    nftlb_import(api, {"farms": [farm]})
+    first = {a["backend"] for a in l2lab.http_get(l2.vip4(20), 80, count=20)}
+    assert len(first) == 1, first  # 20 connections, 20 source ports: one backend
+    (bound,) = first
+    other = next(name for name in THREE if name != bound)
+    farm["sessions"] = [{"client": l2.CLIENT4, "backend": other}]
+    nftlb_import(api, {"farms": [farm]})
+    assert {a["backend"] for a in l2lab.http_get(l2.vip4(20), 80, count=10)} == {other}

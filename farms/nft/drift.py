@@ -344,7 +344,8 @@ def table_record(dump: nfmsg.TableDump) -> Record:
     for name, set_ in dump.sets.items():
         if not nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS:
             record[f"set {prefix}{name}"] = set_hash(set_)
-            record[f"elements {prefix}{name}"] = sorted(element_hash(e) for e in view.elements(name))
+            if not nfmsg.set_flags(set_) & nfmsg.SET_TIMEOUT:  # DSR persistence entries are traffic's, not drift
+                record[f"elements {prefix}{name}"] = sorted(element_hash(e) for e in view.elements(name))
     for name, obj in dump.objects.items():
         record[f"object {prefix}{name}"] = object_hash(obj)
     return record

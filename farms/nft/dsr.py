@@ -14,6 +14,7 @@ farm's own hash when it uses only such fields). The backend reassembles the data
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -111,6 +112,56 @@ def _forward(farm: FarmSpec, mac_map: Json) -> list[Json]:
     ]
 
 
+def _key_type(farm: FarmSpec) -> str | list[str]:
+    address = "ipv4_addr" if farm.family == 4 else "ipv6_addr"
+    types = {"srcip": address, "srcport": "inet_service", "srcmac": "ether_addr"}
+    parts = [types[name] for name in farm.persistence]
+    return parts[0] if len(parts) == 1 else parts
+
+
+def _persistence(farm: FarmSpec, table: str, chain: str, creates: list[Json]) -> list[Json]:
+    """nftlb's DSR persistence, in the farm's netdev table: a client (the persistence key) goes back to
+    the backend it went to, static sessions first; every frame of the client refreshes its entry. One
+    set per backend (libnftables 1.0's JSON cannot update a map from the packet path), and one chain per
+    backend that records the client and forwards the frame. Returns the scheduler's rule."""
+    l3 = "ip" if farm.family == 4 else "ip6"
+    key = f.field_expr(l3, farm.persistence)
+    statics: dict[int, list] = {}
+    for session in farm.sessions:
+        client = session.client[0] if len(session.client) == 1 else f.concat(*session.client)
+        statics.setdefault(session.backend_id, []).append(client)
+    sticky = [b for b in farm.sticky_backends if b.mac]
+    lookups: list[Json] = []
+    learnt: list[Json] = []
+    for backend in sticky:
+        persist, static, target = f"persist-{backend.id}", f"static-{backend.id}", f"be-{backend.id}"
+        timeout = {"flags": ["timeout"], "timeout": farm.persist_ttl, "size": 65535}
+        creates.append(f.add("set", _ref(table, name=persist, type=_key_type(farm), **timeout)))
+        creates.append(f.add("chain", _ref(table, name=target)))
+        forward = [
+            f.counter_ref(f"farm-{farm.name}"),
+            {"set": {"op": "update", "elem": key, "set": "@" + persist}},
+            {"mangle": {"key": f.payload("ether", "saddr"), "value": farm.ether_addr or farm.interface_mac}},
+            {"mangle": {"key": f.payload("ether", "daddr"), "value": backend.mac}},
+            {"fwd": {"dev": backend.oface or farm.oface or farm.interface}},
+        ]
+        creates.append(f.add("rule", {**_ref(table, chain=target), "expr": forward}))
+        if backend.id in statics:
+            creates.append(f.add("set", _ref(table, name=static, type=_key_type(farm))))
+            elements = sorted(statics[backend.id], key=lambda e: json.dumps(e, sort_keys=True))
+            creates.append(f.add("element", _ref(table, name=static, elem=elements)))
+            lookups.append([f.match(key, "@" + static), {"goto": {"target": target}}])
+        learnt.append([f.match(key, "@" + persist), {"goto": {"target": target}}])
+    for expr in lookups + learnt:
+        creates.append(f.add("rule", {**_ref(table, chain=chain), "expr": expr}))
+    active = [b for b in farm.active_backends if b.mac]
+    elems, low = [], 0
+    for b in active:
+        elems.append([f.port_value(low, low + b.weight - 1), {"goto": {"target": f"be-{b.id}"}}])
+        low += b.weight
+    return [f.vmap(_hash_key(farm, low), {"set": elems})]
+
+
 def compile_farm(farm: FarmSpec, key: str) -> UnitRuleset:
     table = table_name(farm)
     l3 = "ip" if farm.family == 4 else "ip6"
@@ -146,7 +197,8 @@ def compile_farm(farm: FarmSpec, key: str) -> UnitRuleset:
         if _needs_fragment_rule(farm):
             fragments = [_fragmented(l3, first_too=True), *_forward(farm, _mac_map(farm, _fragment_key))]
             creates.append(f.add("rule", {**_ref(table, chain=chain), "expr": fragments}))
-        expr = _forward(farm, _mac_map(farm))
+        sticky = farm.persistence
+        expr = _persistence(farm, table, chain, creates) if sticky else _forward(farm, _mac_map(farm))
     else:
         expr = [f.counter_ref(f"farm-{farm.name}"), {"drop": None}]
     rule = {**_ref(table, chain=chain), "expr": expr}

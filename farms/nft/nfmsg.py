@@ -51,6 +51,7 @@ OBJ_TABLE, OBJ_NAME, OBJ_TYPE = 1, 2, 3
 LIST_ELEM = 1
 EXPR_NAME, EXPR_DATA = 1, 2
 SET_ANONYMOUS = 0x1
+SET_TIMEOUT = 0x10  # NFT_SET_TIMEOUT: elements expire (persistence entries, meters): the kernel's own state
 
 # Expressions that name a set: (expression, attribute with the set's name, attribute with its batch id)
 SET_REFERENCES = {b"lookup": (1, 4), b"dynset": (1, 2), b"objref": (4, 5)}

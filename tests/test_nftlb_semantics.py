@@ -210,14 +210,14 @@ def test_dsr_persistence_and_static_sessions_in_the_farm_s_netdev_table(api, l2w
     """nftlb keeps DSR persistence in netdev maps: a client goes back to its backend although the farm
     hashes the client's port too (which alone spreads its connections), and a static session wins."""
     backends = [{"name": name, "ip-addr": l2.backend4(name)} for name in THREE]
-    farm = {"name": "dsr-sticky", "family": "ipv4", "virtual-addr": l2.vip4(20), "virtual-ports": "80", "mode": "dsr",
+    farm = {"name": "dsr-sticky", "family": "ipv4", "virtual-addr": l2.vip4(9), "virtual-ports": "80", "mode": "dsr",
             "protocol": "tcp", "scheduler": "hash", "sched-param": "srcip srcport", "iface": l2.INTERFACE,
             "persistence": "srcip", "persist-ttl": "60", "backends": backends}  # fmt: skip
     nftlb_import(api, {"farms": [farm]})
-    first = {a["backend"] for a in l2lab.http_get(l2.vip4(20), 80, count=20)}
+    first = {a["backend"] for a in l2lab.http_get(l2.vip4(9), 80, count=20)}
     assert len(first) == 1, first  # 20 connections, 20 source ports: one backend
     (bound,) = first
     other = next(name for name in THREE if name != bound)
     farm["sessions"] = [{"client": l2.CLIENT4, "backend": other}]
     nftlb_import(api, {"farms": [farm]})
-    assert {a["backend"] for a in l2lab.http_get(l2.vip4(20), 80, count=10)} == {other}
+    assert {a["backend"] for a in l2lab.http_get(l2.vip4(9), 80, count=10)} == {other}

@@ -240,9 +240,9 @@ def build_and_apply(draw, sandbox, stats: Stats, *, keep_failures: int = 20) -> 
     Runs inside the caller's transaction, which the caller rolls back.
     """
     from farms import services
-    from farms.dataplane import farm_spec, farms_queryset, policy_spec
     from farms.models import Policy
     from farms.nft import compiler
+    from farms.translate import farm_spec, farms_queryset, policy_spec
 
     stats.examples += 1
     policies = []

@@ -133,6 +133,7 @@ class NftlbImportView(APIView):
             dry_run=_flag(request, "dry_run"),
             strict=_flag(request, "strict"),
             partial=_flag(request, "partial"),
+            actor=request.user,
         )
         code = status.HTTP_200_OK if result.ok else status.HTTP_400_BAD_REQUEST
         return Response(result.as_dict(), status=code)

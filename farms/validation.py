@@ -289,8 +289,11 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
     ):
         if getattr(farm, name):
             e.setdefault(name, f"DSR runs before conntrack at layer 2: {words} cannot apply.")
-    if farm.log or farm.log_forward or farm.log_output:
-        e.setdefault("log", "lbweb does not log DSR farms yet (nftlb logs them at ingress); turn logging off.")
+    if farm.log_forward or farm.log_output:  # 'log' (input) is logged at ingress, as nftlb does
+        e.setdefault(
+            "log_forward" if farm.log_forward else "log_output",
+            "A DSR farm's frames are neither routed nor answered through the LB: log them as they arrive (log).",
+        )
     if farm.source_addr:
         e.setdefault("source_addr", "DSR does not translate addresses: no SNAT source or pool.")
 

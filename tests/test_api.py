@@ -167,7 +167,10 @@ def test_farm_list_page_shows_apply_status(admin_user, client):
         ({"protocol": "udp", "ports": "53", "rst_rtlimit": 5}, "rst_rtlimit"),
         ({"interface": "eth0"}, "interface"),
         ({"mode": "dsr", "scheduler": "hash", "sched_param": "srcip"}, "interface"),
-        ({"mode": "dsr", "interface": "eth0", "scheduler": "hash", "sched_param": "srcip", "log": True}, "log"),
+        (
+            {"mode": "dsr", "interface": "eth0", "scheduler": "hash", "sched_param": "srcip", "log_output": True},
+            "log_output",
+        ),
         ({"mode": "stlsdnat", "protocol": "udp", "ports": "514", "scheduler": "leastconn"}, "scheduler"),
         ({"mode": "stlsdnat", "protocol": "udp", "ports": "514", "helper": "tftp"}, "helper"),
         ({"scheduler": "weight", "persistence": "srcmac", "intra_connect": True}, "persistence"),

@@ -37,7 +37,6 @@ REFUSED = {
     "backend_source_addr": ("farms[0].backends[0].source-addr", "per farm"),
     "stlsdnat_tcp_weighted_rr": ("farms[0].scheduler", "hash"),
     "stlsdnat_static_sessions": ("farms[0].persistence", "persistence"),
-    "dsr_hash_log": ("farms[0].log", "logging"),
     "dsr_and_stlsdnat": None,  # imports: both farms are plain
 }
 REFUSED = {k: v for k, v in REFUSED.items() if v}

@@ -63,6 +63,8 @@ from typing import Any
 from . import dsr, maglev
 from . import fragments as f
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
+from .logs import log_statements as _log
+from .logs import rate as _rate
 from .spec import HELPER_PROTOCOLS, BackendSpec, FarmSpec, PolicySpec
 from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, canonical, digest_of
 from .units import Builder as _Builder
@@ -75,7 +77,6 @@ PRIO_FILTER = 0
 PRIO_SRCNAT = 100
 TRAFFIC_MAP = "traffic_marks"
 HASH_SEED = 0x6C627765  # fixed, so every lbweb node hashes a flow to the same backend
-DEFAULT_LOG_PREFIX = "TYPE-FNAME "  # nftlb's: IN-<farm>, FWD-<farm>, OUT-<farm>
 ROUTE_MARKS = "route_marks"
 REUSE_TTL = 120  # conntrack's TCP TIME_WAIT (nf_conntrack_tcp_timeout_time_wait): how long a reopen can happen
 REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when full, new ones are not learnt
@@ -354,34 +355,6 @@ def _reuse_rules(b: _Builder, farm: FarmSpec, chain: str, backends: tuple[Backen
         b.rule(pick, [*tcp, f.match(sport, "@" + ports_set_name(farm, backend.id)), _goto(other)])
         b.rule(pick, [_goto(backend_chain_name(farm, backend.id))])
     return scheduler_map(farm, backends, lambda x: pick_chain_name(farm, x.id))
-
-
-def _rate(rate: int, unit: str, *, over: bool = False, burst: int = 0) -> Json:
-    """A token bucket of ``rate`` per ``unit`` (second, minute, hour, day, week: nftlb's units, kept exact)."""
-    body: Json = {"rate": rate, "per": unit}
-    if over:
-        body["inv"] = True
-    if burst:
-        body["burst"] = burst
-    return {"limit": body}
-
-
-def expand_log_prefix(template: str, farm_name: str, kind: str) -> str:
-    """nftlb's log prefix placeholders, replaced as nftlb replaces them: FNAME and ANAME (lbweb has no
-    address objects: the farm's name), KNAME (``log``), TYPE (``IN``, ``FWD`` or ``OUT``)."""
-    text = template.replace("FNAME", farm_name).replace("ANAME", farm_name).replace("KNAME", "log")
-    return text.replace("TYPE", kind)
-
-
-def farm_log_prefix(farm: FarmSpec, kind: str) -> str:
-    # The kernel keeps 127 bytes (not characters); libnftables 1.0.6 crashes on ~140 (see limits.py).
-    return truncate_utf8(expand_log_prefix(farm.log_prefix or DEFAULT_LOG_PREFIX, farm.name, kind), LOG_PREFIX_BYTES)
-
-
-def _log(farm: FarmSpec, kind: str) -> list[Json]:
-    """A log line with nftlb's prefix, at the farm's log rate (none: every packet, nftlb's default)."""
-    rate = [_rate(farm.log_rtlimit, farm.log_rtlimit_unit)] if farm.log_rtlimit else []
-    return [*rate, {"log": {"prefix": farm_log_prefix(farm, kind)}}]
 
 
 def _refuse(b: _Builder, farm: FarmSpec, tag: str, prefix: str, counter: str) -> list[Json]:
@@ -687,6 +660,8 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
             b.element(replies, f.concat(backend.address, f.port_value(lo, hi)), f.jump(reply))
     b.chain(chain)
     b.rule(chain, [{"notrack": None}, f.counter_ref(chain)])
+    if farm.log:  # nftlb's "input": every packet to the VIP (a stateless farm has no connections)
+        b.rule(chain, _log(farm, "IN"))
     last = b.rule(chain, [scheduler_map(farm, backends) if backends else {"drop": None}])
     for _map, key in _dispatch_keys(farm):
         b.element(f"stateless{farm.family}", key, f.jump(chain))

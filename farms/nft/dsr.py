@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import fragments as f
+from .logs import log_statements
 from .spec import FarmSpec
 from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, digest_of
 
@@ -193,6 +194,8 @@ def compile_farm(farm: FarmSpec, key: str) -> UnitRuleset:
     if farm.ports:
         match.append(f.match(f.payload("th", "dport"), {"set": [f.port_value(lo, hi) for lo, hi in farm.ports]}))
     creates.append(f.add("rule", {**_ref(table, chain="ingress"), "expr": [*match, f.jump(chain)]}))
+    if farm.log:  # nftlb's "input" log of a DSR farm: every frame to the VIP, at ingress
+        creates.append(f.add("rule", {**_ref(table, chain=chain), "expr": log_statements(farm, "IN")}))
     if farm.active_backends:
         if _needs_fragment_rule(farm):
             fragments = [_fragmented(l3, first_too=True), *_forward(farm, _mac_map(farm, _fragment_key))]

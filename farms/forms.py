@@ -117,7 +117,7 @@ class LimitedSelect(forms.Select):
 
 BACKEND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Backend", ("address", "port", "weight", "state")),
-    ("Advanced", ("priority", "est_connlimit", "mark", "mac", "oface")),
+    ("Advanced", ("priority", "est_connlimit", "mark", "source_addr", "mac", "oface")),
 )
 
 
@@ -263,6 +263,8 @@ def backend_fields_not_for(farm: Farm | None) -> set[str]:
         hidden.add("mark")  # frames forwarded at layer 2 are never routed
     if farm.mode not in NAT:
         hidden.add("est_connlimit")
+    if farm.mode != FarmModeChoices.SNAT:
+        hidden.add("source_addr")
     return hidden
 
 

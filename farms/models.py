@@ -45,6 +45,7 @@ from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
 from .validation import (
     farm_option_errors,
     parse_address,
+    parse_address_range,
     parse_mac,
     parse_networks,
     stateless_reply_clash,
@@ -395,6 +396,11 @@ class Backend(models.Model):
     oface = models.CharField(
         max_length=15, blank=True, help_text="DSR: the interface towards this backend (empty: the farm's)."
     )
+    source_addr = models.CharField(
+        max_length=45,
+        blank=True,
+        help_text="SNAT farms: the source address of connections to this backend (empty: the farm's source).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -447,6 +453,18 @@ class Backend(models.Model):
                 self.mac = parse_mac(self.mac)
             except ValueError as exc:
                 errors["mac"] = str(exc)
+        if self.source_addr and farm:
+            if farm.mode != FarmModeChoices.SNAT:
+                errors["source_addr"] = "A source address applies only to the backends of a snat farm."
+            else:
+                try:
+                    low, high = parse_address_range(self.source_addr, ipaddress.ip_address(farm.vip).version)
+                except ValueError as exc:
+                    errors["source_addr"] = str(exc)
+                else:
+                    if low != high:
+                        errors["source_addr"] = "A backend's source is one address (a pool belongs to the farm)."
+                    self.source_addr = low
         if farm and not errors:
             twins = Backend.objects.filter(farm=farm, address=self.address, port=self.port).exclude(pk=self.pk)
             if twins.exists():

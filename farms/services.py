@@ -66,7 +66,9 @@ FARM_FIELDS = (
     "fallback_address",
     "fallback_port",
 )
-BACKEND_FIELDS = ("address", "port", "weight", "state", "priority", "est_connlimit", "mac", "mark", "oface")
+BACKEND_FIELDS = (
+    "address", "port", "weight", "state", "priority", "est_connlimit", "mac", "mark", "oface", "source_addr",
+)  # fmt: skip
 POLICY_FIELDS = ("name", "type", "description", "elements")
 
 

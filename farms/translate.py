@@ -36,6 +36,7 @@ def farm_spec(farm: Farm) -> FarmSpec:
                 mac=b.mac or None,
                 fwmark=b.mark,
                 oface=b.oface,
+                source_addr=b.source_addr,
             )
         )
     return FarmSpec(

@@ -244,7 +244,7 @@ def test_refusals_of_the_model_carry_the_nftlb_path(rest):
         (
             {"backends": [{"name": "b", "ip-addr": "198.18.1.11", "source-addr": "198.18.1.2"}]},
             "farms[0].backends[0].source-addr",
-            "per farm",
+            "snat farm",
         ),
         ({"backends": [{"name": "b"}]}, "farms[0].backends[0].ip-addr", "needs"),
         ({"sessions": [{"client": "198.18.0.2", "backend": "ghost"}]}, "farms[0].sessions[0].backend", "ghost"),

@@ -34,7 +34,6 @@ REFUSED = {
     "mode_local": ("farms[0].mode", "local"),
     "local_source_addr": ("farms[0].mode", "local"),
     "local_with_policies": ("farms[0].mode", "local"),
-    "backend_source_addr": ("farms[0].backends[0].source-addr", "per farm"),
     "stlsdnat_tcp_weighted_rr": ("farms[0].scheduler", "hash"),
     "stlsdnat_static_sessions": ("farms[0].persistence", "persistence"),
     "dsr_and_stlsdnat": None,  # imports: both farms are plain

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from tests import lab_l2 as l2
-from tests.lab import CLIENT4, backend4, run_in_netns, vip4
+from tests.lab import CLIENT4, LB_BACKSIDE4, backend4, run_in_netns, vip4
 from tests.test_dsr_stateless import l2lab, l2worker  # noqa: F401 (fixtures: the one-segment DSR lab)
 from tests.test_l4_features import wait_for
 
@@ -221,3 +221,16 @@ def test_dsr_persistence_and_static_sessions_in_the_farm_s_netdev_table(api, l2w
     farm["sessions"] = [{"client": l2.CLIENT4, "backend": other}]
     nftlb_import(api, {"farms": [farm]})
     assert {a["backend"] for a in l2lab.http_get(l2.vip4(9), 80, count=10)} == {other}
+
+
+def test_a_backend_s_own_source_address(api, worker, lab):
+    """nftlb's backend source-addr: connections to that backend leave from it, the others masquerade."""
+    own = "198.18.1.50"
+    lab.ns(lab.lb, "ip", "addr", "add", f"{own}/24", "dev", "br0")
+    try:
+        backends = [backend_doc("b1", **{"source-addr": own}), backend_doc("b2")]
+        nftlb_import(api, farm_doc("own-source", vip4(237), backends, mode="snat", scheduler="rr"))
+        seen = {(a["backend"], a["client"]) for a in lab.http_get(vip4(237), 80, count=6)}
+        assert seen == {("b1", own), ("b2", LB_BACKSIDE4)}, seen
+    finally:
+        lab.ns(lab.lb, "ip", "addr", "del", f"{own}/24", "dev", "br0", check=False)

@@ -518,6 +518,12 @@ def _snat(b: _Builder, farm: FarmSpec) -> None:
         b.element("snat_farms", farm.mark, f.jump(chain))
         return
     ports = farm.source_ports
+    for backend in sorted(farm.backends, key=lambda x: x.id):  # nftlb's backend source-addr comes first
+        if backend.source_addr:
+            own: list[Json] = [f.match(f.payload(_l3(farm), "daddr"), backend.address)]  # after DNAT: the backend
+            if backend.port is not None:
+                own += [f.match(f.meta("l4proto"), farm.protocol), f.match(f.payload("th", "dport"), backend.port)]
+            b.rule(chain, [*own, {"snat": {"family": _l3(farm), "addr": backend.source_addr}}])
     expr: list[Json] = []
     if ports:
         expr.append(f.match(f.meta("l4proto"), {"set": ["tcp", "udp", "sctp"]}))

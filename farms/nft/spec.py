@@ -43,6 +43,7 @@ class BackendSpec:
     mac: str | None = None
     fwmark: int = 0  # nftlb's backend mark: ORed with the farm's into the packet mark (policy routing)
     oface: str = ""  # DSR: the interface towards this backend when it is not the farm's
+    source_addr: str = ""  # SNAT: this backend's own source address (nftlb's backend source-addr)
 
     @property
     def mark(self) -> int:

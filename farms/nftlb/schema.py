@@ -237,16 +237,12 @@ BACKEND_ATTRIBUTES = (
     Attribute("state", "state", _backend_state, _dump_backend_state),
     Attribute("ether-addr", "mac", c.mac, c.omit_if_empty),
     Attribute("oface", "oface", c.text, c.omit_if_empty),
+    Attribute("source-addr", "source_addr", c.text, c.omit_if_empty),
 )
 BACKEND_IGNORED = {
     "est-connlimit-log-prefix": Ignored(
         "lbweb logs what a backend's limit drops as est-connlimit-<farm>-<backend address> ",
         frozenset({"", "KNAME-FNAME-BNAME", "KNAME-FNAME-BNAME "}),
-    ),
-    "source-addr": Ignored(
-        "lbweb sets the SNAT source per farm (the farm's source-addr), not yet per backend; "
-        "make a farm for the backends that need another source",
-        blocking=True,
     ),
     "fqdn": Ignored("lbweb does not use a backend's FQDN"),
 }

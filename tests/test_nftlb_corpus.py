@@ -111,6 +111,14 @@ def test_export_import_export_of_the_corpus_is_the_same_document(rest):
     assert by_name["dsroface"]["oface"] == "eth2" and by_name["dsroface"]["backends"][1]["oface"] == "eth3"
     assert by_name["logp"]["log-prefix"] == "[FNAME,TYPE]"
     assert "log-prefix" not in by_name["w1"]  # nftlb's default is not written
+    nftlb_dump_keys = {  # what nftlb's own GET /farms writes for a farm (src/config.c)
+        "name", "family", "virtual-addr", "virtual-ports", "source-addr", "mode", "protocol", "scheduler",
+        "sched-param", "persistence", "persist-ttl", "helper", "log", "log-rtlimit", "mark", "priority", "state",
+        "limits-ttl", "new-rtlimit", "new-rtlimit-burst", "rst-rtlimit", "rst-rtlimit-burst", "est-connlimit",
+        "tcp-strict", "queue", "verdict", "backends",
+    }  # fmt: skip
+    assert set(by_name["w1"]) == nftlb_dump_keys  # and flow-offload, intra-connect only when on, as nftlb
+    assert by_name["flow1"]["flow-offload"] == "on"
     assert {p["name"]: p["family"] for p in first["policies"]} == {"black001": "ipv4", "white6": "ipv6"}
 
 

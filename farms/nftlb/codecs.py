@@ -101,6 +101,10 @@ def dump_switch(value: bool) -> str:
     return "on" if value else "off"
 
 
+def dump_switch_if_on(value: bool) -> str | None:
+    return "on" if value else None
+
+
 def choice(values: dict[str, Any], unsupported: dict[str, str] | None = None) -> Parser:
     """One of ``values`` (nftlb word -> lbweb value); a word of ``unsupported`` is refused with its reason."""
 

@@ -49,6 +49,8 @@ BACKEND_BY_NAME = {a.name: a for a in BACKEND_ATTRIBUTES}
 TOP_LEVEL = ("farms", "policies", "addresses")
 # Where nftlb's default differs from lbweb's own (a farm left without the attribute takes nftlb's).
 NFTLB_DEFAULTS = {"log_rtlimit": 0}
+# nftlb's dump writes these with its defaults (a farm's priority is recomputed, queue -1 is none).
+NFTLB_CONSTANTS = {"priority": "1", "queue": "-1"}
 ADDRESS_ATTRIBUTES = {
     "ip-addr": FARM_BY_NAME["virtual-addr"],
     "ports": FARM_BY_NAME["virtual-ports"],
@@ -503,6 +505,7 @@ def export_farm(farm) -> dict[str, Any]:
     """One farm (with its backends, static sessions and policy names) as an nftlb farm object."""
     family = "ipv6" if ipaddress.ip_address(farm.vip).version == 6 else "ipv4"
     doc: dict[str, Any] = {"name": farm.name, "family": family, **_dump(farm, FARM_ATTRIBUTES)}
+    doc |= NFTLB_CONSTANTS  # what nftlb's own dump writes and lbweb has no field for (their defaults)
     names = {}
     backends = []
     for index, backend in enumerate(farm.backends.all()):

@@ -147,8 +147,8 @@ def _words(choices) -> dict[str, str]:
 
 FARM_ATTRIBUTES = (
     Attribute("virtual-addr", "vip", c.ip_address, str),
-    Attribute("virtual-ports", "ports", c.text, c.omit_if_empty),
-    Attribute("source-addr", "source_addr", c.text, c.omit_if_empty),
+    Attribute("virtual-ports", "ports", c.text, str),  # nftlb writes both, empty or not
+    Attribute("source-addr", "source_addr", c.text, str),
     Attribute("source-ports", "source_ports", c.text, c.omit_if_empty),  # lbweb extension
     Attribute(
         "mode",
@@ -188,8 +188,8 @@ FARM_ATTRIBUTES = (
     Attribute("est-connlimit", "est_connlimit", c.integer()),
     Compound("verdict", ("limit_verdict", "log_drops"), _verdict, _dump_verdict),
     Attribute("tcp-strict", "tcp_strict", c.switch, c.dump_switch),
-    Attribute("flow-offload", "flow_offload", c.switch, c.dump_switch),
-    Attribute("intra-connect", "intra_connect", c.switch, c.dump_switch),
+    Attribute("flow-offload", "flow_offload", c.switch, c.dump_switch_if_on),  # nftlb writes them only when on
+    Attribute("intra-connect", "intra_connect", c.switch, c.dump_switch_if_on),
     Attribute("iface", "interface", c.text, c.omit_if_empty),
     Attribute("oface", "oface", c.text, c.omit_if_empty),
     Attribute("ether-addr", "ether_addr", c.mac, c.omit_if_empty),

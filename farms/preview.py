@@ -15,17 +15,16 @@ import difflib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db.models import Max
+
+from farms.types import Json
 
 from .choices import FarmModeChoices
 from .models import Backend, Farm, Policy
 from .nft import compiler
 from .nft.spec import FarmSpec
 from .translate import farm_spec
-
-Json = dict[str, Any]
 
 
 @dataclass

@@ -29,7 +29,11 @@ from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
 from .roles import ADMIN, OPERATOR, RoleRequiredMixin
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
-STATE_VERBS = {"enabled": "Enable", "drain": "Drain", "disabled": "Disable"}
+STATE_VERBS = {
+    BackendStateChoices.ENABLED: "Enable",
+    BackendStateChoices.DRAIN: "Drain",
+    BackendStateChoices.DISABLED: "Disable",
+}
 PAGE_SIZE = 100
 
 

@@ -16,18 +16,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyroute2 import IPRoute
 
 from farms.kernel import collectors
 from farms.kernel.applier import CounterValue, Kernel
+from farms.types import Json
 
 from .farm_index import FarmIndex
 
 log = logging.getLogger("lbweb.monitoring")
-
-Json = dict[str, Any]
 
 
 @dataclass

@@ -74,10 +74,15 @@ class ImportResult:
     dry_run: bool = False
     errors: list[ImportError_] = field(default_factory=list)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    changes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
-    def count(self, kind: str, what: str) -> None:
+    def count(self, kind: str, what: str, name: str = "") -> None:
+        """One object of ``kind`` (farms, backends, policies) created, updated, deleted or unchanged;
+        ``name`` lists it under ``changes`` (a backend as ``farm/address:port``) so a dry run says which."""
         bucket = self.counts.setdefault(kind, {"created": 0, "updated": 0, "deleted": 0, "unchanged": 0})
         bucket[what] += 1
+        if what != "unchanged":
+            self.changes.setdefault(kind, {"created": [], "updated": [], "deleted": []})[what].append(name)
 
     def to_json(self) -> Json:
         return {
@@ -85,6 +90,7 @@ class ImportResult:
             "dry_run": self.dry_run,
             "errors": [e.to_json() for e in self.errors],
             "counts": self.counts,
+            "changes": self.changes,
         }
 
 
@@ -216,11 +222,11 @@ class _Importer:
             policy = existing.get(item["name"])
             if policy is None:
                 if self.attempt(location, lambda v=values: services.policy_create(**v)):
-                    self.result.count("policies", "created")
+                    self.result.count("policies", "created", item["name"])
             elif _values(policy, services.POLICY_FIELDS) == values:
                 self.result.count("policies", "unchanged")
             elif self.attempt(location, lambda p=policy, v=values: services.policy_update(policy=p, **v)):
-                self.result.count("policies", "updated")
+                self.result.count("policies", "updated", item["name"])
         return {p.name: p for p in Policy.objects.all()}
 
     def farm_policies(self, location: str, item: Json, by_name: dict[str, Policy]) -> list[Policy] | None:
@@ -241,7 +247,7 @@ class _Importer:
         for farm in existing.values():
             if farm.name not in {item["name"] for _, item in entries}:
                 services.farm_delete(farm=farm)
-                self.result.count("farms", "deleted")
+                self.result.count("farms", "deleted", farm.name)
         pending = []
         for location, item in entries:
             policies = self.farm_policies(location, item, by_name)
@@ -276,13 +282,13 @@ class _Importer:
             with transaction.atomic():
                 if farm is None:
                     saved = services.farm_create(policies=policies, **values)
-                    self.result.count("farms", "created")
+                    self.result.count("farms", "created", saved.name)
                 elif _values(farm, services.FARM_FIELDS) == values and set(farm.policies.all()) == set(policies):
                     saved = farm
                     self.result.count("farms", "unchanged")
                 else:
                     saved = services.farm_update(farm=farm, policies=policies, **values)
-                    self.result.count("farms", "updated")
+                    self.result.count("farms", "updated", saved.name)
             return saved, []
         except ValidationError as exc:
             if farm is not None:
@@ -298,7 +304,7 @@ class _Importer:
         for backend in list(farm.backends.all()):
             if (backend.address, backend.port) not in wanted:
                 services.backend_delete(backend=backend)
-                self.result.count("backends", "deleted")
+                self.result.count("backends", "deleted", _backend_name(farm.name, backend.address, backend.port))
 
     def backends(self, location: str, item: Json, farm: Farm) -> None:
         entries = self.items(item, "backends", set(services.BACKEND_FIELDS), ("address",))
@@ -308,13 +314,14 @@ class _Importer:
         for loc, b in entries:
             values = self.with_defaults(Backend, services.BACKEND_FIELDS, b)
             backend = existing.get(self.backend_key(b))
+            name = _backend_name(farm.name, values["address"], values["port"])
             if backend is None:
                 if self.attempt(loc, lambda v=values: services.backend_create(farm=farm, **v)):
-                    self.result.count("backends", "created")
+                    self.result.count("backends", "created", name)
             elif _values(backend, services.BACKEND_FIELDS) == values:
                 self.result.count("backends", "unchanged")
             elif self.attempt(loc, lambda bk=backend, v=values: services.backend_update(backend=bk, **v)):
-                self.result.count("backends", "updated")
+                self.result.count("backends", "updated", name)
 
     def backends_alone(self, location: str, item: Json) -> None:
         """Field checks of the backends of a farm that could not be saved (their farm checks need it)."""
@@ -361,7 +368,11 @@ class _Importer:
         wanted = {item["name"] for _, item in policy_entries}
         for policy in Policy.objects.exclude(name__in=wanted):
             if self.attempt("policies", lambda p=policy: services.policy_delete(policy=p)):
-                self.result.count("policies", "deleted")
+                self.result.count("policies", "deleted", policy.name)
+
+
+def _backend_name(farm: str, address: Any, port: Any) -> str:
+    return f"{farm}/{address}" + (f":{port}" if port else "")
 
 
 def _is_integer(value: Any) -> bool:
@@ -395,10 +406,20 @@ def type_errors(model, item: Json) -> list[tuple[str, str]]:
     return errors
 
 
-def import_config(document: Any, *, actor=None, dry_run: bool = False) -> ImportResult:
+def import_config(
+    document: Any,
+    *,
+    actor=None,
+    dry_run: bool = False,
+    action: str = "import",
+    object_name: str = "whole configuration",
+    object_id: int | None = None,
+) -> ImportResult:
     """Make the configuration equal to ``document``, or change nothing and say why (every error, located).
 
-    ``dry_run``: validate everything the same way, then roll back.
+    ``dry_run``: validate everything the same way, then roll back; the result still names what would be
+    created, updated and deleted. ``action``, ``object_name`` and ``object_id`` label the one audit
+    event of the whole import (a restore of a configuration version is an import of its document).
     """
     importer = _Importer(actor)
     with transaction.atomic():
@@ -412,8 +433,8 @@ def import_config(document: Any, *, actor=None, dry_run: bool = False) -> Import
             for snapshot in (before, after):
                 snapshot.pop("exported_at")
             audit.record(
-                actor=actor, action="import", object_type="configuration", object_name="whole configuration",
-                before=before, after=after,
+                actor=actor, action=action, object_type="configuration", object_name=object_name,
+                object_id=object_id, before=before, after=after,
             )  # fmt: skip
         else:
             transaction.set_rollback(True)

@@ -22,6 +22,7 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from .choices import (
+    L7_MODES,
     ApplyKindChoices,
     BackendHealthChoices,
     FarmModeChoices,
@@ -86,7 +87,7 @@ def isolated_farms() -> dict[int, str]:
 
 def pending_farms() -> bool:
     """Whether a farm waits for an apply (isolated farms wait for a change, not for the worker)."""
-    waiting = Farm.objects.filter(applied_generation__lt=F("config_generation"))
+    waiting = Farm.objects.exclude(mode__in=L7_MODES).filter(applied_generation__lt=F("config_generation"))
     return waiting.exclude(failed_generation__gte=F("config_generation"), apply_error__startswith=ISOLATED).exists()
 
 
@@ -265,7 +266,7 @@ class UnitCache:
         and why, isolated farms)."""
         with transaction.atomic():
             generation = ConfigGeneration.current()
-            farm_rows = dict(Farm.objects.values_list("id", "config_generation"))
+            farm_rows = dict(Farm.objects.exclude(mode__in=L7_MODES).values_list("id", "config_generation"))
             dynamic = set(Farm.objects.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
             stale = [fid for fid, g in farm_rows.items() if fid in dynamic or self.farms.get(fid, (None,))[0] != g]
             specs = [farm_spec(f) for f in farms_queryset().filter(id__in=stale)] if stale else []
@@ -678,7 +679,9 @@ class Applier:
                 writer=outcome.writer,
                 drift=outcome.drift,
             )
-            pending = Farm.objects.filter(config_generation__lte=g, applied_generation__lt=F("config_generation"))
+            pending = Farm.objects.exclude(mode__in=L7_MODES).filter(
+                config_generation__lte=g, applied_generation__lt=F("config_generation")
+            )
             pending.exclude(id__in=[*failed, *outcome.held]).update(applied_generation=g, apply_error="")
             for fid, message in failed.items():
                 Farm.objects.filter(id=fid, config_generation__lte=g).update(

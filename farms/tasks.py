@@ -5,22 +5,27 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import beat_init, worker_ready
 
+from l7 import dataplane as l7_dataplane
 from monitoring.health import heartbeat
 
-from . import dataplane, sessions
+from . import audit, dataplane, sessions, versions
 
 
 @shared_task(name="farms.tasks.apply_config")
 def apply_config(generation: int | None = None) -> int | None:
     """Apply the configuration up to at least ``generation`` (coalesced with any later change)."""
     run = dataplane.Applier().apply_pending(requested=generation)
-    return run.pk if run else None
+    versions.record_applied(run)
+    l7_run = l7_dataplane.apply()  # after the kernel's: an ApplyRun of HAProxy never claims an unseen generation
+    return run.pk if run else (l7_run.pk if l7_run else None)
 
 
 @shared_task(name="farms.tasks.reconcile")
 def reconcile(reason: str = "reconcile") -> int | None:
     """Compare the kernel with the database and repair any drift."""
     run = dataplane.Applier().reconcile(reason=reason)
+    versions.record_applied(run)
+    l7_dataplane.apply(reason=reason)
     return run.pk if run else None
 
 
@@ -29,14 +34,18 @@ def balance_least_connections() -> int | None:
     """Re-weight least-connections farms from live conntrack counts (at most once per beat tick)."""
     if sessions.refresh_least_connection_weights():
         run = dataplane.Applier().apply_pending(reason="least connections")
+        versions.record_applied(run)
         return run.pk if run else None
     return None
 
 
 @shared_task(name="farms.tasks.cut_backend")
-def cut_backend(backend_id: int) -> int:
-    """End a backend's established connections now (maintenance 'cut')."""
-    return sessions.cut_backend(backend_id)
+def cut_backend(backend_id: int, audit_event_id: int | None = None) -> int:
+    """End a backend's established connections now (maintenance 'cut'); the count goes into the cut's
+    audit event (``connections_cut``)."""
+    deleted = sessions.cut_backend(backend_id)
+    audit.add_outcome(audit_event_id, connections_cut=deleted)
+    return deleted
 
 
 @shared_task(name="farms.tasks.flush_sessions")

@@ -28,9 +28,12 @@ def sessions_asked(farm_id: int) -> str:
     return f"{PREFIX}:sessions:{farm_id}:asked"
 
 
+NETWORK_OBSERVED = f"{PREFIX}:network:observed"  # the worker's last reading of the interfaces, for System -> Network
+
 METRICS = f"{PREFIX}:metrics"
 METRICS_LATEST = f"{METRICS}:latest"
 METRICS_CENSUS = f"{METRICS}:census"
+METRICS_TOTALS = f"{METRICS}:totals"  # running per-farm/backend totals for Prometheus counters
 
 
 def metrics_system(resolution: str) -> str:

@@ -417,3 +417,34 @@ def test_traffic_during_applies_has_no_failed_connection(api, worker, lab):
     assert total[0] > 50 and failures == [], (total, failures[:3])
     ok, report = kernel_check(lab, worker)
     assert ok, report
+
+
+def test_maglev_through_the_worker_moves_only_the_flows_of_a_backend_that_leaves(api, worker, lab):
+    """API -> worker -> kernel: a maglev farm balances, and disabling one backend moves its flows alone
+    (tests/test_maglev.py compares it with the hash scheduler and two nodes)."""
+    farm = make_farm(api, "maglev", vip4(230), protocol="udp", ports="53", scheduler="maglev")
+
+    def flows() -> list[str]:
+        lab.ns(lab.lb, "conntrack", "-F", check=False)  # each round is scheduled afresh, from the same ports
+
+        def ask() -> list[str]:
+            answers = []
+            for sport in range(46000, 46090):
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind((CLIENT4, sport))
+                    s.settimeout(2)
+                    s.sendto(b"x", (vip4(230), 53))
+                    answers.append(json.loads(s.recvfrom(2048)[0])["backend"])
+            return answers
+
+        return run_in_netns(lab.client, ask)
+
+    before = flows()
+    assert set(before) == set(THREE) and min(collections.Counter(before).values()) >= 15, before
+    leaving = backend_id(farm, backend4("b2"))
+    api.patch(f"backends/{leaving}/", {"state": "disabled"})
+    api.wait_applied(farm["id"])
+    after = flows()
+    assert "b2" not in after
+    assert all(a == b for b, a in zip(before, after, strict=True) if b != "b2"), (before, after)

@@ -8,6 +8,7 @@ alias is farms/types.py's; the polling helper is tests/stack.py's ``wait_until``
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from farms import choices
 from farms.nft.spec import HELPER_PROTOCOL
 from tests.stack import ROOT
 
-PACKAGES = ("farms", "monitoring", "system", "lbweb")
+PACKAGES = ("farms", "monitoring", "system", "lbweb", "l7", "network", "cluster")
+CHOICES = ("farms.choices", "l7.choices", "network.choices", "cluster.choices")
 SOURCES = sorted(
     p for package in PACKAGES for p in (ROOT / package).rglob("*.py") if "migrations" not in p.parts
 )  # fmt: skip
@@ -26,10 +28,11 @@ EVERYTHING = SOURCES + sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "b
 
 def choice_sets() -> dict[str, frozenset[str]]:
     found = {}
-    for name in dir(choices):
-        value = getattr(choices, name)
-        if isinstance(value, type) and issubclass(value, models.TextChoices) and value is not models.TextChoices:
-            found[name] = frozenset(v for v in value.values if v)
+    for module in map(importlib.import_module, CHOICES):
+        for name in dir(module):
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, models.TextChoices) and value is not models.TextChoices:
+                found[f"{module.__name__}.{name}"] = frozenset(v for v in value.values if v)
     return found
 
 
@@ -56,16 +59,17 @@ def shadows(path: Path, sets: dict[str, frozenset[str]]) -> list[str]:
 
 
 def test_the_helper_choices_are_the_helpers_the_compiler_knows():
-    helpers = choice_sets()["HelperChoices"]
+    helpers = choice_sets()["farms.choices.HelperChoices"]
     assert helpers == set(HELPER_PROTOCOL)
     assert set(HELPER_PROTOCOL.values()) <= set(choices.FarmProtocolChoices.values)
 
 
 def test_no_module_repeats_a_choice_set_of_choices_py():
     sets = choice_sets()
-    # the compiler's own mappings (it may not import Django): helper -> protocol (checked above) and
-    # hash field -> packet field (fragments.field_expr), each meant to cover exactly the choices
-    allowed = {"farms/nft/spec.py", "farms/nft/fragments.py"}
+    # mappings in modules that may not import Django, each meant to cover exactly its choices: the
+    # compiler's helper -> protocol (checked above) and hash field -> packet field (fragments.field_expr),
+    # the network plan's kinds -> creation order and bond modes -> the kernel's numbers
+    allowed = {"farms/nft/spec.py", "farms/nft/fragments.py", "network/plan.py", "network/kernel.py"}
     found = [
         s for p in SOURCES if str(p.relative_to(ROOT)) not in allowed | {"farms/choices.py"} for s in shadows(p, sets)
     ]
@@ -74,13 +78,13 @@ def test_no_module_repeats_a_choice_set_of_choices_py():
 
 def test_the_shadow_check_sees_a_repeated_choice_set(tmp_path):
     planted = tmp_path / "planted.py"
-    planted.write_text('MODES = ("snat", "dnat", "dsr", "stlsdnat")\n')
+    planted.write_text(f"MODES = {tuple(choices.FarmModeChoices.values)!r}\n")
     sets = choice_sets()
     found = []
     for node in ast.walk(ast.parse(planted.read_text())):
         strings = literal_strings(node) if isinstance(node, ast.Tuple) else None
         found += [name for name, values in sets.items() if strings == values]
-    assert found == ["FarmModeChoices"]
+    assert found == ["farms.choices.FarmModeChoices"]
 
 
 # "lbweb:" then a name: a Redis key (the digest prefix ends at the colon)

@@ -62,7 +62,7 @@ from typing import Any
 
 from farms.types import Json
 
-from . import dsr
+from . import dsr, maglev
 from . import fragments as f
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
 from .spec import HELPER_PROTOCOL, BackendSpec, FarmSpec, PolicySpec
@@ -210,6 +210,27 @@ def _weighted_vmap(make_key: Callable[[int], Json], backends: tuple[BackendSpec,
     return f.vmap(make_key(low), {"set": elems})
 
 
+def maglev_fields(farm: FarmSpec) -> tuple[str, ...]:
+    """What a maglev farm hashes: its hash fields, else the client's address and port (its address
+    alone for protocol 'all'), so each connection of a client is placed on its own."""
+    return farm.sched_param or (("srcip",) if farm.protocol == "all" else ("srcip", "srcport"))
+
+
+def _maglev_vmap(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable) -> Json:
+    """``jhash`` of the flow modulo the Maglev table's size, looked up in the table itself: slot -> backend.
+
+    The table is an anonymous map inside the rule: nftables 1.0.6 cannot declare a named map keyed by a
+    hash's integer from JSON (that needs ``typeof``), so a change replaces the rule, in the same one
+    transaction; what the packets see changes only in the slots Maglev moved."""
+    keys = [(f"{b.address} {b.port or ''}", b.weight) for b in backends]
+    # Sized by every backend of the farm, not the active ones: a backend going down must not resize the
+    # table (a resize moves nearly every flow); only adding backends past 40, 163 or 655 does.
+    table = maglev.lookup_table(keys, maglev.table_size(len(farm.backends)))
+    expr = _hash_expr(farm, maglev_fields(farm))
+    key = {"jhash": {"mod": len(table), "seed": HASH_SEED, "offset": 0, "expr": expr}}
+    return f.vmap(key, {"set": [[slot, f.jump(target(backends[i]))] for slot, i in enumerate(table)]})
+
+
 def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None) -> Json:
     """The verdict map that picks one backend for a new connection: it jumps to ``target(backend)``,
     the backend's chain unless told otherwise."""
@@ -224,6 +245,8 @@ def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Cal
         )
     if farm.scheduler == "symhash":
         return _weighted_vmap(lambda total: {"symhash": {"mod": total, "offset": 0}}, backends, target)
+    if farm.scheduler == "maglev":
+        return _maglev_vmap(farm, backends, target)
     # weight, and leastconn (whose weights the worker derives from live connection counts)
     return _weighted_vmap(lambda total: f.numgen("random", total), backends, target)
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 from farms import services, versions
 from farms.models import ApplyRun, AuditEvent, ConfigGeneration, ConfigVersion, Farm
-from farms.tasks import apply_config
+from farms.tasks import apply_config, keep_version
 
 pytestmark = pytest.mark.django_db
 
@@ -74,9 +74,21 @@ def test_the_worker_task_keeps_a_version(admin_user, monkeypatch):
         def apply_pending(self, requested=None, reason="change"):
             return applied()
 
+    queued = []
     monkeypatch.setattr("farms.dataplane.Applier", FakeApplier)
+    monkeypatch.setattr("farms.tasks.keep_version.apply_async", lambda args, retry: queued.append(args))
     apply_config(ConfigGeneration.current())
+    assert not ConfigVersion.objects.exists() and len(queued) == 1  # behind the applies already queued
+    keep_version(*queued[0])
     assert ConfigVersion.objects.get().document["farms"][0]["name"] == "web"
+
+    def no_broker(args, retry):
+        raise OSError("broker unreachable")
+
+    monkeypatch.setattr("farms.tasks.keep_version.apply_async", no_broker)
+    services.farm_update(farm=Farm.objects.get(), ports="81")
+    apply_config(ConfigGeneration.current())
+    assert ConfigVersion.objects.first().document["farms"][0]["ports"] == "81"  # kept at once
 
 
 def test_diff_names_what_changed(client, history):

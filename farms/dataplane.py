@@ -22,13 +22,15 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from .choices import (
+    L7_MODES,
     ApplyKindChoices,
     BackendHealthChoices,
     FarmModeChoices,
     FarmSchedulerChoices,
 )
 from .kernel import drift, links
-from .kernel.applier import ApplyError, KernelState
+from .kernel.applier import Kernel
+from .kernel.interface import ApplyError, Interface, KernelState
 from .kernel.sandbox import IsolatedKernel, writer
 from .kernel.transcribe import Untranscribable
 from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFingerprint, KernelUnit, Policy
@@ -85,7 +87,7 @@ def isolated_farms() -> dict[int, str]:
 
 def pending_farms() -> bool:
     """Whether a farm waits for an apply (isolated farms wait for a change, not for the worker)."""
-    waiting = Farm.objects.filter(applied_generation__lt=F("config_generation"))
+    waiting = Farm.objects.exclude(mode__in=L7_MODES).filter(applied_generation__lt=F("config_generation"))
     return waiting.exclude(failed_generation__gte=F("config_generation"), apply_error__startswith=ISOLATED).exists()
 
 
@@ -224,10 +226,12 @@ class DriftReport:
         return "; ".join(f"{self.names.get(k, k)}: {', '.join(d)}" for k, d in sorted(self.units.items()))
 
 
-def find_drift(applied: dict[str, compiler.UnitObjects], expected: dict[str, drift.Record]) -> DriftReport:
+def find_drift(
+    applied: dict[str, compiler.UnitObjects], expected: dict[str, drift.Record], kernel: Interface | None = None
+) -> DriftReport:
     """Read lbweb's tables whole and compare every unit with what the kernel held right after lbweb
     wrote it (its fingerprint). A unit lbweb wrote but kept no fingerprint of counts as drifted."""
-    reading = drift.read_kernel(applied)
+    reading = (kernel or Kernel()).read_units(applied)
     found = {}
     for key in sorted(set(applied) | {drift.SKELETON}):
         if key not in expected:
@@ -262,7 +266,7 @@ class UnitCache:
         and why, isolated farms)."""
         with transaction.atomic():
             generation = ConfigGeneration.current()
-            farm_rows = dict(Farm.objects.values_list("id", "config_generation"))
+            farm_rows = dict(Farm.objects.exclude(mode__in=L7_MODES).values_list("id", "config_generation"))
             dynamic = set(Farm.objects.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
             stale = [fid for fid, g in farm_rows.items() if fid in dynamic or self.farms.get(fid, (None,))[0] != g]
             specs = [farm_spec(f) for f in farms_queryset().filter(id__in=stale)] if stale else []
@@ -338,8 +342,8 @@ def is_bulk(changed: int, total: int) -> bool:
 class Applier:
     """One apply or reconcile pass; records an ApplyRun and the per-farm outcome."""
 
-    def __init__(self, kernel: IsolatedKernel | None = None):
-        self.kernel = kernel or IsolatedKernel()
+    def __init__(self, kernel: Interface | None = None):
+        self.kernel: Interface = kernel or IsolatedKernel()
 
     # -- entry points ---------------------------------------------------------------
 
@@ -375,7 +379,7 @@ class Applier:
         if drift.SKELETON not in expected and not self._take_baseline():
             return self._full(localise(snapshot()), reason=f"{reason}: kernel differs")
         generation, compiled, failures, isolated = CACHE.current()
-        report = find_drift(CACHE.applied(), load_fingerprints())
+        report = find_drift(CACHE.applied(), load_fingerprints(), self.kernel)
         if not report.present:
             return self._resync(f"{reason}: table missing")
         if report.units:
@@ -502,7 +506,7 @@ class Applier:
             if is_bulk(len(rewrite), len(compiled)):
                 raise drift.CannotRepair(f"{len(rewrite)} units drifted")
             wanted = {k: compiled[k].objects for k in units if k in compiled}
-            removals, kept = drift.removal_messages(report.reading, report.reading.owners, rewrite, wanted, expected)
+            removals, kept = self.kernel.removals(report.reading, rewrite, wanted, expected)
             # DSR units own whole tables, re-made by their own creates (libnftables: lbweb does not transcribe them)
             dsr = [k for k in units if k in compiled and compiled[k].objects.tables]
             inet = [k for k in units if k in compiled and k not in dsr]
@@ -529,7 +533,7 @@ class Applier:
     def _fingerprint_all(self) -> None:
         """After a full write: lbweb's tables read whole, every unit's fingerprint replaced."""
         try:
-            reading = drift.read_kernel(CACHE.applied())
+            reading = self.kernel.read_units(CACHE.applied())
         except OSError as exc:  # the write stands; the next reconcile finds units without fingerprints
             log.warning("fingerprints not taken: %s", exc)
             return
@@ -546,7 +550,7 @@ class Applier:
         touched = owners.shared if all_maps else {e["name"] for e in elements if e}
         previous = dict(KernelFingerprint.objects.filter(key__in=list(units)).values_list("key", "record"))
         try:
-            records = drift.probe_records(owners, units, touched, previous)
+            records = self.kernel.probe_records(owners, units, touched, previous)
         except OSError as exc:
             log.warning("fingerprints not taken: %s", exc)
             KernelFingerprint.objects.filter(key__in=list(units)).delete()
@@ -675,7 +679,9 @@ class Applier:
                 writer=outcome.writer,
                 drift=outcome.drift,
             )
-            pending = Farm.objects.filter(config_generation__lte=g, applied_generation__lt=F("config_generation"))
+            pending = Farm.objects.exclude(mode__in=L7_MODES).filter(
+                config_generation__lte=g, applied_generation__lt=F("config_generation")
+            )
             pending.exclude(id__in=[*failed, *outcome.held]).update(applied_generation=g, apply_error="")
             for fid, message in failed.items():
                 Farm.objects.filter(id=fid, config_generation__lte=g).update(

@@ -19,6 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from .choices import (
+    L7_MODES,
     ApplyKindChoices,
     ApplyStatusChoices,
     BackendHealthChoices,
@@ -397,6 +398,8 @@ class Backend(models.Model):
             errors["farm"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.DSR:
             errors["port"] = "DSR forwards frames unchanged: the backend must listen on the virtual port."
+        if farm and self.port is None and farm.mode in L7_MODES:
+            errors["port"] = "A backend of an HTTP farm needs its port (HAProxy connects to it)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.STATELESS_DNAT:
             ranges = parse_ports(farm.ports)
             if len(ranges) != 1 or ranges[0][0] != ranges[0][1]:

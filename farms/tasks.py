@@ -5,9 +5,10 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import beat_init, worker_ready
 
+from l7 import dataplane as l7_dataplane
 from monitoring.health import heartbeat
 
-from . import dataplane, sessions, versions
+from . import audit, dataplane, sessions, versions
 from .models import ApplyRun
 
 
@@ -15,14 +16,16 @@ from .models import ApplyRun
 def apply_config(generation: int | None = None) -> int | None:
     """Apply the configuration up to at least ``generation`` (coalesced with any later change)."""
     run = dataplane.Applier().apply_pending(requested=generation)
+    l7_run = l7_dataplane.apply()  # after the kernel's: an ApplyRun of HAProxy never claims an unseen generation
     keep_version_later(run)
-    return run.pk if run else None
+    return run.pk if run else (l7_run.pk if l7_run else None)
 
 
 @shared_task(name="farms.tasks.reconcile")
 def reconcile(reason: str = "reconcile") -> int | None:
     """Compare the kernel with the database and repair any drift."""
     run = dataplane.Applier().reconcile(reason=reason)
+    l7_dataplane.apply(reason=reason)
     keep_version_later(run)
     return run.pk if run else None
 
@@ -58,9 +61,12 @@ def keep_version(run_id: int) -> int | None:
 
 
 @shared_task(name="farms.tasks.cut_backend")
-def cut_backend(backend_id: int) -> int:
-    """End a backend's established connections now (maintenance 'cut')."""
-    return sessions.cut_backend(backend_id)
+def cut_backend(backend_id: int, audit_event_id: int | None = None) -> int:
+    """End a backend's established connections now (maintenance 'cut'); the count goes into the cut's
+    audit event (``connections_cut``)."""
+    deleted = sessions.cut_backend(backend_id)
+    audit.add_outcome(audit_event_id, connections_cut=deleted)
+    return deleted
 
 
 @shared_task(name="farms.tasks.flush_sessions")

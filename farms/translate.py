@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from .choices import FarmAllDownChoices, FarmSchedulerChoices, FarmStateChoices
+from .choices import L7_MODES, FarmAllDownChoices, FarmSchedulerChoices, FarmStateChoices
 from .models import ConfigGeneration, Farm, Policy
 from .nft import compiler
 from .nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
@@ -96,7 +96,12 @@ class Snapshot:
 
 
 def farms_queryset():
-    return Farm.objects.prefetch_related("backends__load", "policies", "static_sessions").order_by("id")
+    """The kernel's farms: HTTP and HTTPS farms are HAProxy's (l7/dataplane.py)."""
+    return (
+        Farm.objects.exclude(mode__in=L7_MODES)
+        .prefetch_related("backends__load", "policies", "static_sessions")
+        .order_by("id")
+    )
 
 
 def snapshot() -> Snapshot:

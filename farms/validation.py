@@ -10,7 +10,7 @@ import re
 import unicodedata
 
 from . import capabilities
-from .choices import FarmAllDownChoices, HashFieldChoices, LimitVerdictChoices
+from .choices import L7_MODES, FarmAllDownChoices, HashFieldChoices, LimitVerdictChoices
 from .choices import FarmModeChoices as Mode
 from .choices import FarmProtocolChoices as Proto
 from .choices import FarmSchedulerChoices as Sched
@@ -220,6 +220,11 @@ def farm_option_errors(farm) -> dict[str, str]:
         _dsr_errors(farm, e)
     if mode == Mode.STATELESS_DNAT:
         _stateless_errors(farm, e)
+    if mode in L7_MODES:
+        from l7.validation import l7_farm_errors  # pure: HTTP farms run on HAProxy, other rules apply
+
+        l7_farm_errors(farm, e)
+        return e
     _text_errors(farm, e)
     _capability_errors(farm, e)
     return e

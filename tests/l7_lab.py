@@ -25,7 +25,8 @@ class HAProxyLab:
         self.workdir = workdir
         self.conf_dir = workdir / "conf"
         self.conf_dir.mkdir(parents=True, exist_ok=True)
-        self.socket = str(workdir / "master.sock")
+        (workdir / "sock").mkdir(exist_ok=True)
+        self.socket = str(workdir / "sock" / "master.sock")  # the layout of LBWEB_HAPROXY_DIR (lbweb/settings.py)
         self.engine = Engine(self.conf_dir, self.socket)
         self.vips = vips
         self.proc: subprocess.Popen | None = None

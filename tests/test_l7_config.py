@@ -78,7 +78,8 @@ def _with_server(spec: EngineSpec, **changes) -> EngineSpec:
 
 
 @pytest.mark.parametrize(
-    "changes", [{"weight": 7}, {"state": "drain"}, {"state": "disabled"}, {"healthy": False}, {"capacity": 3}]
+    "changes",
+    [{"weight": 7}, {"state": "drain"}, {"state": "disabled"}, {"healthy": False}, {"capacity": 3}, {"capacity": None}],
 )
 def test_weight_state_health_capacity_are_runtime_changes(changes):
     spec = EngineSpec((l7_specs.http_farm(),))
@@ -87,7 +88,7 @@ def test_weight_state_health_capacity_are_runtime_changes(changes):
     assert runtime_view(spec) != runtime_view(changed)
 
 
-@pytest.mark.parametrize("changes", [{"port": 81}, {"address": "198.18.1.13"}, {"capacity": None}, {"tls": True}])
+@pytest.mark.parametrize("changes", [{"port": 81}, {"address": "198.18.1.13"}, {"priority": 2}, {"tls": True}])
 def test_other_server_changes_need_a_reload(changes):
     spec = EngineSpec((l7_specs.http_farm(),))
     assert structure(spec) != structure(_with_server(spec, **changes))

@@ -48,8 +48,9 @@ PROGRAMS = {
     "healthd": (re.compile(r"manage\.py healthd"), NET_RAW),
     "collector": (re.compile(r"manage\.py collector"), NET_ADMIN),
     "prober": (re.compile(r"-m monitoring\.health\.prober"), 0),
+    "haproxy": (re.compile(r"^/usr/sbin/haproxy -W "), 1 << 10),  # CAP_NET_BIND_SERVICE
 }
-USERS = {"prober": "lbweb-probe"}  # every other program runs as lbweb
+USERS = {"prober": "lbweb-probe", "haproxy": "lbweb-haproxy"}  # every other program runs as lbweb
 
 
 def readme_block(heading: str) -> str:
@@ -170,8 +171,8 @@ class Appliance:
         found = {}
         for p in procs:
             starting = ("supervisor.supervisord", "deploy/privdrop", "setpriv ")
-            if p.ppid != supervisor.pid or any(s in p.cmdline for s in starting):
-                continue  # not a program, or one being started (forked, dropping its privileges)
+            if p.ppid != supervisor.pid or not p.cmdline or any(s in p.cmdline for s in starting):
+                continue  # not a program, one being started (forked, dropping its privileges), or a zombie
             names = [name for name, (pattern, _cap) in PROGRAMS.items() if pattern.search(p.cmdline)]
             assert len(names) == 1, f"unknown program under supervisord: {p.cmdline}"
             found[names[0]] = p

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from .spec import EngineSpec, FarmSpec, HeaderRule, ServerSpec, ServiceSpec
 
 CONFIG_NAME = "lbweb.cfg"
+ACME_BACKEND = "lbweb-acme"
 ERROR_REASONS = {
     400: "Bad Request",
     403: "Forbidden",
@@ -77,18 +78,29 @@ def render(spec: EngineSpec, base_dir: str) -> Bundle:
         "# Written by lbweb's worker from its database; edits here are lost at the next apply.",
         "# Static settings (global, defaults) are in deploy/haproxy.cfg.",
     ]
+    serving = [farm for farm in sorted(spec.farms, key=lambda f: f.id) if farm.enabled]
     for farm in sorted(spec.farms, key=lambda f: f.id):
         if not farm.enabled:
             lines += ["", f"# farm {farm.name} (f{farm.id}) is stopped"]
             continue
-        lines += ["", *_frontend(farm, base_dir, files, secret)]
+        lines += ["", *_frontend(farm, base_dir, files, secret, spec.acme_port)]
         for service in farm.services:
             lines += ["", *_backend(farm, service, base_dir)]
+    if spec.acme_port and serving:
+        lines += [
+            "",
+            "# ACME HTTP-01 challenges: certbot's own server while it asks for a certificate (l7/acme.py)",
+            f"backend {ACME_BACKEND}",
+            "    mode http",
+            "    timeout connect 2s",
+            "    timeout server 10s",
+            f"    server certbot 127.0.0.1:{spec.acme_port}",
+        ]
     files[CONFIG_NAME] = "\n".join(lines) + "\n"
     return Bundle(files=dict(sorted(files.items())), secret=frozenset(secret))
 
 
-def _frontend(farm: FarmSpec, base: str, files: dict[str, str], secret: set[str]) -> list[str]:
+def _frontend(farm: FarmSpec, base: str, files: dict[str, str], secret: set[str], acme_port: int | None) -> list[str]:
     f = farm.frontend_name
     out = [f"# farm {farm.name}", f"frontend {f}", "    mode http"]
     tls = farm.mode == "https" and farm.certificates
@@ -115,10 +127,13 @@ def _frontend(farm: FarmSpec, base: str, files: dict[str, str], secret: set[str]
     ]
     if farm.error_pages:
         out.append(f"    errorfiles {f}-errors")
+    if acme_port:
+        out.append(f"    acl {ACME_BACKEND} path_beg /.well-known/acme-challenge/")
     for i, service in enumerate(farm.services):
         out += _service_acls(service, i)
     if tls and farm.redirect_ports:
-        out.append("    http-request redirect scheme https code 301 unless { ssl_fc }")
+        unless = f" || {ACME_BACKEND}" if acme_port else ""
+        out.append(f"    http-request redirect scheme https code 301 unless {{ ssl_fc }}{unless}")
     for rule in farm.redirects:
         # "prefix" puts the request's whole path after the target; "location" answers the target as it is.
         kind = "prefix" if rule.keep_path else "location"
@@ -137,6 +152,8 @@ def _frontend(farm: FarmSpec, base: str, files: dict[str, str], secret: set[str]
             f'    http-response set-header Strict-Transport-Security "max-age={farm.hsts_max_age}; includeSubDomains"'
             " if { ssl_fc }"
         )
+    if acme_port:
+        out.append(f"    use_backend {ACME_BACKEND} if {ACME_BACKEND}")
     for i, service in enumerate(farm.services):
         condition = _service_condition(service, i)
         out.append(f"    use_backend {service.backend_name}" + (f" if {condition}" if condition else ""))
@@ -234,9 +251,9 @@ def server_line(server: ServerSpec, service: ServiceSpec) -> str:
     if server_state(server) == "maint":
         parts.append("disabled")
     if server.capacity is not None:
-        # The declared capacity: at most this many requests at once; the rest wait in the backend's queue.
-        # Up to as many idle connections are kept open for reuse.
-        parts.append(f"maxconn {server.capacity} pool-max-conn {server.capacity}")
+        # The declared capacity: at most this many connections (so requests) at once; the rest wait in the
+        # backend's queue. Idle connections kept for reuse are among these, so the pool is sized by it too.
+        parts.append(f"maxconn {server.capacity}")
     if service.persistence == "cookie":
         parts.append(f"cookie {server.name}")
     if server.tls:

@@ -88,9 +88,7 @@ def structure(spec: EngineSpec) -> EngineSpec:
     for farm in spec.farms:
         services = []
         for service in farm.services:
-            servers = tuple(
-                dataclasses.replace(s, **neutral, capacity=None if s.capacity is None else 1) for s in service.servers
-            )
+            servers = tuple(dataclasses.replace(s, **neutral, capacity=None) for s in service.servers)
             services.append(dataclasses.replace(service, servers=servers))
         farms.append(dataclasses.replace(farm, services=tuple(services)))
     return dataclasses.replace(spec, farms=tuple(farms))

@@ -7,7 +7,7 @@ nftables compiler is (DESIGN.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,9 @@ class ServiceSpec:
 
     @property
     def backend_name(self) -> str:
-        return f"s{self.id}"
+        """``s<id>``; a farm's implicit default service (backends in no service) has id -farm and is
+        ``f<farm>-default``."""
+        return f"s{self.id}" if self.id > 0 else f"f{-self.id}-default"
 
 
 @dataclass(frozen=True)
@@ -124,5 +126,6 @@ class EngineSpec:
     """Everything HAProxy serves: the whole configuration (one file plus its certificates and error pages)."""
 
     farms: tuple[FarmSpec, ...] = ()
-    global_maxconn: int = 20000
-    extra: dict = field(default_factory=dict, compare=False)
+    # ACME HTTP-01: /.well-known/acme-challenge/ on every farm goes to certbot's own server on this local port
+    # (l7/acme.py), so certificates are issued and renewed while HAProxy keeps ports 80 and 443.
+    acme_port: int | None = 8402

@@ -1,0 +1,84 @@
+"""The worker's side of HTTP farms: read the database, build the ``EngineSpec``, bring HAProxy to it.
+
+Called by the same Celery tasks as the kernel's apply (``farms/tasks.py``), after it, so one change of either
+kind goes through one queue, one ``ApplyRun`` history (``writer`` = ``haproxy``) and one status per farm. Web code
+never imports this module (it talks to HAProxy's socket).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from farms.choices import ApplyKindChoices
+from farms.models import ApplyRun, Farm
+
+from .engine.engine import Engine, EngineError
+from .specs import snapshot
+
+log = logging.getLogger("lbweb.l7")
+_ENGINE: Engine | None = None
+
+
+def engine() -> Engine:
+    global _ENGINE
+    if _ENGINE is None:
+        _ENGINE = Engine(settings.LBWEB_HAPROXY_CONF_DIR, settings.LBWEB_HAPROXY_SOCKET)
+    return _ENGINE
+
+
+def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
+    """Bring HAProxy to the database; nothing is recorded when it already serves exactly this."""
+    eng = engine()
+    generation, spec, farms = snapshot()
+    if not spec.farms and not (eng.running and eng.running.farms) and not force:
+        return None  # no HTTP farm, none served: nothing to write (an L4-only appliance never sees HAProxy)
+    if not force and eng.running == spec and eng.cli.alive():
+        return None
+    started = time.monotonic()
+    error, kind, commands = "", ApplyKindChoices.FULL, 0
+    try:
+        outcome = eng.apply(spec)
+        if not outcome.engine_running:
+            error = "HAProxy is not running: its configuration is written and loads when it starts."
+        elif not outcome.reloaded:
+            kind, commands = ApplyKindChoices.INCREMENTAL, len(outcome.runtime_commands)
+        else:
+            commands = 1
+        digest = outcome.digest
+    except EngineError as exc:
+        error, digest = str(exc), ""
+    return _record(generation, kind, reason, started, error, digest, commands, farms)
+
+
+def _record(generation, kind, reason, started, error, digest, commands, farms) -> ApplyRun:
+    duration_ms = (time.monotonic() - started) * 1000
+    with transaction.atomic():
+        # The kernel's apply counts generations up to the newest ApplyRun: never claim one it has not seen.
+        handled = ApplyRun.objects.exclude(writer="haproxy").aggregate(g=Max("generation"))["g"] or 0
+        run = ApplyRun.objects.create(
+            generation=min(generation, handled),
+            kind=kind,
+            reason=f"haproxy: {reason}"[:40],
+            started=timezone.now() - timezone.timedelta(milliseconds=duration_ms),
+            duration_ms=duration_ms,
+            ok=not error,
+            error=error,
+            digest=digest[:32],
+            farms_changed=len(farms),
+            commands=commands,
+            writer="haproxy",
+        )
+        rows = Farm.objects.filter(id__in=list(farms), config_generation__lte=generation)
+        if error:
+            rows.update(apply_error=error, failed_generation=generation, applied_generation=0)
+        else:
+            rows.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
+            rows.update(apply_error="")
+    log.info("%s", run)
+    return run

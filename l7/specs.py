@@ -1,0 +1,134 @@
+"""The database read as an ``EngineSpec``: what HAProxy should serve. No I/O beyond the database, so the web
+process uses it too (the preview), and the worker's ``l7/dataplane.py`` applies it."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from farms.choices import L7_MODES, BackendHealthChoices
+from farms.models import ConfigGeneration, Farm
+from farms.ports import parse_ports
+
+from .engine.spec import CertificateSpec, EngineSpec, FarmSpec, HeaderRule, RedirectRule, ServerSpec, ServiceSpec
+
+MAX_PORTS = 64  # an HTTP farm binds each port: a range stays small
+
+
+def _ports(text: str) -> tuple[int, ...]:
+    return tuple(p for low, high in parse_ports(text) for p in range(low, high + 1))[:MAX_PORTS] if text else ()
+
+
+def _headers(rules: list[dict]) -> tuple[HeaderRule, ...]:
+    return tuple(HeaderRule(r["direction"], r["name"], r.get("value")) for r in rules or [])
+
+
+def _server(backend) -> ServerSpec:
+    options = getattr(backend, "l7", None)
+    return ServerSpec(
+        id=backend.id,
+        address=str(backend.address),
+        port=backend.port or 80,
+        weight=backend.weight,
+        priority=backend.priority,
+        state=backend.state,
+        healthy=backend.health != BackendHealthChoices.DOWN,
+        capacity=options.capacity if options else None,
+        tls=options.tls if options else False,
+        tls_verify=options.tls_verify if options else False,
+        tls_sni=options.tls_sni if options else "",
+    )
+
+
+def farm_spec(farm: Farm) -> FarmSpec:
+    """One HTTP farm as the generator takes it (the farm's rows read with their relations)."""
+    options = getattr(farm, "l7", None)
+    backends = list(farm.backends.all())
+    services = []
+    for service in farm.http_services.all():
+        servers = tuple(_server(b) for b in backends if getattr(b, "l7", None) and b.l7.service_id == service.id)
+        services.append(
+            ServiceSpec(
+                id=service.id,
+                name=service.name,
+                hosts=tuple(service.hosts.split()),
+                host_regex=service.host_regex,
+                path_prefix=service.path_prefix,
+                scheduler=service.scheduler,
+                persistence=service.persistence,
+                persistence_ttl=service.persistence_ttl,
+                persistence_header=service.persistence_header,
+                cookie_name=service.cookie_name,
+                queue_timeout=service.queue_timeout,
+                reuse=service.reuse,
+                servers=servers,
+                headers=_headers(service.headers),
+            )
+        )
+    unassigned = tuple(_server(b) for b in backends if not getattr(b, "l7", None) or b.l7.service_id is None)
+    if unassigned or not services:
+        services.append(ServiceSpec(id=-farm.id, name="default", servers=unassigned))
+    certificates = ()
+    if options is not None:
+        certs = sorted(options.certificates.all(), key=lambda c: (c.id != options.default_certificate_id, c.name))
+        certificates = tuple(CertificateSpec(c.id, c.name, c.pem, tuple(c.names)) for c in certs)
+    common = {"id": farm.id, "name": farm.name, "mode": farm.mode, "vip": str(farm.vip), "ports": _ports(farm.ports)}
+    if options is None:
+        return FarmSpec(**common, services=tuple(services), enabled=farm.state == "up")
+    return FarmSpec(
+        **common,
+        services=tuple(services),
+        certificates=certificates,
+        redirect_ports=_ports(options.redirect_ports),
+        http2=options.http2,
+        hsts_max_age=options.hsts_max_age,
+        forwarded_headers=options.forwarded_headers,
+        timeout_client=options.timeout_client,
+        timeout_server=options.timeout_server,
+        timeout_connect=options.timeout_connect,
+        timeout_http_request=options.timeout_http_request,
+        timeout_keep_alive=options.timeout_keep_alive,
+        timeout_tunnel=options.timeout_tunnel,
+        redirects=tuple(
+            RedirectRule(r["path_prefix"], r["target"], r.get("code", 302), r.get("keep_path", False))
+            for r in options.redirects or []
+        ),
+        headers=_headers(options.headers),
+        error_pages=tuple(sorted((int(k), v) for k, v in (options.error_pages or {}).items())),
+        enabled=farm.state == "up" and (farm.mode == "http" or bool(certificates)),
+    )
+
+
+def l7_farms():
+    return (
+        Farm.objects.filter(mode__in=L7_MODES)
+        .select_related("l7", "l7__default_certificate")
+        .prefetch_related("backends__l7", "http_services", "l7__certificates")
+        .order_by("id")
+    )
+
+
+def snapshot() -> tuple[int, EngineSpec, dict[int, int]]:
+    """(generation, the whole engine spec, farm id -> its configuration generation), read consistently."""
+    with transaction.atomic():
+        generation = ConfigGeneration.current()
+        farms = list(l7_farms())
+        spec = EngineSpec(farms=tuple(farm_spec(f) for f in farms))
+    return generation, spec, {f.id: f.config_generation for f in farms}
+
+
+def preview(conf_dir) -> dict:
+    """What the next apply changes in HAProxy's configuration: a unified diff of ``lbweb.cfg`` as HAProxy has it
+    (the file the worker wrote) and as the database would write it. Certificates show as their file names."""
+    import difflib
+    from pathlib import Path
+
+    from .engine.config import CONFIG_NAME, render
+
+    generation, spec, _farms = snapshot()
+    new = render(spec, str(conf_dir)).config
+    try:
+        old = (Path(conf_dir) / CONFIG_NAME).read_text()
+    except OSError:
+        old = ""
+    diff = difflib.unified_diff(old.splitlines(True), new.splitlines(True), "haproxy (applied)", "database")
+    return {"generation": generation, "diff": "".join(diff), "configuration": new}

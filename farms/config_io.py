@@ -6,10 +6,14 @@ ids, so their conntrack marks and history), new ones created, the others deleted
 leaves out takes the model's default. Everything goes through the services (the models' ``clean()``
 validates every object) inside one transaction; every error is collected with its location, and if
 there is any, the transaction is rolled back: nothing changes.
+
+Other apps put their part of the appliance's configuration into the same document with
+:func:`register_section`; it then rides along in every export, import, configuration version and restore.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +33,33 @@ Json = dict[str, Any]
 
 def _values(obj, fields: tuple[str, ...]) -> Json:
     return {name: getattr(obj, name) for name in fields}
+
+
+@dataclass(frozen=True)
+class Section:
+    """Another app's part of the configuration document (HTTP farms, the cluster, the network...).
+
+    ``export()`` returns its part as JSON. ``load(data, result)`` makes the app's configuration equal to
+    ``data`` through the app's services, inside the import's transaction (audited as the one import or
+    restore, never one event per object), and reports each problem with
+    ``result.errors.append(ImportError_(location, field, message))`` and each object with
+    ``result.count(kind, "created"|"updated"|"deleted"|"unchanged", name)``. A document without the key
+    (one exported before the app had a section) leaves that part as it is.
+    """
+
+    key: str
+    export: Callable[[], Any]
+    load: Callable[[Any, ImportResult], None]
+
+
+SECTIONS: dict[str, Section] = {}
+
+
+def register_section(key: str, export: Callable[[], Any], load: Callable[[Any, ImportResult], None]) -> None:
+    """Put an app's part into every export, import, configuration version and restore (from ``ready()``)."""
+    if key in (FORMAT_KEY, "exported_at", "policies", "farms"):
+        raise ValueError(f"'{key}' is the farms' own part of the document")
+    SECTIONS[key] = Section(key, export, load)
 
 
 def export_config() -> Json:
@@ -63,6 +94,7 @@ def export_config() -> Json:
             }
             for farm in Farm.objects.order_by("name").values("id", *services.FARM_FIELDS)
         ],
+        **{key: section.export() for key, section in sorted(SECTIONS.items())},
     }
 
 
@@ -364,7 +396,7 @@ class _Importer:
         if not isinstance(document, dict) or document.get(FORMAT_KEY) != FORMAT_VERSION:
             self.error("", FORMAT_KEY, f'Not an lbweb configuration: expected "{FORMAT_KEY}": {FORMAT_VERSION}.')
             return
-        for name in sorted(set(document) - {FORMAT_KEY, "exported_at", "policies", "farms"}):
+        for name in sorted(set(document) - {FORMAT_KEY, "exported_at", "policies", "farms", *SECTIONS}):
             self.error("", name, f"Unknown field '{name}'.")
         policy_entries = self.items(document, "policies", set(services.POLICY_FIELDS), ("name",), Policy)
         policy_entries = self.duplicates(policy_entries, lambda p: p["name"], "Policy")
@@ -379,6 +411,13 @@ class _Importer:
         for policy in Policy.objects.exclude(name__in=wanted):
             if self.attempt("policies", lambda p=policy: services.policy_delete(policy=p)):
                 self.result.count("policies", "deleted", policy.name)
+        for key, section in sorted(SECTIONS.items()):
+            if key in document:
+                try:
+                    with transaction.atomic():
+                        section.load(document[key], self.result)
+                except ValidationError as exc:
+                    self.result.errors.extend(self.validation_errors(key, exc))
 
 
 def _backend_name(farm: str, address: Any, port: Any) -> str:

@@ -162,6 +162,26 @@ def current_spec() -> ClusterSpec | None:
     return build_spec(cluster, local, peer, Path(settings.LBWEB_CLUSTER_DIR), Path(settings.BASE_DIR))
 
 
+SYSCTLS = {
+    # A committed conntrack entry carries no TCP window, and one left from an earlier term as master keeps a stale
+    # one: without this, their packets are "invalid" to the new master and the connections hang.
+    "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal": "1",
+}
+
+
+def ensure_sysctls() -> list[str]:
+    """What a cluster node needs of the kernel (the worker may write kernel tunables; CAP_NET_ADMIN in its netns)."""
+    failed = []
+    for path, value in SYSCTLS.items():
+        try:
+            if Path(path).read_text().strip() != value:
+                Path(path).write_text(value + "\n")
+        except OSError as exc:
+            log.warning("cannot set %s (%s)", path, exc)
+            failed.append(path)
+    return failed
+
+
 def deploy() -> dict:
     """Bring the files in ``LBWEB_CLUSTER_DIR`` to the database's cluster; with no cluster, remove them (the
     wrappers then stop keepalived and conntrackd, and the addresses are given up)."""
@@ -174,6 +194,7 @@ def deploy() -> dict:
             (directory / name).unlink()
         return {"enabled": False, "removed": removed}
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ensure_sysctls()
     old = _load_plan(directory / "plan.json")
     changed = []
     if _replace(directory / "conntrackd.conf", render.conntrackd_conf(spec)):

@@ -121,6 +121,16 @@ def test_transitions_from_the_journal_become_rows_and_audit_events(client, node)
     assert event.object_name == "n1" and event.after["state"] == "master"
     listed = client.get("/api/v1/cluster/transitions/").json()["results"]
     assert listed[0]["reason"] == "elected"
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    set_role(node, "MASTER")
+    out = StringIO()
+    call_command("cluster", "status", stdout=out)  # the README's manage.py cluster status
+    status = json.loads(out.getvalue())
+    assert status["master"] == "n1" and status["transitions"][0]["to"] == "master"
+    assert status["conntrackd"]["available"] is False  # no conntrackd.conf here
 
 
 def test_a_push_replaces_the_configuration_keeping_primary_keys(client, node):

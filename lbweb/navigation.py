@@ -9,6 +9,7 @@ from __future__ import annotations
 # (section, path prefixes), most specific first; "/" alone is the farm list.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("policies", ("/policies/",)),
+    ("http", ("/http/",)),
     ("dashboard", ("/monitoring/",)),
     ("apply-runs", ("/apply-runs/",)),
     ("audit", ("/audit-events/",)),

@@ -29,6 +29,7 @@ urlpatterns = [
     path("api/v1/", include("l7.urls")),
     path("api/v1/", include("farms.api.urls")),
     path("monitoring/", include("monitoring.urls")),
+    path("http/", include("l7.page_urls")),
     path("metrics", monitoring_views.prometheus_metrics, name="prometheus-metrics"),
     path("system/network/", include("network.urls")),
     path("system/", include("system.urls")),

@@ -268,3 +268,24 @@ def test_the_backup_follows_the_master_within_a_second(node, backup_node, tmp_pa
     # a wrong pin is refused: nothing is sent to a node that is not n2
     Node.objects.filter(name="n2").update(tls_fingerprint="00" * 32)
     assert "fingerprint" in tasks.push_config()["error"].lower()
+
+
+def test_the_heartbeat_records_transitions_and_leaves_a_silent_peer_alone(client, node, monkeypatch):
+    """Every 2 s on the worker: the journal is ingested; a peer that does not answer is tried again after 10 s,
+    not at every beat (the worker applies too). The engine's files are not written here (host namespace)."""
+    from cluster import tasks
+
+    deployed = []
+    monkeypatch.setattr(tasks.engine, "deploy", lambda: deployed.append(1) or {})
+    tasks._last.update(deployed=None, deployed_at=0.0, failed_at=0.0)
+    silent = body()
+    silent["nodes"][1]["api_url"] = f"https://127.0.0.1:{_free_port()}"  # nothing listens there
+    client.put("/api/v1/cluster/", silent, format="json")
+    set_role(node, "MASTER")
+    entry = {"node": "n1", "state": "MASTER", "from": "BACKUP", "at": time.time(), "reason": "elected", "steps": []}
+    (node / "transitions.jsonl").write_text(json.dumps(entry) + "\n")
+    first = tasks.heartbeat()
+    assert "ConnectionError" in first["error"] and Transition.objects.count() == 1 and deployed == [1]
+    assert "trying again later" in tasks.heartbeat()["skipped"]
+    assert deployed == [1]  # nothing changed: the files are not rebuilt at every beat
+    assert "ConnectionError" in Cluster.load().push_error

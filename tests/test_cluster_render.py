@@ -114,6 +114,18 @@ def test_keepalived_check_refuses_a_broken_file(readable, node_netns, spec, comp
         run_in_netns(node_netns, lambda: check_keepalived(path))
 
 
+def test_an_unreadable_file_is_no_pass(tmp_path):
+    """keepalived -t exits 0 on a file it cannot read: the check does not take that for a yes."""
+    with pytest.raises(CheckFailed, match="missing"):
+        check_keepalived(tmp_path / "absent.conf") if os.geteuid() else _absent_as_lbweb(tmp_path)
+
+
+def _absent_as_lbweb(tmp_path):
+    from cluster.engine import _keepalived_test
+
+    _keepalived_test(["/usr/sbin/keepalived", "-t", "-f", str(tmp_path / "absent.conf")], tmp_path / "absent.conf")
+
+
 def test_farm_addresses_are_never_keepalived_s():
     """keepalived adds its virtual_ipaddress before any notify runs: only the management address is there; the
     farms' addresses are the handler's, added after the conntrack commit."""

@@ -29,11 +29,17 @@ def node_ns():
         pytest.fail("needs root (a network namespace)")
     name = f"lbt-cle-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        _interfaces(name)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def _interfaces(name: str) -> None:
     for dev in ("eth0", "back0", "sync0"):
         subprocess.run(["ip", "-n", name, "link", "add", dev, "type", "veth", "peer", "name", f"{dev}p"], check=True)
         subprocess.run(["ip", "-n", name, "link", "set", dev, "up"], check=True)
-    yield name
-    subprocess.run(["ip", "netns", "del", name], check=False)
 
 
 @pytest.fixture

@@ -80,10 +80,16 @@ def node_netns():
         pytest.fail("needs root (a network namespace)")
     name = f"lbt-ka-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        _interfaces(name)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def _interfaces(name: str) -> None:
     for dev in ("eth0", "back0", "sync0"):
         subprocess.run(["ip", "-n", name, "link", "add", dev, "type", "veth", "peer", "name", f"{dev}p"], check=True)
-    yield name
-    subprocess.run(["ip", "netns", "del", name], check=False)
 
 
 @pytest.fixture

@@ -25,6 +25,8 @@ from django.db import models, transaction
 from .models import AuditEvent, Backend, Farm, HealthCheck, Policy, StaticSession
 
 _INSIDE = contextvars.ContextVar("lbweb_audited_service", default=False)
+# Callbacks a service asked for with after_record(), called with the event its outermost call wrote.
+_AFTER_RECORD: contextvars.ContextVar[list | None] = contextvars.ContextVar("lbweb_audit_after_record", default=None)
 _ACTOR = contextvars.ContextVar("lbweb_audit_actor", default=None)
 
 
@@ -123,6 +125,8 @@ def audited(action: str, target: str | None = None) -> Callable:
             if _INSIDE.get():
                 return func(*args, **kwargs)
             token = _INSIDE.set(True)
+            hooks: list[Callable] = []
+            hooks_token = _AFTER_RECORD.set(hooks)
             try:
                 with transaction.atomic():
                     subject = kwargs.get(target) if target else None
@@ -136,7 +140,7 @@ def audited(action: str, target: str | None = None) -> Callable:
                         identity = (after_obj.pk, str(after_obj), farm_ref_of(after_obj))
                     object_type = type(obj)._meta.model_name if obj is not None else ""
                     object_id, object_name, farm_ref = identity or (None, "", None)
-                    record(
+                    event = record(
                         actor=actor,
                         action=action,
                         object_type=object_type,
@@ -146,14 +150,41 @@ def audited(action: str, target: str | None = None) -> Callable:
                         before=before,
                         after=state_of(after_obj),
                     )
+                    for hook in hooks:
+                        hook(event)
                     return result
             finally:
+                _AFTER_RECORD.reset(hooks_token)
                 _INSIDE.reset(token)
 
         wrapper.audited_action = action
         return wrapper
 
     return decorate
+
+
+def after_record(callback: Callable[[AuditEvent], None]) -> None:
+    """Call ``callback`` with the audit event the running service writes (inside its transaction), e.g. to
+    hand its id to a worker task that adds what only the worker learns (how many connections a cut ended).
+    Outside an audited service it is called with None."""
+    hooks = _AFTER_RECORD.get()
+    if hooks is None:
+        callback(None)
+    else:
+        hooks.append(callback)
+
+
+def add_outcome(event_id: int | None, **outcome: Any) -> None:
+    """Add what came of a recorded change once it is known (the worker's count of connections cut) to the
+    event's ``after``: the record of the change then says what it did, not only what was asked."""
+    if event_id is None:
+        return
+    with transaction.atomic():
+        event = AuditEvent.objects.select_for_update().filter(pk=event_id).first()
+        if event is None:
+            return
+        event.after = {**(event.after if isinstance(event.after, dict) else {}), **outcome}
+        event.save(update_fields=["after"])
 
 
 def quiet():

@@ -81,9 +81,10 @@ class BackendStateChoices(models.TextChoices):
 
 
 class BackendHealthChoices(models.TextChoices):
-    UNKNOWN = "unknown", "Unknown (not checked yet, or no check): takes traffic"
+    # Health only: whether a backend takes traffic also depends on its state (the farm page says so apart).
+    UNKNOWN = "unknown", "Unknown (not checked yet, or no check)"
     UP = "up", "Up"
-    DOWN = "down", "Down: takes no new connection"
+    DOWN = "down", "Down"
 
 
 class FarmAllDownChoices(models.TextChoices):

@@ -23,6 +23,7 @@ from .choices import FarmModeChoices
 from .models import Backend, Farm, Policy
 from .nft import compiler
 from .nft.spec import FarmSpec
+from .summary import summarise
 from .translate import farm_spec
 
 Json = dict[str, Any]
@@ -36,6 +37,7 @@ class Preview:
     diff: str  # unified diff of the compiled farm, pretty JSON, now -> after
     changed: bool
     notes: list[str] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)  # the change in plain words (farms/summary.py)
 
     @property
     def command_lines(self) -> str:
@@ -43,7 +45,13 @@ class Preview:
         return "\n".join(json.dumps(c, separators=(", ", ": ")) for c in self.commands["nftables"])
 
     def to_json(self) -> Json:
-        return {"changed": self.changed, "commands": self.commands, "diff": self.diff, "notes": self.notes}
+        return {
+            "changed": self.changed,
+            "summary": self.summary,
+            "commands": self.commands,
+            "diff": self.diff,
+            "notes": self.notes,
+        }
 
 
 def _next_id(model) -> int:
@@ -90,7 +98,7 @@ def compare(key: str, old: FarmSpec | None, new: FarmSpec | None, notes: list[st
     new_units = {key: after} if after is not None else {}
     document, changed = compiler.incremental_document(old_objects, new_units)
     diff = "".join(difflib.unified_diff(_pretty(before), _pretty(after), "now", "after this change", n=3))
-    return Preview(document, diff, bool(changed), list(dict.fromkeys(notes)))
+    return Preview(document, diff, bool(changed), list(dict.fromkeys(notes)), summarise(old, new))
 
 
 def _current_spec(farm: Farm, notes: list[str]) -> FarmSpec:
@@ -139,6 +147,24 @@ def backend_change(farm: Farm, backend: Backend | None, values: dict) -> Preview
     policies = list(farm.policies.all())
     old = _current_spec(farm, notes)
     new = _spec(farm, new_backends, policies, notes)
+    return compare(compiler.farm_key(farm.id), old, new, notes)
+
+
+def backends_change(farm: Farm, backends: Iterable[Backend]) -> Preview:
+    """Replacing the farm's backends by ``backends`` at once (the farm page's inline editor): changed rows
+    carry their id, new ones none (shown with the ids they will most likely get), missing ones are removed."""
+    notes: list[str] = []
+    next_id = _next_id(Backend)
+    candidates = []
+    for backend in backends:
+        if backend.pk is None:
+            backend = copy.copy(backend)
+            backend.id = next_id
+            next_id += 1
+            notes.append("New backends are shown with the ids they will most likely get.")
+        candidates.append(backend)
+    old = _current_spec(farm, notes)
+    new = _spec(farm, sorted(candidates, key=lambda b: b.id), farm.policies.all(), notes)
     return compare(compiler.farm_key(farm.id), old, new, notes)
 
 

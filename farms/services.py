@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from .audit import audited
+from .audit import after_record, audited
 from .choices import BackendStateChoices, FarmModeChoices
 from .models import Backend, ConfigGeneration, Farm, Policy, StaticSession
 
@@ -207,8 +207,25 @@ def backend_maintenance(*, backend: Backend, mode: str) -> Backend:
     backend_update(backend=backend, state=state)
     if mode == "cut":
         backend.static_sessions.all().delete()
-        _enqueue("cut_backend", backend_id=backend.id)
+        # The worker ends the connections and adds how many it ended to this change's audit event.
+        after_record(
+            lambda event: _enqueue("cut_backend", backend_id=backend.id, audit_event_id=event.pk if event else None)
+        )
     return backend
+
+
+@transaction.atomic
+def backends_set_state(*, backends: Iterable[Backend], state: str, actor=None) -> list[Backend]:
+    """Put several backends in one state at once (the farm page's and the API's bulk enable, drain, disable):
+    all or nothing, each change audited as the single-backend one is. Backends already in ``state`` are left
+    alone; the ones changed are returned."""
+    if state not in BackendStateChoices.values:
+        raise ValidationError({"state": f"A backend's state is one of {', '.join(BackendStateChoices.values)}."})
+    changed = []
+    for backend in backends:
+        if backend.state != state:
+            changed.append(backend_update(backend=backend, state=state, actor=actor))
+    return changed
 
 
 @audited("create")

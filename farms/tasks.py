@@ -8,7 +8,7 @@ from celery.signals import beat_init, worker_ready
 from l7 import dataplane as l7_dataplane
 from monitoring.health import heartbeat
 
-from . import dataplane, sessions, versions
+from . import audit, dataplane, sessions, versions
 
 
 @shared_task(name="farms.tasks.apply_config")
@@ -40,9 +40,12 @@ def balance_least_connections() -> int | None:
 
 
 @shared_task(name="farms.tasks.cut_backend")
-def cut_backend(backend_id: int) -> int:
-    """End a backend's established connections now (maintenance 'cut')."""
-    return sessions.cut_backend(backend_id)
+def cut_backend(backend_id: int, audit_event_id: int | None = None) -> int:
+    """End a backend's established connections now (maintenance 'cut'); the count goes into the cut's
+    audit event (``connections_cut``)."""
+    deleted = sessions.cut_backend(backend_id)
+    audit.add_outcome(audit_event_id, connections_cut=deleted)
+    return deleted
 
 
 @shared_task(name="farms.tasks.flush_sessions")

@@ -14,6 +14,7 @@ import re
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import Count, Q
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,13 +23,27 @@ from django.views import View
 from django.views.generic import DetailView, ListView
 
 from monitoring.health import heartbeat
+from monitoring.selectors import open_connections
+from monitoring.store import metric_store
 
 from . import config_io, health_services, liveness, preview, services
-from .choices import BackendStateChoices
+from .choices import BackendHealthChoices, BackendStateChoices, FarmTrafficChoices
 from .filtersets import AuditEventFilterSet
-from .forms import BackendForm, ConfigImportForm, FarmForm, HealthCheckForm, PolicyForm
+from .forms import (
+    FARM_FIELD_WHEN,
+    HEALTH_CHECK_FIELD_WHEN,
+    BackendForm,
+    BackendFormSet,
+    ConfigImportForm,
+    FarmForm,
+    HealthCheckForm,
+    PolicyForm,
+    applies,
+)
 from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
-from .roles import ADMIN, OPERATOR, RoleRequiredMixin
+from .roles import ADMIN, OPERATOR, VIEWER, RoleRequiredMixin, has_role
+from .summary import shares
+from .translate import farm_spec
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
 STATE_VERBS = {"enabled": "Enable", "drain": "Drain", "disabled": "Disable"}
@@ -69,11 +84,14 @@ class FarmListView(RoleRequiredMixin, ListView):
         context["last_run"] = ApplyRun.objects.first()
         context["query"] = self.request.GET.get("q", "")
         context["healthd"] = heartbeat.read_status()
+        context["healthd_words"] = healthd_words(context["healthd"])
         return context
 
 
 class FarmDetailView(RoleRequiredMixin, DetailView):
-    """One farm: every option, its backends with one-click states, its apply status and its history."""
+    """One farm: what happens to new connections, its backends with their health and one-click states (one
+    by one or several at once), its health check, every option that applies, its apply status and history.
+    Admins edit the backends inline ("Add another")."""
 
     queryset = Farm.objects.prefetch_related("backends", "policies")
     template_name = "farms/farm_detail.html"
@@ -82,23 +100,126 @@ class FarmDetailView(RoleRequiredMixin, DetailView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         farm = self.object
-        form = FarmForm(instance=farm)
-        context["options"] = [
-            (title, [(f.label, _shown(farm, f.name)) for f in fields]) for title, fields in form.fieldsets()
-        ]
-        context["backends"] = [(b, state_actions(b)) for b in farm.backends.all()]
-        context["events"] = AuditEvent.objects.filter(farm_ref=farm.pk)[:10]
+        context.update(farm_page_context(farm))
+        if has_role(self.request.user, ADMIN) and "backend_formset" not in kwargs:
+            context["backend_formset"] = BackendFormSet(farm=farm)
         return context
 
 
-def _shown(farm: Farm, name: str) -> str:
+def farm_page_context(farm: Farm) -> dict:
+    """What the farm page shows besides the farm itself."""
+    form = FarmForm(instance=farm)
+    conditions = {name for when in FARM_FIELD_WHEN.values() for name in when}
+    values = {name: getattr(farm, name) for name in conditions}
+    options = []
+    for title, fields in form.fieldsets():
+        rows = [(f.label, _shown(farm, f.name)) for f in fields if applies(FARM_FIELD_WHEN.get(f.name), values)]
+        if rows:
+            options.append((title, rows))
+    spec = farm_spec(farm)
+    check = HealthCheck.effective_for(farm)
+    check_values = {name: getattr(check, name) for name in ("type",)}
+    check_rows = [
+        (f.label, _shown(check, f.name))
+        for _title, fields in HealthCheckForm(instance=check).fieldsets()
+        for f in fields
+        if f.name != "type" and applies(HEALTH_CHECK_FIELD_WHEN.get(f.name), check_values)
+    ]
+    try:
+        connections, census_at = open_connections(metric_store(), farm.pk)
+    except Exception:  # Redis down: the live cells say "—"
+        connections, census_at = {}, None
+    return {
+        "options": options,
+        "backends": backend_rows(farm, spec, connections),
+        "events": AuditEvent.objects.filter(farm_ref=farm.pk)[:10],
+        "healthd_words": healthd_words(heartbeat.read_status()),
+        "check": check,
+        "check_is_default": check.pk is None,
+        "check_rows": check_rows,
+        "traffic_words": traffic_words(farm, spec),
+        "bulk_states": [(value, STATE_VERBS.get(value, label)) for value, label in BackendStateChoices.choices],
+        "census_at": census_at,
+    }
+
+
+def _clock(timestamp: float | None) -> str:
+    """A census time as the server's local clock reads it, with its age."""
+    if timestamp is None:
+        return ""
+    from datetime import datetime
+
+    from django.utils import timezone
+
+    moment = datetime.fromtimestamp(timestamp, tz=timezone.get_current_timezone())
+    age = max(0, round(timezone.now().timestamp() - timestamp))
+    return f"{moment:%H:%M:%S}, {age} s ago"
+
+
+def _shown(obj, name: str) -> str:
     if name == "policies":
-        return ", ".join(p.name for p in farm.policies.all()) or "—"
-    display = getattr(farm, f"get_{name}_display", None)
-    value = display() if display else getattr(farm, name)
+        return ", ".join(p.name for p in obj.policies.all()) or "—"
+    display = getattr(obj, f"get_{name}_display", None)
+    value = display() if display else getattr(obj, name)
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value) if value not in ("", None) else "—"
+
+
+HEALTHD_STATES = {"impaired": "impaired", "stopped": "stopped", "never_seen": "not running", "unknown": "unknown"}
+
+
+def healthd_words(status: dict) -> str:
+    """The banner of the farm list and the farm page when health checking is not running as it should."""
+    if status.get("state") == "running":
+        return ""
+    return f"Health checking {HEALTHD_STATES.get(status.get('state'), status.get('state'))}: {status.get('detail')}."
+
+
+def traffic_words(farm: Farm, spec) -> str:
+    """What new connections to the farm get now, in the words the compiler's rules would use."""
+    traffic = spec.traffic
+    if traffic == FarmTrafficChoices.BALANCED:
+        count = len(spec.active_backends)
+        return f"New connections are balanced over {count} backend{'s' if count != 1 else ''}."
+    if traffic == FarmTrafficChoices.OFF:
+        return "The farm is off: lbweb does not serve its VIP."
+    if traffic == FarmTrafficChoices.FALLBACK:
+        return f"No backend takes new connections: they go to the fallback {farm.fallback_address}."
+    why = "It has no backend" if not spec.backends else "No backend takes new connections"
+    answer = "a TCP reset" if farm.protocol == "tcp" else "an ICMP port unreachable"
+    return f"{why}: the farm rejects new connections ({answer})."
+
+
+def backend_rows(farm: Farm, spec, connections: dict[int, int]) -> list[dict]:
+    """Each backend with its state buttons, its health in words, and whether it takes new connections."""
+    share = shares(spec)
+    active = {b.id for b in spec.active_backends}
+    eligible_priorities = [b.priority for b in spec.backends if b.eligible]
+    rows = []
+    for backend in farm.backends.all():
+        if not spec.enabled:
+            serving = "no: the farm is off"
+        elif backend.state == BackendStateChoices.DISABLED:
+            serving = "no: disabled"
+        elif backend.health == BackendHealthChoices.DOWN:
+            serving = "no: down"
+        elif backend.state == BackendStateChoices.DRAIN:
+            serving = "only clients bound by persistence (draining)"
+        elif backend.pk in active:
+            serving = f"yes: {share[backend.pk][1]} % of new connections"
+        else:
+            serving = f"standby: priority {backend.priority} waits while priority {min(eligible_priorities)} serves"
+        rows.append(
+            {
+                "backend": backend,
+                "actions": state_actions(backend),
+                "serving": serving,
+                "takes_traffic": backend.pk in active,
+                "connections": connections.get(backend.pk),
+            }
+        )
+    return rows
 
 
 class ObjectEditView(RoleRequiredMixin, View):
@@ -139,7 +260,10 @@ class ObjectEditView(RoleRequiredMixin, View):
             "preview": change_preview,
             "cancel_url": self.cancel_url(obj),
             "can_preview": type(self).preview is not ObjectEditView.preview,
+            "read_only": not has_role(self.request.user, self.write_role or self.required_role),
         }
+        if context["read_only"]:
+            context["title"] = f"{self.noun.capitalize()} of {obj}" if obj is not None else context["title"]
         return render(self.request, self.template_name, context)
 
     def get(self, request, *args, **kwargs):
@@ -320,10 +444,10 @@ class BackendStateView(RoleRequiredMixin, View):
     def post(self, request, pk: int):
         backend = get_object_or_404(Backend.objects.select_related("farm"), pk=pk)
         state = request.POST.get("state", "")
+        if state == "cut":  # never in one click: the confirmation page says how many connections end
+            return redirect("farms:backend_cut", pk=backend.pk)
         try:
-            if state == "cut":
-                services.backend_maintenance(backend=backend, mode="cut", actor=request.user)
-            elif state in BackendStateChoices.values:
+            if state in BackendStateChoices.values:
                 services.backend_update(backend=backend, state=state, actor=request.user)
             else:
                 return HttpResponseBadRequest(f"unknown backend state '{state}'")
@@ -332,6 +456,117 @@ class BackendStateView(RoleRequiredMixin, View):
         else:
             messages.success(request, f"Backend {backend}: {backend.get_state_display()}.")
         return redirect(reverse("farms:farm_detail", args=[backend.farm_id]) + f"#backend-{backend.pk}")
+
+
+class BackendCutView(RoleRequiredMixin, View):
+    """Cut a backend: disable it and end its established connections now, after a confirmation that shows
+    how many are open (the newest conntrack census). The worker records how many it ended in the audit."""
+
+    required_role = OPERATOR
+    template_name = "farms/backend_cut.html"
+
+    def get(self, request, pk: int):
+        backend = get_object_or_404(Backend.objects.select_related("farm"), pk=pk)
+        try:
+            connections, census_at = open_connections(metric_store(), backend.farm_id)
+        except Exception:  # Redis down
+            connections, census_at = {}, None
+        context = {
+            "backend": backend,
+            "farm": backend.farm,
+            "census_at": census_at,
+            "census_at_text": _clock(census_at),
+            "connections": connections.get(backend.pk, 0 if census_at is not None else None),
+        }
+        return render(request, self.template_name, context)
+
+    def post(self, request, pk: int):
+        backend = get_object_or_404(Backend.objects.select_related("farm"), pk=pk)
+        try:
+            services.backend_maintenance(backend=backend, mode="cut", actor=request.user)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            messages.success(request, f"Backend {backend}: disabled; its connections are being ended.")
+        return redirect(reverse("farms:farm_detail", args=[backend.farm_id]) + f"#backend-{backend.pk}")
+
+
+class BackendBulkStateView(RoleRequiredMixin, View):
+    """Several backends of a farm in one state at once (the checkboxes of the farm page)."""
+
+    required_role = OPERATOR
+    http_method_names = ["post"]
+
+    def post(self, request, pk: int):
+        farm = get_object_or_404(Farm, pk=pk)
+        state = request.POST.get("state", "")
+        ids = [int(i) for i in request.POST.getlist("backend") if i.isdigit()]
+        chosen = list(farm.backends.filter(pk__in=ids))
+        if not chosen:
+            messages.error(request, "Choose the backends first (the boxes of the first column).")
+            return redirect("farms:farm_detail", pk=farm.pk)
+        try:
+            changed = services.backends_set_state(backends=chosen, state=state, actor=request.user)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            label = dict(BackendStateChoices.choices).get(state, state).split(" (")[0].lower()
+            names = ", ".join(str(b) for b in changed) or "none (all were already so)"
+            messages.success(request, f"{label.capitalize()}: {names}.")
+        return redirect(reverse("farms:farm_detail", args=[farm.pk]) + "#backends-title")
+
+
+class FarmBackendsEditView(RoleRequiredMixin, View):
+    """The farm page's backend editor: change, add ("Add another") and remove backends in one save, all or
+    nothing, each change audited; "Preview" shows the kernel change of the whole edit first."""
+
+    required_role = ADMIN
+    http_method_names = ["post"]
+
+    def post(self, request, pk: int):
+        farm = get_object_or_404(Farm.objects.prefetch_related("backends", "policies"), pk=pk)
+        formset = BackendFormSet(request.POST, farm=farm)
+        if not formset.is_valid():
+            return self.render(farm, formset)
+        kept, removed, changed = [], [], []
+        for form in formset.forms:
+            if formset._should_delete_form(form):
+                if form.instance.pk is not None:
+                    removed.append(form.instance)
+            elif form.instance.pk is not None or form.has_changed():
+                kept.append(form.instance)
+                if form.instance.pk is None or form.has_changed():
+                    changed.append(form)
+        if "_preview" in request.POST:
+            return self.render(farm, formset, preview.backends_change(farm, kept))
+        try:
+            with transaction.atomic():
+                for backend in removed:
+                    services.backend_delete(backend=backend, actor=request.user)
+                for form in changed:
+                    self.save_row(farm, form)
+        except ValidationError:
+            return self.render(farm, formset)
+        count = len(changed) + len(removed)
+        messages.success(request, f"Backends saved ({count} change{'s' if count != 1 else ''}); the kernel follows.")
+        return redirect(reverse("farms:farm_detail", args=[farm.pk]) + "#backends-title")
+
+    def save_row(self, farm: Farm, form) -> None:
+        try:
+            if form.instance.pk is None:
+                services.backend_create(farm=farm, actor=self.request.user, **form.values())
+            else:
+                services.backend_update(backend=form.instance, actor=self.request.user, **form.values())
+        except ValidationError as exc:
+            _add_errors(form, exc)
+            raise
+
+    def render(self, farm: Farm, formset, change_preview=None):
+        farm = Farm.objects.prefetch_related("backends", "policies").get(pk=farm.pk)  # as saved
+        context = {"farm": farm, "object": farm, "backend_formset": formset, "preview": change_preview}
+        context.update(farm_page_context(farm))
+        status = 400 if formset.is_bound and not formset.is_valid() else 200
+        return render(self.request, "farms/farm_detail.html", context, status=status)
 
 
 class FarmRetryView(RoleRequiredMixin, View):
@@ -517,10 +752,13 @@ class ConfigExportView(RoleRequiredMixin, View):
 
 
 class HealthCheckEditView(ObjectEditView):
-    """A farm's own health check (without one, its protocol's default applies)."""
+    """A farm's own health check (without one, its protocol's default applies). Every role reads it; only
+    admins change it (a ``command`` check runs a program)."""
 
     form_class = HealthCheckForm
     noun = "health check"
+    required_role = VIEWER
+    write_role = ADMIN
 
     def farm(self) -> Farm:
         return get_object_or_404(Farm, pk=self.kwargs["farm_pk"])

@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "farms",
     "monitoring",
     "system",
+    "network",
     "l7",
 ]
 
@@ -98,6 +99,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "farms.roles.role_context",
                 "farms.liveness.liveness_context",
+                "lbweb.navigation.navigation_context",
             ],
         },
     },
@@ -225,7 +227,11 @@ _BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1) if REDIS_URL.st
 CELERY_BROKER_URL = _BROKER_URL
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "dataplane"
-CELERY_TASK_ROUTES = {"farms.tasks.*": {"queue": "dataplane"}, "l7.tasks.*": {"queue": "dataplane"}}
+CELERY_TASK_ROUTES = {
+    "farms.tasks.*": {"queue": "dataplane"},
+    "network.tasks.*": {"queue": "dataplane"},
+    "l7.tasks.*": {"queue": "dataplane"},
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
@@ -298,3 +304,6 @@ LBWEB_PROCESS_STALE_SECONDS = float(os.environ.get("LBWEB_PROCESS_STALE_SECONDS"
 LBWEB_APPLY_STALL_SECONDS = float(os.environ.get("LBWEB_APPLY_STALL_SECONDS", "10"))
 # Configuration versions kept (each holds the whole export document): farms/versions.py.
 LBWEB_CONFIG_VERSIONS_KEEP = int(os.environ.get("LBWEB_CONFIG_VERSIONS_KEEP", "200"))
+# Where the worker writes the network as systemd files, in /etc's layout (systemd/network/, ...):
+# /etc on the appliance, lbweb's state directory elsewhere (network/worker.py).
+LBWEB_NETWORK_DIR = os.environ.get("LBWEB_NETWORK_DIR", str(VAR_DIR / "network"))

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from farms.models import Farm
+from farms.models import AuditEvent, Farm, HealthEvent
 
 from .farm_index import MEASURED_MODES
 from .store import (
@@ -85,18 +85,102 @@ def system_series(store: MetricStore, window: str, since: float | None = None, n
     }
 
 
-def _idle_point(t: float, census: bool, backends: dict[str, bool]) -> Json:
+def _idle_point(t: float, census: bool, backends: dict[str, float], states: dict[str, bool]) -> Json:
+    """A sample where the farm moved nothing: zeros for the farm and for each backend that existed then."""
     point: Json = {"t": t, **dict.fromkeys(RATE_FIELDS, 0.0)}
     if census:
         point.update(dict.fromkeys(CENSUS_FIELDS, 0.0))
     point["backends"] = {}
-    for backend_id, enabled in backends.items():
+    for backend_id, created in backends.items():
+        if created > t:
+            continue  # not there yet: no zero either
         backend = dict.fromkeys(BACKEND_RATE_FIELDS, 0.0)
         if census:
             backend.update(dict.fromkeys(BACKEND_CENSUS_FIELDS, 0.0))
-        backend["enabled"] = enabled
+        if backend_id in states:  # as the collector last recorded it, never today's state
+            backend["enabled"] = states[backend_id]
         point["backends"][backend_id] = backend
     return point
+
+
+def serving_status(state: str, health: str) -> str:
+    """What a backend did with new connections, from its state and health: the words of the farm page."""
+    if state == "disabled":
+        return "disabled"
+    if health == "down":
+        return "down"
+    if state == "drain":
+        return "draining"
+    return "serving"
+
+
+def backend_history(farm: Farm, start: float, end: float) -> list[Json]:
+    """Each backend's state and health over [start, end], from what was recorded: the audit trail (its
+    creation, every state change, its deletion) and healthd's transitions (HealthEvent). Segments begin at
+    the backend's creation, not at the window's start, and a backend deleted in the window ends there.
+
+    Before a backend's first recorded change its state is the one that change started from (the
+    ``before`` of the audit event, the ``previous`` of the health event); with no change at all, the
+    present one has held since it was created (every write is audited).
+    """
+    current = {b.id: b for b in farm.backends.all()}
+    audit: dict[int, list[AuditEvent]] = {}
+    for event in AuditEvent.objects.filter(farm_ref=farm.id, object_type="backend").order_by("time", "id"):
+        if event.object_id is not None:
+            audit.setdefault(event.object_id, []).append(event)
+    health: dict[int, list[HealthEvent]] = {}
+    for event in HealthEvent.objects.filter(backend__farm=farm).order_by("time", "id"):
+        health.setdefault(event.backend_id, []).append(event)
+    result = []
+    for backend_id in sorted(current.keys() | audit.keys()):
+        backend, events = current.get(backend_id), audit.get(backend_id, [])
+        created = next((e.time.timestamp() for e in events if e.action == "create"), None)
+        if created is None:
+            created = backend.created.timestamp() if backend else (events[0].time.timestamp() if events else start)
+        deleted = next((e.time.timestamp() for e in events if e.action == "delete"), None)
+        begin, finish = max(start, created), min(end, deleted) if deleted else end
+        if begin >= finish:
+            continue
+        states = [(e.time.timestamp(), (e.after or {}).get("state")) for e in events if e.action != "delete"]
+        states = [(t, s) for t, s in states if s]
+        first_state = next(((e.before or {}).get("state") for e in events if (e.before or {}).get("state")), None)
+        state = first_state or (states[0][1] if states else (backend.state if backend else "enabled"))
+        changes = health.get(backend_id, [])
+        level = changes[0].previous if changes else (backend.health if backend else "unknown")
+        reason = ""
+        moments = sorted({t for t, _ in states} | {e.time.timestamp() for e in changes})
+        timeline: list[tuple[float, str, str, str]] = []
+        for moment in [created, *moments]:
+            for t, s in states:
+                if t <= moment:
+                    state = s
+            for e in changes:
+                if e.time.timestamp() <= moment:
+                    level, reason = e.current, e.reason
+            timeline.append((moment, state, level, reason))
+        segments: list[Json] = []
+        for index, (moment, state_then, level_then, why) in enumerate(timeline):
+            upto = timeline[index + 1][0] if index + 1 < len(timeline) else finish
+            low, high = max(moment, begin), min(upto, finish)
+            if high <= low:
+                continue
+            status = serving_status(state_then, level_then)
+            last = segments[-1] if segments else None
+            if last and (last["status"], last["state"], last["health"]) == (status, state_then, level_then):
+                last["to"] = high
+                continue
+            segments.append({"from": low, "to": high, "status": status, "state": state_then, "health": level_then,
+                             "reason": why})  # fmt: skip
+        result.append(
+            {
+                "id": backend_id,
+                "address": str(backend) if backend else (events[-1].object_name if events else str(backend_id)),
+                "created": created,
+                "deleted": deleted,
+                "segments": segments,
+            }
+        )
+    return result
 
 
 def farm_series(
@@ -105,21 +189,25 @@ def farm_series(
     """One farm's points: its own entries, zeros where it was idle, gaps where the collector was not sampling."""
     now = now or time.time()
     start, resolution, step = _window(window, since, now)
+    created = farm.created.timestamp()
+    window_start = max(now - WINDOWS[window][0], created)  # the farm's history starts when it was created
+    start = max(start, created - step)
     measured = farm.mode in MEASURED_MODES
-    heartbeat = store.system_series(resolution, start) if measured else []
-    # Backend states are written only when they change: start from the last one before the window.
+    heartbeat = [b for b in store.system_series(resolution, start) if b["t"] >= created - step] if measured else []
+    # Backend flags are written only when they change: start from the last one recorded before the window.
     entries = store.farm_series(farm.id, resolution, start - STATE_LOOKBACK * step)
-    states = {str(b.id): b.state == "enabled" for b in farm.backends.all()}
+    states: dict[str, bool] = {}
     for t in sorted(t for t in entries if t <= start):
         for backend_id, backend in entries.pop(t)["backends"].items():
             if "enabled" in backend:
                 states[backend_id] = backend["enabled"]
+    born = {str(b.id): b.created.timestamp() - step for b in farm.backends.all()}
     points = []
     for beat in heartbeat:
         t = beat["t"]
         entry = entries.get(t)
         if entry is None:
-            point = _idle_point(t, bool(beat.get("census")), states)
+            point = _idle_point(t, bool(beat.get("census")), born, states)
         else:
             # A rate the collector could not compute is null (it was stored as nothing).
             point = {"t": t, **dict.fromkeys(RATE_FIELDS), **entry}
@@ -135,7 +223,16 @@ def farm_series(
     census_interval = next((b.get("census_interval") for b in reversed(heartbeat) if b.get("census_interval")), None)
     return {
         "series": f"farm:{farm.id}",
-        "farm": {"id": farm.id, "name": farm.name, "vip": farm.vip, "mode": farm.mode, "state": farm.state},
+        "farm": {
+            "id": farm.id,
+            "name": farm.name,
+            "vip": farm.vip,
+            "mode": farm.mode,
+            "state": farm.state,
+            "created": created,
+        },  # fmt: skip
+        "window_start": window_start,
+        "history": backend_history(farm, window_start, now),
         "backends": [
             {"id": b.id, "address": str(b), "state": b.state, "weight": b.weight} for b in farm.backends.all()
         ],
@@ -188,3 +285,15 @@ def summary(store: MetricStore, now: float | None = None) -> Json:
         "system": system,
         "farms": rows,
     }
+
+
+def open_connections(store: MetricStore, farm_id: int) -> tuple[dict[int, int], float | None]:
+    """Each backend's open connections (backend id -> count) from the newest conntrack census, and the
+    census's time; ({}, None) when there is no census (the collector is not running, or the farm is
+    not measured). What a person confirming a cut is shown: the web process never reads conntrack."""
+    census = store.latest_census() or {}
+    farm = (census.get("farms") or {}).get(str(farm_id))
+    if farm is None:
+        return {}, None
+    counts = {int(b): int(round(v.get("ac", 0))) for b, v in (farm.get("b") or {}).items()}
+    return counts, census.get("t")

@@ -68,6 +68,19 @@ def enter_netns(ns: str) -> None:
         os.close(fd)
 
 
+def wait_listening(ns: str, address: str, port: int, timeout: float = 10) -> None:
+    """Until a TCP connection from namespace ``ns`` to ``address``:``port`` succeeds (a server has started)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            run_in_netns(ns, lambda: socket.create_connection((address, port), timeout=1).close())
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def run_in_netns(ns: str, func: Callable[[], Any]) -> Any:
     """Run ``func`` in a fresh thread that has entered namespace ``ns``; sockets it makes stay there."""
     box: dict[str, Any] = {}
@@ -188,15 +201,7 @@ class Lab:
                 self.start_server(name)
 
     def _wait_server(self, name: str, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                run_in_netns(self.lb, lambda: socket.create_connection((backend4(name), 80), timeout=1).close())
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_listening(self.lb, backend4(name), 80, timeout)
 
     def destroy(self) -> None:
         for proc in self.servers:

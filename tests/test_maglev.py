@@ -19,13 +19,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from farms.nft import compiler, maglev
 from farms.nft.spec import BackendSpec, FarmSpec
-from tests.lab import HERE, run_in_netns, sh
+from tests.lab import HERE, run_in_netns, sh, wait_listening
 
 VIP = "198.18.160.1"
 BACKENDS = {"b1": "198.18.62.11", "b2": "198.18.62.12", "b3": "198.18.62.13"}
@@ -199,25 +198,12 @@ class TwoNodes:
                     subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, str(script), name, "53"])
                 )
             self.route_via("lbA")
-            for name in BACKENDS:
-                self._wait_server(name)
+            for address in BACKENDS.values():
+                wait_listening(self.nodes["lbA"], address, 80)
         except BaseException:
             self.destroy()
             raise
         return self
-
-    def _wait_server(self, name: str) -> None:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                run_in_netns(
-                    self.nodes["lbA"], lambda: socket.create_connection((BACKENDS[name], 80), timeout=1).close()
-                )
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
 
     def route_via(self, node: str) -> None:
         """The router's decision for the VIP: what an ECMP change does to a flow."""

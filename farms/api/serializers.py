@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import health_services, services
-from ..choices import FarmTrafficChoices
+from ..choices import BackendStateChoices, FarmTrafficChoices
 from ..fields import AddressField
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
 from .fields import StrictIntegerField, StrictIPAddressField
@@ -365,8 +365,28 @@ class MaintenanceSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=["drain", "cut"])
 
 
+class BulkStateSerializer(serializers.Serializer):
+    """Several backends (of any farms) put in one state at once, all or nothing."""
+
+    backends = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), min_length=1, max_length=10000, help_text="Backend ids."
+    )
+    state = serializers.ChoiceField(choices=BackendStateChoices.choices)
+
+
+class BulkStateResultSerializer(serializers.Serializer):
+    changed = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The backends whose state changed (the others already had it)."
+    )
+    state = serializers.CharField()
+
+
 class PreviewSerializer(serializers.Serializer):
     changed = serializers.BooleanField(help_text="False when the edit changes nothing in the kernel.")
+    summary = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The change in plain words, one line each (e.g. '+ VIP 198.18.50.1 tcp/80,443').",
+    )
     commands = serializers.JSONField(
         help_text='The nftables JSON transaction the worker would send: {"nftables": [...]}.'
     )

@@ -18,6 +18,7 @@ from django.utils import timezone
 from farms.choices import ApplyKindChoices
 from farms.models import ApplyRun, Farm
 
+from .engine.config import CONFIG_NAME
 from .engine.engine import Engine, EngineError
 from .specs import snapshot
 
@@ -36,7 +37,7 @@ def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
     """Bring HAProxy to the database; nothing is recorded when it already serves exactly this."""
     eng = engine()
     generation, spec, farms = snapshot()
-    if not spec.farms and not (eng.running and eng.running.farms) and not force:
+    if not spec.farms and not force and not (eng.running and eng.running.farms) and not _farms_on_disk(eng):
         return None  # no HTTP farm, none served: nothing to write (an L4-only appliance never sees HAProxy)
     if not force and eng.running == spec and eng.cli.alive():
         return None
@@ -53,10 +54,21 @@ def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
         digest = outcome.digest
     except EngineError as exc:
         error, digest = str(exc), ""
-    return _record(generation, kind, reason, started, error, digest, commands, farms)
+    # An HTTPS farm without a certificate cannot listen: it is left out, and says why.
+    idle = {f.id: "An HTTPS farm needs a certificate: none is set, so it does not listen." for f in spec.farms
+            if f.mode == "https" and not f.certificates and f.ports}  # fmt: skip
+    return _record(generation, kind, reason, started, error, digest, commands, farms, idle)
 
 
-def _record(generation, kind, reason, started, error, digest, commands, farms) -> ApplyRun:
+def _farms_on_disk(eng: Engine) -> bool:
+    """Whether the configuration HAProxy loads still has farms (a worker started after the last was deleted)."""
+    try:
+        return "\nfrontend " in (eng.conf_dir / CONFIG_NAME).read_text()
+    except OSError:
+        return False
+
+
+def _record(generation, kind, reason, started, error, digest, commands, farms, idle) -> ApplyRun:
     duration_ms = (time.monotonic() - started) * 1000
     with transaction.atomic():
         # The kernel's apply counts generations up to the newest ApplyRun: never claim one it has not seen.
@@ -80,5 +92,7 @@ def _record(generation, kind, reason, started, error, digest, commands, farms) -
         else:
             rows.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
             rows.update(apply_error="")
+            for farm_id, message in idle.items():
+                rows.filter(id=farm_id).update(apply_error=message, failed_generation=generation, applied_generation=0)
     log.info("%s", run)
     return run

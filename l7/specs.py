@@ -73,7 +73,7 @@ def farm_spec(farm: Farm) -> FarmSpec:
         certificates = tuple(CertificateSpec(c.id, c.name, c.pem, tuple(c.names)) for c in certs)
     common = {"id": farm.id, "name": farm.name, "mode": farm.mode, "vip": str(farm.vip), "ports": _ports(farm.ports)}
     if options is None:
-        return FarmSpec(**common, services=tuple(services), enabled=farm.state == "up")
+        return FarmSpec(**common, services=tuple(services), enabled=farm.state == "up" and farm.mode == "http")
     return FarmSpec(
         **common,
         services=tuple(services),

@@ -140,3 +140,27 @@ def test_haproxy_refusing_the_configuration_is_a_failed_apply(haproxy, l7_worker
     assert haproxy.get(VIP, "/").backend == "b1"  # the previous configuration still serves
     run = haproxy_runs(client)[0]
     assert not run["ok"] and "PCRE2 does not support" in run["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_https_farm_waits_for_its_certificate_then_serves_it(haproxy, l7_worker, api_client):
+    client = api_client
+    farm = post(client, "/api/v1/farms/", {"name": "secure", "vip": VIP, "ports": "443", "mode": "https"})
+    post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b2"), "port": 80})
+
+    def status():
+        return client.get(f"/api/v1/farms/{farm['id']}/").json()["apply_status"]
+
+    wait_for(lambda: status()["status"] == "failed", timeout=30, what="the farm refused without a certificate")
+    assert "needs a certificate" in status()["error"]
+    cert = post(client, "/api/v1/certificates/self-signed/", {"name": "secure", "names": ["secure.example.com"]})
+    response = client.patch(f"/api/v1/farms/{farm['id']}/http/", {"certificates": [cert["id"]]}, format="json")
+    assert response.status_code == 200, response.content
+    wait_applied(client, farm["id"])
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    answer = haproxy.get(VIP, "/", port=443, tls=context, sni="secure.example.com")
+    assert answer.status == 200 and answer.backend == "b2"
+    assert answer.tls["version"] in ("TLSv1.2", "TLSv1.3")

@@ -15,12 +15,12 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from farms.choices import ApplyKindChoices
+from farms.choices import L7_MODES, ApplyKindChoices
 from farms.models import ApplyRun, Farm
 
 from .engine.config import CONFIG_NAME
 from .engine.engine import Engine, EngineError
-from .specs import snapshot
+from .specs import l7_farms, snapshot
 
 log = logging.getLogger("lbweb.l7")
 _ENGINE: Engine | None = None
@@ -96,3 +96,33 @@ def _record(generation, kind, reason, started, error, digest, commands, farms, i
                 rows.filter(id=farm_id).update(apply_error=message, failed_generation=generation, applied_generation=0)
     log.info("%s", run)
     return run
+
+
+def cut_backend(backend_id: int, only_if_down: bool = False) -> int | None:
+    """Maintenance "cut" of an HTTP farm's backend: end the requests HAProxy has in progress with it now (the
+    apply that put it in maintenance ran first: the worker's queue is in order). None for a kernel farm's
+    backend (conntrack's business, farms/sessions.py)."""
+    from farms.models import Backend
+
+    from .specs import farm_spec
+
+    backend = Backend.objects.select_related("farm").filter(id=backend_id).first()
+    if backend is None or backend.farm.mode not in L7_MODES:
+        return None
+    if only_if_down and backend.health != "down":
+        return 0  # healthd's "cut connections": it came back meanwhile
+    eng = engine()
+    spec = farm_spec(l7_farms().get(pk=backend.farm_id))
+    cut = 0
+    for service in spec.services:
+        for server in service.servers:
+            if server.id != backend_id:
+                continue
+            try:
+                row = eng.cli.servers().get((service.backend_name, server.name), {})
+                eng.cli.worker(f"shutdown sessions server {service.backend_name}/{server.name}")
+                cut += int(row.get("scur") or 0)
+            except EngineError as exc:
+                log.warning("cutting backend %s in HAProxy: %s", backend, exc)
+    log.info("cut backend %s: %d HAProxy session(s) ended", backend, cut)
+    return cut

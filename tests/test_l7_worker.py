@@ -5,6 +5,9 @@ history holds the kernel's and HAProxy's applies."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -164,3 +167,39 @@ def test_https_farm_waits_for_its_certificate_then_serves_it(haproxy, l7_worker,
     answer = haproxy.get(VIP, "/", port=443, tls=context, sni="secure.example.com")
     assert answer.status == 200 and answer.backend == "b2"
     assert answer.tls["version"] in ("TLSv1.2", "TLSv1.3")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_maintenance_cut_ends_requests_in_progress_drain_lets_them_finish(haproxy, l7_worker, api_client):
+
+    client = api_client
+    farm = post(client, "/api/v1/farms/", {"name": "web", "vip": VIP, "ports": "80", "mode": "http"})
+    backend = post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b1"), "port": 80})
+    wait_applied(client, farm["id"])
+
+    def slow_request(results: list) -> None:
+        started = time.monotonic()
+        try:
+            results.append((haproxy.get(VIP, "/sleep/4000", timeout=10).status, time.monotonic() - started))
+        except Exception as exc:  # the connection ended under the request
+            results.append((repr(exc), time.monotonic() - started))
+
+    for mode, finishes in (("drain", True), ("cut", False)):
+        if mode == "cut":
+            assert (
+                client.patch(f"/api/v1/backends/{backend['id']}/", {"state": "enabled"}, format="json").status_code
+                == 200
+            )
+            wait_applied(client, farm["id"])
+        results: list = []
+        thread = threading.Thread(target=slow_request, args=(results,))
+        thread.start()
+        time.sleep(0.5)
+        response = client.post(f"/api/v1/backends/{backend['id']}/maintenance/", {"mode": mode}, format="json")
+        assert response.status_code in (200, 202), response.content
+        thread.join()
+        outcome, took = results[0]
+        if finishes:
+            assert outcome == 200 and took >= 4, results  # drain: the request in progress completes
+        else:
+            assert outcome != 200 and took < 3.5, results  # cut: ended at once

@@ -176,6 +176,10 @@ def test_capacity_declared_with_the_backends_own_token(client, role_users):
     assert response.status_code == 200 and response.json()["capacity"] is None
     bad = operator.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": 0}, format="json")
     assert bad.status_code == 400 and "capacity" in bad.json()
+    # Revoked: the service's token is refused from then on.
+    assert client.delete(f"/api/v1/backends/{mine['id']}/capacity-token/").status_code == 204
+    assert service.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": 5}, format="json").status_code == 401
+    assert AuditEvent.objects.filter(object_type="capacitytoken", action="delete").exists()
 
 
 def test_preview_shows_the_configuration_diff(client, settings, tmp_path):

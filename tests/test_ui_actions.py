@@ -211,6 +211,10 @@ def test_backend_history_comes_from_the_audit_trail_and_the_health_events(farm):
         and [s[1] for s in segments] == ["serving", "serving", "draining", "down", "down"]
     )
     assert history[b1.id]["segments"][-1]["reason"] == "TCP connect: refused"
+    later = {h["id"]: h for h in backend_history(farm, at(15).timestamp(), at(40).timestamp())}
+    first = later[b1.id]["segments"][0]  # the window opens between two changes: the one before it holds
+    assert (round(first["from"] - created.timestamp()), first["status"], first["health"]) == (15, "draining", "up")
+    assert first["reason"] == "TCP connect: ok"
     removed = [h for h in history.values() if h["deleted"]]
     assert len(removed) == 1 and removed[0]["address"] == "198.18.1.13"  # a deleted backend keeps its past
     assert HealthEvent.objects.count() == 2

@@ -278,3 +278,15 @@ def test_both_api_docs_pages_carry_lbwebs_header_with_their_section_marked(admin
         page = web.get(path).content.decode()
         assert '<header class="site">' in page and 'lang="en"' in page, path
         assert '<a href="/api/docs/" aria-current="page">API</a>' in page, path
+
+
+def test_backends_edit_reports_every_refused_row_and_keeps_nothing(farm, admin_user):
+    b1, b2, _b3 = farm.backends.order_by("id")
+    rows = [(b1, {"weight": 7}), (None, {"address": "198.18.1.13"}), (None, {"address": "2001:2::1"}),
+            (None, {"address": "198.18.1.12"})]  # fmt: skip
+    with pytest.raises(services.BackendRowsError) as refused:
+        services.backends_edit(farm=farm, rows=rows, removed=[b2], actor=admin_user)
+    assert set(refused.value.rows) == {1, 2}  # a twin of 198.18.1.13 and an IPv6 address; .12 was removed first
+    assert "must be IPv4 too" in " ".join(refused.value.rows[2].messages)
+    assert sorted(farm.backends.values_list("weight", flat=True)) == [1, 3, 5] and farm.backends.count() == 3
+    assert not AuditEvent.objects.filter(actor_name="admin").exists()

@@ -9,11 +9,13 @@ from __future__ import annotations
 # (section, path prefixes), most specific first; "/" alone is the farm list.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("policies", ("/policies/",)),
+    ("http", ("/http/",)),
     ("dashboard", ("/monitoring/",)),
     ("apply-runs", ("/apply-runs/",)),
     ("audit", ("/audit-events/",)),
     ("history", ("/config/versions/",)),
     ("config", ("/config/",)),
+    ("cluster", ("/cluster/",)),
     ("system", ("/system/",)),
     ("api", ("/api/docs/", "/api/redoc/")),
     ("farms", ("/farms/", "/backends/")),

@@ -24,6 +24,7 @@ from farms.kernel import collectors
 from farms.kernel.applier import CounterValue, Kernel
 
 from .farm_index import FarmIndex
+from .http_stats import HttpFarmStats
 
 log = logging.getLogger("lbweb.monitoring")
 
@@ -130,6 +131,7 @@ class Sampler:
         self.next_census = 0.0
         self.previous: Reading | None = None
         self._generation: int | None = None
+        self.http = HttpFarmStats()
 
     def close(self) -> None:
         self.ipr.close()
@@ -184,6 +186,7 @@ class Sampler:
                 busy.append(farm)
         rates = counter_rates(now, before, seconds, names=[n for farm in busy for n in farm.counters])
         farms = {farm.id: self._farm(farm, now, rates, by_mark, index) for farm in busy}
+        farms.update(self.http.sample(current.monotonic))
         system = self._system(current, previous, seconds, farms, idle_farms=bool(idle))
         if census is not None:
             system["census"] = {

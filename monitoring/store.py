@@ -32,15 +32,17 @@ from typing import TYPE_CHECKING, Any
 import redis
 from django.conf import settings
 
+from lbweb import redis_keys as keys
+
 if TYPE_CHECKING:  # the sampler reads the kernel: the web process, which reads the store, never imports it
     from .sampler import Sample
 
 log = logging.getLogger("lbweb.monitoring")
 
-PREFIX = "lbweb:metrics"
-LATEST = f"{PREFIX}:latest"
-CENSUS = f"{PREFIX}:census"
-TOTALS = f"{PREFIX}:totals"
+PREFIX = keys.METRICS
+LATEST = keys.METRICS_LATEST
+CENSUS = keys.METRICS_CENSUS
+TOTALS = keys.METRICS_TOTALS
 MINUTE = 60
 DAY_MINUTES = 1440
 RAW, MINUTES = "raw", "1m"
@@ -57,6 +59,16 @@ FARM_FIELDS = {
     "tracked_conns": "tc",
     "snat_ports": "sp",
     "snat_port_use": "su",
+    # HTTP farms (l7/stats.py, from HAProxy): requests/s, responses by class /s, latency, sessions, queue
+    "requests": "rq",
+    "responses_1xx": "h1",
+    "responses_2xx": "h2",
+    "responses_3xx": "h3",
+    "responses_4xx": "h4",
+    "responses_5xx": "h5",
+    "latency_ms": "lt",
+    "sessions": "ss",
+    "queue": "q",
 }
 BACKEND_FIELDS = {
     "bytes": "b",
@@ -65,6 +77,11 @@ BACKEND_FIELDS = {
     "active_conns": "ac",
     "snat_ports": "sp",
     "enabled": "on",
+    "sessions": "ss",  # HTTP farms: sessions in use, declared capacity, queue, time in queue, latency
+    "capacity": "cap",
+    "queue": "q",
+    "queue_time_ms": "qt",
+    "latency_ms": "lt",
 }
 RATE_FIELDS = ("bytes_in", "bytes_out", "packets_in", "packets_out", "new_conns")
 BACKEND_RATE_FIELDS = ("bytes", "packets", "new_conns")
@@ -72,12 +89,8 @@ CENSUS_FIELDS = ("active_conns", "tracked_conns", "snat_ports", "snat_port_use")
 BACKEND_CENSUS_FIELDS = ("active_conns", "snat_ports")
 
 
-def system_key(resolution: str) -> str:
-    return f"{PREFIX}:system:{resolution}"
-
-
-def farm_key(farm_id: int, resolution: str) -> str:
-    return f"{PREFIX}:farm:{farm_id}:{resolution}"
+system_key = keys.metrics_system
+farm_key = keys.metrics_farm
 
 
 def client(url: str | None = None) -> redis.Redis:

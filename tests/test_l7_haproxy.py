@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -306,3 +308,92 @@ def test_capacity_changed_live_queues_beyond_it(haproxy):
     assert haproxy.engine.cli.servers()[("s60", "b1")]["slim"] == "4"
     assert burst(8) == [200] * 8
     assert int(haproxy.engine.cli.servers()[("s60", "b1")]["smax"]) == 4
+
+
+def test_statistics_for_the_collector(haproxy):
+    """l7/stats.py on HAProxy's own rows: requests/s, responses by class, per backend sessions against capacity."""
+    from l7 import stats
+
+    service = ServiceSpec(70, "stats", queue_timeout=10, servers=servers("b1", capacity=3) + servers("b2"))
+    apply(haproxy, routing_farm(services=(service,)))
+    before, started = stats.index(haproxy.engine.cli.stats()), time.monotonic()
+    for _ in range(10):
+        assert haproxy.get(VIP, "/", headers={"Host": "x"}).status == 200
+    assert haproxy.get(VIP, "/old/a", headers={"Host": "x"}).status == 301
+    now = stats.index(haproxy.engine.cli.stats())
+    seconds = time.monotonic() - started
+    entry = stats.farm_entries(now, before, seconds, {"s70": 1})[1]
+    assert entry["requests"] == round(11 / seconds, 1)
+    assert entry["responses_2xx"] == round(10 / seconds, 1) and entry["responses_3xx"] == round(1 / seconds, 1)
+    assert entry["responses_5xx"] == 0 and entry["queue"] == 0
+    b1, b2 = entry["backends"]["1"], entry["backends"]["2"]
+    assert b1["capacity"] == 3 and b2["capacity"] is None and b1["sessions"] == 0 and b1["enabled"]
+    assert b1["new_conns"] + b2["new_conns"] > 0
+    assert stats.farm_entries(now, {}, 0, {"s70": 1})[1]["requests"] is None  # first reading: no rate
+
+
+def test_source_and_header_persistence_and_hash_schedulers(haproxy):
+    by_source = ServiceSpec(81, "src", persistence="source", persistence_ttl=60, servers=servers("b1", "b2", "b3"))
+    apply(haproxy, routing_farm(services=(by_source,)))
+    assert len({haproxy.get(VIP, "/", headers={"Host": "x"}).backend for _ in range(9)}) == 1  # one client
+    by_header = ServiceSpec(82, "hdr", persistence="header", persistence_header="X-Session", persistence_ttl=60,
+                            servers=servers("b1", "b2", "b3"))  # fmt: skip
+    apply(haproxy, routing_farm(services=(by_header,)))
+    for session in ("alice", "bob", "carol"):
+        seen = {haproxy.get(VIP, "/", headers={"Host": "x", "X-Session": session}).backend for _ in range(5)}
+        assert len(seen) == 1, (session, seen)
+    by_uri = ServiceSpec(83, "uri", scheduler="uri", servers=servers("b1", "b2", "b3"))
+    apply(haproxy, routing_farm(services=(by_uri,)))
+    for path in ("/a", "/b/c", "/d?e=1"):
+        assert len({haproxy.get(VIP, path, headers={"Host": "x"}).backend for _ in range(4)}) == 1
+    assert len({haproxy.get(VIP, f"/p{i}", headers={"Host": "x"}).backend for i in range(30)}) > 1
+
+
+def test_http2_request_and_websocket_upgrade(haproxy, pki, tmp_path):
+    """curl speaks HTTP/2 to the farm (h2 by ALPN, HTTP/1.1 to the backend); a WebSocket upgrade is tunnelled
+    (HAProxy checks the handshake: the backend's Sec-WebSocket-Accept must match the key)."""
+    lab = haproxy.lab
+    apply(haproxy, https_farm(pki))
+    (tmp_path / "ca.pem").write_text(pki["root"].pem)
+    out = lab.ns(lab.client, "curl", "-s", "--http2", "--cacert", str(tmp_path / "ca.pem"), "-o", "/dev/null",
+                 "-w", "%{http_version} %{http_code}", "--resolve", f"www.example.com:443:{VIP}",
+                 "https://www.example.com/").stdout  # fmt: skip
+    assert out == "2 200"
+    # A WebSocket-style upgrade: the backend answers 101 and echoes; HAProxy keeps the tunnel open.
+    script = (
+        "import socket\n"
+        "s=socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0); s.bind(('::', 9001)); s.listen(5)\n"
+        "while True:\n"
+        "    c,_=s.accept(); h=b''\n"
+        "    while b'\\r\\n\\r\\n' not in h: h+=c.recv(4096)\n"
+        "    c.sendall(b'HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\n'\n"
+        "              b'Connection: Upgrade\\r\\n'\n"
+        "              b'Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\\r\\n\\r\\n')\n"
+        "    while (d:=c.recv(4096)): c.sendall(d[::-1])\n"
+        "    c.close()\n"
+    )
+    server = subprocess.Popen(["ip", "netns", "exec", lab.backends["b3"], sys.executable, "-c", script])
+    try:
+        apply(haproxy, routing_farm(services=(ServiceSpec(84, "ws", servers=servers("b3", port=9001)),)))
+        time.sleep(0.3)
+
+        def upgrade():
+            sock = socket.create_connection((VIP, 80), timeout=5)
+            key = b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            sock.sendall(b"GET /chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" + key)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(4096)
+            answers = []
+            for word in (b"hello", b"lbweb"):
+                sock.sendall(word)
+                answers.append(sock.recv(4096))
+            sock.close()
+            return head.split(b"\r\n")[0], answers
+
+        status, answers = run_in_netns(lab.client, upgrade)
+        assert status == b"HTTP/1.1 101 Switching Protocols" and answers == [b"olleh", b"bewbl"]
+    finally:
+        server.kill()
+        server.wait(timeout=5)

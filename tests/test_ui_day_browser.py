@@ -280,8 +280,8 @@ def test_forms_health_and_bulk_states_in_a_browser(
     assert "viewer-user" in page.text_content("header.site")
     shot(page, "7-api-docs", full_page=False)  # the header and the first operations
     axe.assert_none(page, "header.site")  # Swagger UI's own markup is not lbweb's
-    pages = ("/policies/", "/apply-runs/", "/config/", "/config/versions/", "/system/tls/", "/system/network/",
-             "/monitoring/", f"/monitoring/farms/{farm.pk}/")  # fmt: skip
+    pages = ("/policies/", "/http/", "/apply-runs/", "/config/", "/config/versions/", "/cluster/", "/system/tls/",
+             "/system/network/", "/monitoring/", f"/monitoring/farms/{farm.pk}/")  # fmt: skip
     for path in pages:
         page.goto(base + path)
         assert page.locator("nav[aria-label=Main] a[aria-current=page]").count() == 1, path

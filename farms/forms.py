@@ -33,7 +33,7 @@ FARM_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 NAT = [FarmModeChoices.SNAT, FarmModeChoices.DNAT]
 PERSISTENT = [v for v in PersistenceChoices.values if v]
 FARM_FIELD_WHEN: dict[str, dict[str, list]] = {
-    "sched_param": {"scheduler": [FarmSchedulerChoices.HASH]},
+    "sched_param": {"scheduler": [FarmSchedulerChoices.HASH, FarmSchedulerChoices.MAGLEV]},
     "persistence": {"mode": NAT, "scheduler": [FarmSchedulerChoices.WEIGHT, FarmSchedulerChoices.LEASTCONN]},
     "persist_ttl": {
         "mode": NAT,

@@ -113,7 +113,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
         assert event.after["connections_cut"] == shown and event.actor_name == "operator-user"
 
     page.goto(f"{base}/audit-events/?farm_ref={farm['id']}")
-    assert "connections_cut" in page.text_content(f"#event-{event.pk}")
+    assert f"connections ended: {shown}" in page.text_content(f"#event-{event.pk}")
     shot(page, "3-audit-cut")
 
     page.goto(f"{base}/farms/{farm['id']}/")

@@ -313,6 +313,8 @@ def _stateless_errors(farm, e: dict[str, str]) -> None:
             "lbweb does not keep persistence for stateless farms yet (nftlb keeps it in netdev maps); "
             "use a hash scheduler, or a dnat farm."
         )
+    if farm.rst_rtlimit:
+        e["rst_rtlimit"] = "lbweb does not limit the resets of stateless farms yet; use a dnat farm for that."
     for name, words in (
         ("helper", "conntrack helpers"),
         ("est_connlimit", "connection limits"),

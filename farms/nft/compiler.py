@@ -60,6 +60,8 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
+from farms.types import Json
+
 from . import dsr, maglev
 from . import fragments as f
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
@@ -83,7 +85,6 @@ REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when 
 REUSE_ALTERNATIVES = 8  # backends tried after the scheduler's pick when another client holds the port there
 NUMGEN_SCHEDULERS = ("rr", "weight", "leastconn")  # the others hash the flow: a reused port meets the same backend
 
-Json = dict[str, Any]
 FarmObjects = UnitObjects  # a farm's objects are a unit's objects
 FarmRuleset = UnitRuleset
 __all__ = ["canonical", "digest_of", "DIGEST_PREFIX", "UnitObjects", "UnitRuleset"]

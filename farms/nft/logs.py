@@ -3,12 +3,11 @@ rates in nftlb's units (pure)."""
 
 from __future__ import annotations
 
-from typing import Any
+from farms.types import Json
 
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
 from .spec import FarmSpec
 
-Json = dict[str, Any]
 DEFAULT_LOG_PREFIX = "TYPE-FNAME "  # nftlb's: IN-<farm>, FWD-<farm>, OUT-<farm>
 
 

@@ -11,16 +11,22 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-PROTOCOLS = ("tcp", "udp", "sctp", "all")
-MODES = ("snat", "dnat", "dsr", "stlsdnat")
-SCHEDULERS = ("rr", "weight", "hash", "symhash", "leastconn", "maglev")
-HASH_FIELDS = ("srcip", "dstip", "srcport", "dstport", "srcmac", "dstmac")
-PERSISTENCE = ("srcip", "srcport", "srcmac")
-HELPERS = ("ftp", "tftp", "sip", "pptp", "snmp", "irc", "amanda", "h323")
-TCP_HELPERS = ("ftp", "pptp", "irc", "h323")  # the others track UDP (sip both)
-# The protocols each conntrack helper tracks; a farm for all protocols gets one helper object per protocol.
-HELPER_PROTOCOLS = {"ftp": ("tcp",), "pptp": ("tcp",), "irc": ("tcp",), "h323": ("tcp",), "tftp": ("udp",),
-                    "snmp": ("udp",), "amanda": ("udp",), "sip": ("udp", "tcp")}  # fmt: skip
+# The protocol each conntrack helper tracks: the compiler's ct helper objects, the worker's capability
+# probe and the models' validation all read it here. The choices offered (with their labels) are
+# farms.choices.HelperChoices; tests/test_vocabulary.py keeps the two the same set.
+HELPER_PROTOCOL = {
+    "ftp": "tcp",
+    "pptp": "tcp",
+    "irc": "tcp",
+    "h323": "tcp",
+    "tftp": "udp",
+    "snmp": "udp",
+    "amanda": "udp",
+    "sip": "udp",
+}
+# Every protocol a helper tracks (the kernel's SIP helper follows TCP too): a farm for all protocols gets one
+# ct helper object per protocol here, and a TCP farm may use SIP.
+HELPER_PROTOCOLS = {helper: (protocol,) for helper, protocol in HELPER_PROTOCOL.items()} | {"sip": ("udp", "tcp")}
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,14 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
+from farms.types import Json
+
 from . import audit, services
 from .models import Backend, Farm, Policy, StaticSession
 
 FORMAT_KEY = "lbweb_config"
 FORMAT_VERSION = 1
 SESSION_FIELDS = ("client", "backend")
-
-Json = dict[str, Any]
 
 
 def _values(obj, fields: tuple[str, ...]) -> Json:

@@ -64,7 +64,9 @@ def keep_version(run_id: int) -> int | None:
 def cut_backend(backend_id: int, audit_event_id: int | None = None) -> int:
     """End a backend's established connections now (maintenance 'cut'); the count goes into the cut's
     audit event (``connections_cut``)."""
-    deleted = sessions.cut_backend(backend_id)
+    deleted = l7_dataplane.cut_backend(backend_id)  # an HTTP farm's: HAProxy's sessions
+    if deleted is None:
+        deleted = sessions.cut_backend(backend_id)
     audit.add_outcome(audit_event_id, connections_cut=deleted)
     return deleted
 
@@ -88,7 +90,8 @@ def report_sessions(farm_id: int) -> None:
 @shared_task(name="farms.tasks.cut_backend_connections")
 def cut_backend_connections(backend_id: int) -> int:
     """Delete the established connections of a backend that went down (its id only; the rest is read here)."""
-    return dataplane.cut_backend_connections(backend_id)
+    cut = l7_dataplane.cut_backend(backend_id, only_if_down=True)  # an HTTP farm's: HAProxy's sessions
+    return dataplane.cut_backend_connections(backend_id) if cut is None else cut
 
 
 @worker_ready.connect

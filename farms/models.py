@@ -382,7 +382,8 @@ class Backend(models.Model):
     priority = models.PositiveIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
-        help_text="Backends of priority 2 take traffic only when every backend of priority 1 is unavailable.",
+        help_text="As nftlb: each unavailable backend of the current priority level brings the next level in "
+        "(a priority-2 backend takes traffic as soon as one priority-1 backend is out).",
     )
     est_connlimit = models.PositiveIntegerField(
         default=0, validators=[KERNEL_MAX], help_text="Established connections allowed (0: off)."

@@ -29,7 +29,8 @@ from .choices import (
     FarmSchedulerChoices,
 )
 from .kernel import drift, links
-from .kernel.applier import ApplyError, KernelState
+from .kernel.applier import Kernel
+from .kernel.interface import ApplyError, Interface, KernelState
 from .kernel.sandbox import IsolatedKernel, writer
 from .kernel.transcribe import Untranscribable
 from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFingerprint, KernelUnit, Policy
@@ -225,10 +226,12 @@ class DriftReport:
         return "; ".join(f"{self.names.get(k, k)}: {', '.join(d)}" for k, d in sorted(self.units.items()))
 
 
-def find_drift(applied: dict[str, compiler.UnitObjects], expected: dict[str, drift.Record]) -> DriftReport:
+def find_drift(
+    applied: dict[str, compiler.UnitObjects], expected: dict[str, drift.Record], kernel: Interface | None = None
+) -> DriftReport:
     """Read lbweb's tables whole and compare every unit with what the kernel held right after lbweb
     wrote it (its fingerprint). A unit lbweb wrote but kept no fingerprint of counts as drifted."""
-    reading = drift.read_kernel(applied)
+    reading = (kernel or Kernel()).read_units(applied)
     found = {}
     for key in sorted(set(applied) | {drift.SKELETON}):
         if key not in expected:
@@ -339,8 +342,8 @@ def is_bulk(changed: int, total: int) -> bool:
 class Applier:
     """One apply or reconcile pass; records an ApplyRun and the per-farm outcome."""
 
-    def __init__(self, kernel: IsolatedKernel | None = None):
-        self.kernel = kernel or IsolatedKernel()
+    def __init__(self, kernel: Interface | None = None):
+        self.kernel: Interface = kernel or IsolatedKernel()
 
     # -- entry points ---------------------------------------------------------------
 
@@ -376,7 +379,7 @@ class Applier:
         if drift.SKELETON not in expected and not self._take_baseline():
             return self._full(localise(snapshot()), reason=f"{reason}: kernel differs")
         generation, compiled, failures, isolated = CACHE.current()
-        report = find_drift(CACHE.applied(), load_fingerprints())
+        report = find_drift(CACHE.applied(), load_fingerprints(), self.kernel)
         if not report.present:
             return self._resync(f"{reason}: table missing")
         if report.units:
@@ -503,7 +506,7 @@ class Applier:
             if is_bulk(len(rewrite), len(compiled)):
                 raise drift.CannotRepair(f"{len(rewrite)} units drifted")
             wanted = {k: compiled[k].objects for k in units if k in compiled}
-            removals, kept = drift.removal_messages(report.reading, report.reading.owners, rewrite, wanted, expected)
+            removals, kept = self.kernel.removals(report.reading, rewrite, wanted, expected)
             # DSR units own whole tables, re-made by their own creates (libnftables: lbweb does not transcribe them)
             dsr = [k for k in units if k in compiled and compiled[k].objects.tables]
             inet = [k for k in units if k in compiled and k not in dsr]
@@ -530,7 +533,7 @@ class Applier:
     def _fingerprint_all(self) -> None:
         """After a full write: lbweb's tables read whole, every unit's fingerprint replaced."""
         try:
-            reading = drift.read_kernel(CACHE.applied())
+            reading = self.kernel.read_units(CACHE.applied())
         except OSError as exc:  # the write stands; the next reconcile finds units without fingerprints
             log.warning("fingerprints not taken: %s", exc)
             return
@@ -547,7 +550,7 @@ class Applier:
         touched = owners.shared if all_maps else {e["name"] for e in elements if e}
         previous = dict(KernelFingerprint.objects.filter(key__in=list(units)).values_list("key", "record"))
         try:
-            records = drift.probe_records(owners, units, touched, previous)
+            records = self.kernel.probe_records(owners, units, touched, previous)
         except OSError as exc:
             log.warning("fingerprints not taken: %s", exc)
             KernelFingerprint.objects.filter(key__in=list(units)).delete()

@@ -167,6 +167,6 @@ def restore(*, version: ConfigVersion, actor=None, dry_run: bool = False) -> con
         actor=actor,
         dry_run=dry_run,
         action="restore",
-        object_name=f"configuration version {version.pk}",
+        object_name=f"version {version.pk}",
         object_id=version.pk,
     )

@@ -119,16 +119,15 @@ def farm_page_context(farm: Farm) -> dict:
     spec = farm_spec(farm)
     check = HealthCheck.effective_for(farm)
     check_values = {name: getattr(check, name) for name in ("type",)}
+    first_port = farm.port_ranges[0][0] if farm.ports else None
+    probed = "each backend's port" + (f", else {first_port}" if first_port else "")
     check_rows = [
-        (f.label, _shown(check, f.name))
+        (f.label, probed if f.name == "port" and check.port is None else _shown(check, f.name))
         for _title, fields in HealthCheckForm(instance=check).fieldsets()
         for f in fields
         if f.name != "type" and applies(HEALTH_CHECK_FIELD_WHEN.get(f.name), check_values)
     ]
-    try:
-        connections, census_at = open_connections(metric_store(), farm.pk)
-    except Exception:  # Redis down: the live cells say "—"
-        connections, census_at = {}, None
+    connections, census_at = _open_connections(farm.pk)
     return {
         "options": options,
         "backends": backend_rows(farm, spec, connections),
@@ -141,6 +140,14 @@ def farm_page_context(farm: Farm) -> dict:
         "bulk_states": [(value, STATE_VERBS.get(value, label)) for value, label in BackendStateChoices.choices],
         "census_at": census_at,
     }
+
+
+def _open_connections(farm_id: int) -> tuple[dict[int, int], float | None]:
+    """Each backend's open connections from the newest census; nothing known when Redis is down."""
+    try:
+        return open_connections(metric_store(), farm_id)
+    except Exception:  # Redis down: the page says "—" or "not known", never 0
+        return {}, None
 
 
 def _clock(timestamp: float | None) -> str:
@@ -171,9 +178,12 @@ HEALTHD_STATES = {"impaired": "impaired", "stopped": "stopped", "never_seen": "n
 
 def healthd_words(status: dict) -> str:
     """The banner of the farm list and the farm page when health checking is not running as it should."""
-    if status.get("state") == "running":
+    state = status.get("state")
+    if state == "running":
         return ""
-    return f"Health checking {HEALTHD_STATES.get(status.get('state'), status.get('state'))}: {status.get('detail')}."
+    words = f"Health checking {HEALTHD_STATES.get(state, state)}"
+    detail = str(status.get("detail", "")).removeprefix(words.lower()).lstrip(": ")  # "stopped: stopped: ..." once
+    return f"{words}: {detail}." if detail else f"{words}."
 
 
 def traffic_words(farm: Farm, spec) -> str:
@@ -256,15 +266,16 @@ class ObjectEditView(RoleRequiredMixin, View):
             "form": form,
             "object": obj,
             "noun": self.noun,
-            "title": f"Edit {self.noun} {obj}" if obj is not None else f"New {self.noun}",
+            "title": self.page_title(obj),
             "preview": change_preview,
             "cancel_url": self.cancel_url(obj),
             "can_preview": type(self).preview is not ObjectEditView.preview,
             "read_only": not has_role(self.request.user, self.write_role or self.required_role),
         }
-        if context["read_only"]:
-            context["title"] = f"{self.noun.capitalize()} of {obj}" if obj is not None else context["title"]
         return render(self.request, self.template_name, context)
+
+    def page_title(self, obj) -> str:
+        return f"Edit {self.noun} {obj}" if obj is not None else f"New {self.noun}"
 
     def get(self, request, *args, **kwargs):
         obj = self.get_object()
@@ -467,10 +478,7 @@ class BackendCutView(RoleRequiredMixin, View):
 
     def get(self, request, pk: int):
         backend = get_object_or_404(Backend.objects.select_related("farm"), pk=pk)
-        try:
-            connections, census_at = open_connections(metric_store(), backend.farm_id)
-        except Exception:  # Redis down
-            connections, census_at = {}, None
+        connections, census_at = _open_connections(backend.farm_id)
         context = {
             "backend": backend,
             "farm": backend.farm,
@@ -768,6 +776,11 @@ class HealthCheckEditView(ObjectEditView):
 
     def new_instance(self):
         return HealthCheck.effective_for(self.farm())
+
+    def page_title(self, obj) -> str:
+        farm = obj.farm if obj is not None else self.farm()
+        own = "" if obj is not None else f" (the {farm.protocol} default until it has its own)"
+        return f"Health check of farm {farm.name}{own}"
 
     def save(self, obj, form):
         if obj is None:

@@ -12,6 +12,7 @@ LBWEB_PROXY_SSL_HEADER: API tokens, login lockout and HTTPS, below.
 
 import os
 import secrets
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -62,6 +63,7 @@ INSTALLED_APPS = [
     "system",
     "network",
     "l7",
+    "cluster",
 ]
 
 MIDDLEWARE = [
@@ -71,6 +73,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A cluster's backup refuses writes, naming the master (cluster/middleware.py).
+    "cluster.middleware.BackupRefusesWrites",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -100,6 +104,7 @@ TEMPLATES = [
                 "farms.roles.role_context",
                 "farms.liveness.liveness_context",
                 "lbweb.navigation.navigation_context",
+                "cluster.views.cluster_context",
             ],
         },
     },
@@ -231,6 +236,7 @@ CELERY_TASK_ROUTES = {
     "farms.tasks.*": {"queue": "dataplane"},
     "network.tasks.*": {"queue": "dataplane"},
     "l7.tasks.*": {"queue": "dataplane"},
+    "cluster.tasks.*": {"queue": "dataplane"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
@@ -242,12 +248,17 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("LBWEB_RECONCILE_SECONDS", "30")),
     },
     "acme-renew": {"task": "l7.tasks.acme_renew", "schedule": 12 * 3600.0},  # when 30 days or fewer are left
+    # HA pair: record this node's transitions, tell the peer our role, push the configuration if it missed some.
+    "cluster-heartbeat": {"task": "cluster.tasks.heartbeat", "schedule": 2.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # The worker waits this long after an apply before the next one, so a burst of
 # writes becomes a handful of transactions instead of one per write.
 LBWEB_APPLY_COALESCE_SECONDS = float(os.environ.get("LBWEB_APPLY_COALESCE_SECONDS", "0.2"))
+# This appliance's name in a cluster (cluster.models.Node.name); its cluster files live in VAR_DIR/cluster.
+LBWEB_NODE_NAME = os.environ.get("LBWEB_NODE_NAME") or socket.gethostname()
+LBWEB_CLUSTER_DIR = Path(os.environ.get("LBWEB_CLUSTER_DIR") or VAR_DIR / "cluster")
 # The worker makes sure the kernel forwards packets (an LB that does not route balances nothing).
 LBWEB_MANAGE_SYSCTL = os.environ.get("LBWEB_MANAGE_SYSCTL", "1") == "1"
 

@@ -24,6 +24,8 @@ urlpatterns = [
     path("api/v1/metrics/", include("monitoring.api.urls")),
     path("api/v1/network/", include("network.api.urls")),
     path("api/v1/", include("system.api_urls")),
+    path("api/v1/", include("cluster.api.urls")),
+    path("cluster/", include("cluster.urls")),
     path("api/v1/", include("l7.urls")),
     path("api/v1/", include("farms.api.urls")),
     path("monitoring/", include("monitoring.urls")),

@@ -32,15 +32,17 @@ from typing import TYPE_CHECKING, Any
 import redis
 from django.conf import settings
 
+from lbweb import redis_keys as keys
+
 if TYPE_CHECKING:  # the sampler reads the kernel: the web process, which reads the store, never imports it
     from .sampler import Sample
 
 log = logging.getLogger("lbweb.monitoring")
 
-PREFIX = "lbweb:metrics"
-LATEST = f"{PREFIX}:latest"
-CENSUS = f"{PREFIX}:census"
-TOTALS = f"{PREFIX}:totals"
+PREFIX = keys.METRICS
+LATEST = keys.METRICS_LATEST
+CENSUS = keys.METRICS_CENSUS
+TOTALS = keys.METRICS_TOTALS
 MINUTE = 60
 DAY_MINUTES = 1440
 RAW, MINUTES = "raw", "1m"
@@ -87,12 +89,8 @@ CENSUS_FIELDS = ("active_conns", "tracked_conns", "snat_ports", "snat_port_use")
 BACKEND_CENSUS_FIELDS = ("active_conns", "snat_ports")
 
 
-def system_key(resolution: str) -> str:
-    return f"{PREFIX}:system:{resolution}"
-
-
-def farm_key(farm_id: int, resolution: str) -> str:
-    return f"{PREFIX}:farm:{farm_id}:{resolution}"
+system_key = keys.metrics_system
+farm_key = keys.metrics_farm
 
 
 def client(url: str | None = None) -> redis.Redis:

@@ -19,7 +19,6 @@ class InterfaceForm(forms.ModelForm):
         self.fields["parent"].queryset = Interface.objects.exclude(kind="vlan")
         self.fields["parent"].label_from_instance = lambda i: i.name
         self.fields["bond"].label_from_instance = lambda i: i.name
-        self.fields["name"].widget.attrs["autofocus"] = True
 
     def values(self) -> dict:
         return {name: self.cleaned_data[name] for name in INTERFACE_FIELDS}

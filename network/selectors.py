@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lbweb import redis_keys
+
 from .models import Interface, NetworkSettings, Route, split_list
 from .plan import InterfacePlan, Plan, RoutePlan
 
-OBSERVED_KEY = "lbweb:network:observed"
+OBSERVED_KEY = redis_keys.NETWORK_OBSERVED
 
 
 def current_plan() -> Plan:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import urllib.parse
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
@@ -49,8 +50,7 @@ class Management:
             except OSError:
                 local = None
         if local is None:
-            host = request.get_host().rsplit(":", 1)[0] if ":" in request.get_host().strip("[]") else request.get_host()
-            local = host.strip("[]")
+            local = urllib.parse.urlsplit(f"//{request.get_host()}").hostname
         return cls(address=_address_or_none(local), client=_address_or_none(meta.get("REMOTE_ADDR")))
 
 

@@ -152,7 +152,9 @@ class InterfaceEditView(RoleRequiredMixin, View):
 
     def get(self, request, pk: int):
         interface = get_object_or_404(Interface, pk=pk)
-        return render(request, self.template_name, {"interface": interface, "form": InterfaceForm(instance=interface)})
+        form = InterfaceForm(instance=interface)
+        form.fields["name"].widget.attrs["autofocus"] = True
+        return render(request, self.template_name, {"interface": interface, "form": form})
 
     def post(self, request, pk: int):
         interface = get_object_or_404(Interface, pk=pk)

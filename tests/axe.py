@@ -33,3 +33,9 @@ def violations(page, include: str | None = None) -> list[str]:
         include,
     )
     return found
+
+
+def assert_none(page, include: str | None = None) -> None:
+    """Fail naming the page and every violation axe finds there."""
+    found = violations(page, include)
+    assert found == [], f"{page.url}: {found}"

@@ -265,3 +265,12 @@ def test_the_menu_marks_the_section_of_the_page():
     assert section_of("/") == section_of("/farms/3/edit/") == section_of("/backends/4/cut/") == "farms"
     assert section_of("/system/tls/") == "system" and section_of("/api/docs/") == "api"
     assert section_of("/accounts/login/") is None
+
+
+def test_both_api_docs_pages_carry_lbwebs_header_with_their_section_marked(admin_user):
+    web = Client()
+    web.force_login(admin_user)
+    for path in ("/api/docs/", "/api/redoc/"):
+        page = web.get(path).content.decode()
+        assert '<header class="site">' in page and 'lang="en"' in page, path
+        assert '<a href="/api/docs/" aria-current="page">API</a>' in page, path

@@ -8,6 +8,8 @@ backends, real connections through a farm. Screenshots: test-output/history-*.pn
 * "Cut…" shows the backend's open connections (the newest conntrack census) before anything happens;
   the audit entry of the cut says how many the worker ended, and the number is the one shown.
 * Bulk enable from the farm page puts the cut backend back, audited like a single change.
+* A farm without backends says it rejects new connections, and a client's connection is refused at once
+  (a TCP reset from the kernel's rule), not left to time out.
 """
 
 from __future__ import annotations
@@ -26,16 +28,11 @@ from tests.test_ui_browser import log_in
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
-VIP, QUIET_VIP = vip4(130), vip4(131)
+VIP, QUIET_VIP, EMPTY_VIP = vip4(130), vip4(131), vip4(132)
 
 
 def shot(page, name: str) -> None:
     page.screenshot(path=str(OUTPUT / f"history-{name}.png"), full_page=True)
-
-
-def no_axe_violations(page) -> None:
-    found = axe.violations(page)
-    assert found == [], f"{page.url}: {found}"
 
 
 def census_of(page, address: str) -> int | None:
@@ -98,7 +95,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
         b3 = " ".join(page.text_content(f"#backend-table tr[data-address='{backend4('b3')}']").split())
         assert "Down: TCP connect" in b3 and "no: down" in b3 and "since" in b3
         shot(page, "1-farm")
-        no_axe_violations(page)
+        axe.assert_none(page)
 
         page.get_by_role("link", name=f"Cut {backend4('b1')}").click()
         page.wait_for_selector("#cut-count")
@@ -106,7 +103,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
         assert shown == 3 and "3 open connections end at once" in " ".join(page.text_content("#cut-count").split())
         assert AuditEvent.objects.filter(action="maintenance").count() == 0  # asking changed nothing
         shot(page, "2-cut-confirm")
-        no_axe_violations(page)
+        axe.assert_none(page)
         page.get_by_role("button", name=f"Cut {backend4('b1')} now").click()
         page.wait_for_selector(f"#backend-table tr[data-address='{backend4('b1')}'] td[data-state='disabled']")
         event = wait_for(
@@ -146,7 +143,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
     assert rows[backend4("b1")][-2:] == ["disabled", "serving"], rows  # the cut, then the bulk enable
     assert rows[backend4("b2")] == ["serving"]
     shot(page, "4-farm-dashboard")
-    no_axe_violations(page)
+    axe.assert_none(page)
 
     page.goto(f"{base}/monitoring/farms/{quiet['id']}/")
     page.wait_for_function("() => document.querySelector('#chart-throughput + .chart-empty') !== null", polling=100)
@@ -154,5 +151,15 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
     assert page.text_content("#chart-throughput + .chart-empty") == "No traffic yet."
     assert page.evaluate("Chart.getChart('chart-throughput').options.scales.y.ticks.display") is False
     shot(page, "5-quiet-dashboard")
-    no_axe_violations(page)
+    axe.assert_none(page)
+
+    empty = api.farm(name="empty", vip=EMPTY_VIP, protocol="tcp", ports="80", mode="snat", scheduler="rr")
+    api.wait_applied(empty["id"])
+    page.goto(f"{base}/farms/{empty['id']}/")
+    words = "It has no backend: the farm rejects new connections (a TCP reset)."
+    assert page.text_content("#farm-traffic") == words and words in page.text_content("#no-backends")
+    started = time.monotonic()
+    with pytest.raises(ConnectionRefusedError):  # the reset, as the page says
+        lab.connect(EMPTY_VIP, 80, timeout=3)
+    assert time.monotonic() - started < 1
     assert csp_violations == []

@@ -13,17 +13,18 @@ import json
 import logging
 import re
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import nftables
 
 from farms.nft.compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
 from farms.nft.spec import HELPERS, TCP_HELPERS
+from farms.nft.units import UnitObjects
 
-from . import netlink, nfmsg, steps
+from . import drift, netlink, nfmsg, steps
+from .interface import ApplyError, CounterValue, KernelState  # noqa: F401 (their home was here)
 from .scratch import ScratchCrashed, scratch
 from .transcribe import Untranscribable, transcribe
 
@@ -42,34 +43,6 @@ NFTA_COUNTER_BYTES, NFTA_COUNTER_PACKETS = 1, 2
 BE64 = struct.Struct(">Q")
 
 
-class ApplyError(Exception):
-    """libnftables refused a document; ``message`` is the kernel's/parser's own text.
-
-    ``uncertain``: the transaction may have been committed all the same (no answer came back), so
-    only a read of the kernel tells what it holds."""
-
-    def __init__(self, message: str, document: dict | None = None, *, uncertain: bool = False):
-        super().__init__(message)
-        self.message = message
-        self.document = document
-        self.uncertain = uncertain
-
-
-@dataclass
-class KernelState:
-    """What lbweb's table holds right now, as read back from the kernel."""
-
-    table_present: bool = False
-    base_digest: str | None = None
-    farm_digests: dict[str, str] = field(default_factory=dict)  # farm chain or "netdev <table>" -> digest
-    chains: set[str] = field(default_factory=set)
-    sets: set[str] = field(default_factory=set)
-    shared_elements: set[tuple[str, str]] = field(default_factory=set)  # (map, canonical key)
-
-    def dispatch_size(self) -> int:
-        return len(self.shared_elements)
-
-
 # One counter object as the kernel dumps it: NAME, TYPE (counter), a few 4-byte-aligned attributes
 # (handle, use), then DATA with BYTES and PACKETS. Checked against the message count; else parsed in full.
 COUNTER_MESSAGE = re.compile(
@@ -81,13 +54,6 @@ COUNTER_MESSAGE = re.compile(
 
 # Every counter message names its table first: counting this attribute counts the messages.
 TABLE_ATTRIBUTE = netlink.attr(NFTA_OBJ_TABLE, TABLE_NAME.encode() + b"\0")
-
-
-class CounterValue(NamedTuple):
-    """What one named nftables counter has counted since it was created."""
-
-    packets: int
-    bytes: int
 
 
 def _parse_counter(data: bytes, start: int, end: int) -> tuple[str | None, CounterValue]:
@@ -118,7 +84,8 @@ def _rule_comments(data: bytes, start: int, end: int) -> Iterator[str]:
 
 
 class Kernel:
-    """A libnftables context bound to the current network namespace (made on first use).
+    """The real :class:`interface.Interface`: a libnftables context bound to the current network
+    namespace (made on first use), and lbweb's own netlink reads and batches.
 
     In the worker every call into libnftables goes through ``sandbox.IsolatedKernel`` instead,
     which runs this class in a child process."""
@@ -339,3 +306,26 @@ class Kernel:
             state.base_digest = comment.removeprefix(BASE_DIGEST_PREFIX)
         elif comment.startswith(DIGEST_PREFIX):
             state.farm_digests[where] = comment.removeprefix(DIGEST_PREFIX)
+
+    # -- drift: reading lbweb's tables back as netlink messages (``drift.py``), in this process --
+
+    def read_units(self, units: Mapping[str, UnitObjects]) -> drift.Reading:
+        return drift.read_kernel(units)
+
+    def probe_records(
+        self,
+        owners: drift.Owners,
+        units: Mapping[str, UnitObjects],
+        maps: Iterable[str],
+        previous: Mapping[str, drift.Record],
+    ) -> dict[str, drift.Record]:
+        return drift.probe_records(owners, units, maps, previous)
+
+    def removals(
+        self,
+        reading: drift.Reading,
+        rewrite: set[str],
+        wanted: Mapping[str, UnitObjects],
+        expected: Mapping[str, drift.Record],
+    ) -> tuple[list[nfmsg.Message], set[tuple[str, str]]]:
+        return drift.removal_messages(reading, reading.owners, rewrite, wanted, expected)

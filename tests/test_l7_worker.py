@@ -116,6 +116,11 @@ def test_http_farm_from_api_to_traffic_with_live_changes(haproxy, l7_worker, api
     assert haproxy.get(VIP, "/").json()["headers"]["x-via"] == "lbweb"
     assert haproxy.engine.cli.processes().current_worker != worker_pid
     assert haproxy_runs(client)[0]["kind"] == "full"
+    # A VIP the LB does not hold (a cluster's backup node): HAProxy binds it all the same (ip_nonlocal_bind).
+    away = post(client, "/api/v1/farms/", {"name": "away", "vip": "198.18.100.77", "ports": "80", "mode": "http"})
+    wait_applied(client, away["id"])
+    lb = haproxy.lab.lb
+    assert haproxy.lab.ns(lb, "sysctl", "-n", "net.ipv4.ip_nonlocal_bind").stdout.strip() == "1"
     assert client.get("/api/v1/http/preview/").status_code == 200
 
 

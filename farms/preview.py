@@ -15,9 +15,10 @@ import difflib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db.models import Max
+
+from farms.types import Json
 
 from .choices import L7_MODES, FarmModeChoices
 from .models import Backend, Farm, Policy
@@ -25,8 +26,6 @@ from .nft import compiler
 from .nft.spec import FarmSpec
 from .summary import summarise
 from .translate import farm_spec
-
-Json = dict[str, Any]
 
 
 @dataclass

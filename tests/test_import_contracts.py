@@ -34,8 +34,10 @@ FORBIDDEN_IN_WEB = (
     "cluster.transition",
     "cluster.run",
     "l7.dataplane",
-    "l7.acme",
     "l7.tasks",
+    "l7.acme",
+    "l7.engine.engine",
+    "l7.engine.runtime",
 )
 FORBIDDEN_EXTERNAL = ("nftables", "pyroute2")
 

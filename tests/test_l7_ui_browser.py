@@ -67,6 +67,8 @@ def test_http_farms_page_shows_capacity_queue_and_certificate_expiry(
     page.goto(f"{live_server.url}/monitoring/farms/{farm.id}/")
     page.wait_for_function("() => document.getElementById('card-conns').textContent.trim() !== '–'")
     assert "Not measured" not in page.text_content("#freshness")
+    banner = page.text_content("#certificate-banner")  # on every page: the certificate that ends soon
+    assert "Certificate soon expires in 4 days" in banner and "later" not in banner
     for chart in ("chart-http-classes", "chart-http-queue", "chart-http-sessions"):
         assert page.locator(f"#{chart}").is_visible()
     page.screenshot(path=str(OUTPUT / "l7-farm-dashboard.png"), full_page=True)

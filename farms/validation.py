@@ -15,6 +15,7 @@ from .choices import FarmModeChoices as Mode
 from .choices import FarmProtocolChoices as Proto
 from .choices import FarmSchedulerChoices as Sched
 from .nft.limits import LOG_PREFIX_BYTES, utf8_length
+from .nft.spec import HELPER_PROTOCOL
 from .ports import PortSyntaxError, overlaps, parse_port_number, parse_ports
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
@@ -22,8 +23,6 @@ MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
 INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}", re.ASCII)
 # Counters a farm owns besides its own "farm-<name>": a farm named "<other>-limit" would share one.
 COUNTER_SUFFIXES = ("-limit", "-policy")
-HELPER_PROTOCOL = {"ftp": "tcp", "pptp": "tcp", "irc": "tcp", "h323": "tcp", "tftp": "udp", "snmp": "udp",
-                   "amanda": "udp", "sip": "udp"}  # fmt: skip
 
 
 def parse_mac(text: str) -> str:

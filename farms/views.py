@@ -45,7 +45,11 @@ from .summary import shares
 from .translate import farm_spec
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
-STATE_VERBS = {"enabled": "Enable", "drain": "Drain", "disabled": "Disable"}
+STATE_VERBS = {
+    BackendStateChoices.ENABLED: "Enable",
+    BackendStateChoices.DRAIN: "Drain",
+    BackendStateChoices.DISABLED: "Disable",
+}
 PAGE_SIZE = 100
 
 

@@ -18,8 +18,6 @@ L4_ONLY = {
     "interface": "",
     "tcp_strict": False,
 }
-SCHEDULERS = ("roundrobin", "leastconn", "source", "uri")
-PERSISTENCE = ("", "cookie", "source", "header")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 ERROR_STATUSES = (400, 403, 404, 405, 408, 429, 500, 502, 503, 504)
 

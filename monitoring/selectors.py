@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
-from typing import Any
 
 from django.conf import settings
 
 from farms.models import AuditEvent, Farm, HealthEvent
+from farms.types import Json
 
 from .farm_index import MEASURED_MODES
 from .store import (
@@ -28,8 +28,6 @@ from .store import (
     MetricStore,
     decode_farm_fields,
 )
-
-Json = dict[str, Any]
 
 WINDOWS = {"5m": (300, RAW), "15m": (900, RAW), "1h": (3600, RAW), "24h": (86400, MINUTES)}
 DEFAULT_WINDOW = "15m"

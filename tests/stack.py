@@ -14,6 +14,20 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
 
 
+def wait_until(predicate, timeout: float = 20, what: str = "condition", interval: float = 0.1):
+    """Poll ``predicate`` until it returns something true, and return that; TimeoutError after ``timeout`` s.
+
+    The one polling helper of the tests and benchmarks (``tests.conftest.wait_for`` is this)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
 class RedisServer:
     """A private redis-server on a unix socket (reachable from every namespace through the filesystem)."""
 

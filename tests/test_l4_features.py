@@ -11,6 +11,7 @@ import time
 import pytest
 
 from farms.models import ApplyRun, Farm
+from tests.conftest import wait_for
 from tests.lab import (
     CLIENT4,
     CLIENT6,
@@ -35,17 +36,6 @@ def counter(lab, name: str) -> int:
 
 def backends_of(answers) -> collections.Counter:
     return collections.Counter(a["backend"] for a in answers)
-
-
-def wait_for(predicate, timeout: float = 15, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 # -- modes x families x protocols -------------------------------------------------------

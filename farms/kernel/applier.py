@@ -20,7 +20,7 @@ import nftables
 
 from farms.nft.compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
-from farms.nft.spec import HELPERS, TCP_HELPERS
+from farms.nft.spec import HELPER_PROTOCOL
 from farms.nft.units import UnitObjects
 
 from . import drift, netlink, nfmsg, steps
@@ -204,8 +204,7 @@ class Kernel:
             "flowtable": [{"add": {"flowtable": {"family": "inet", "table": "lbweb-probe", "name": "ft",
                                                   "hook": "ingress", "prio": 0, "dev": []}}}],
         }  # fmt: skip
-        for helper in HELPERS:
-            proto = "tcp" if helper in TCP_HELPERS else "udp"
+        for helper, proto in HELPER_PROTOCOL.items():
             body = {"family": "inet", "table": "lbweb-probe", "name": "h", "type": helper, "protocol": proto}
             probes[f"helper-{helper}"] = [{"add": {"ct helper": body}}]
         # A farm without an active backend, and limit verdict 'reject', reject in the nat prerouting hook.

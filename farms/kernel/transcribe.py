@@ -26,13 +26,12 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from farms.types import Json
 
 from . import nfmsg
 from .nfmsg import Message
 from .scratch import Scratch, ScratchError, ScratchKernel
-
-Json = dict[str, Any]
 
 OBJECTS = {"counter", "quota", "limit", "ct helper"}
 SUPPORTED = {

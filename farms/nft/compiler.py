@@ -60,10 +60,12 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
+from farms.types import Json
+
 from . import dsr, maglev
 from . import fragments as f
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
-from .spec import TCP_HELPERS, BackendSpec, FarmSpec, PolicySpec
+from .spec import HELPER_PROTOCOL, BackendSpec, FarmSpec, PolicySpec
 from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, canonical, digest_of
 from .units import Builder as _Builder
 
@@ -81,7 +83,6 @@ REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when 
 REUSE_ALTERNATIVES = 8  # backends tried after the scheduler's pick when another client holds the port there
 NUMGEN_SCHEDULERS = ("rr", "weight", "leastconn")  # the others hash the flow: a reused port meets the same backend
 
-Json = dict[str, Any]
 FarmObjects = UnitObjects  # a farm's objects are a unit's objects
 FarmRuleset = UnitRuleset
 __all__ = ["canonical", "digest_of", "DIGEST_PREFIX", "UnitObjects", "UnitRuleset"]
@@ -376,7 +377,7 @@ def _farm_guards(b: _Builder, farm: FarmSpec, chain: str) -> None:
         b.rule(chain, [{"limit": {"rate": farm.log_rtlimit or 10, "per": "second"}}, {"log": {"prefix": prefix}}])
     if farm.helper:
         helper = f"helper-{farm.name}-{farm.helper}"
-        protocol = "tcp" if farm.helper in TCP_HELPERS else "udp"
+        protocol = HELPER_PROTOCOL[farm.helper]
         b.obj("ct helper", {**f.counter(helper), "type": farm.helper, "protocol": protocol, "l3proto": "inet"})
         b.rule(chain, [{"ct helper": helper}])
 

@@ -111,3 +111,19 @@ def test_json_and_wait_until_are_defined_once():
     for name, pattern in definitions.items():
         where = [str(p.relative_to(ROOT)) for p in EVERYTHING for _ in pattern.finditer(p.read_text())]
         assert len(where) == 1, (name, where)
+
+
+NETLINK_NUMBERS = re.compile(r"^[A-Z0-9_, ]*\b(NFNL_SUBSYS_\w+|NFT_MSG_\w+|NFTA_\w+|CTA_\w+|IPCTNL_\w+)\s*[,=]", re.M)
+
+
+def test_nf_tables_and_ctnetlink_numbers_are_defined_once():
+    homes = {ROOT / "farms" / "kernel" / "nfmsg.py", ROOT / "farms" / "kernel" / "conntrack.py"}
+    elsewhere = [
+        f"{p.relative_to(ROOT)}: {m.group(1)}"
+        for p in EVERYTHING
+        if p not in homes
+        for m in NETLINK_NUMBERS.finditer(p.read_text())
+    ]
+    assert elsewhere == []
+    assert NETLINK_NUMBERS.search("NFTA_OBJ_TABLE, NFTA_OBJ_NAME = 1, 2\n")
+    assert "NFNL_SUBSYS_NFTABLES" in (ROOT / "farms" / "kernel" / "nfmsg.py").read_text()

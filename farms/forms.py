@@ -29,11 +29,12 @@ FARM_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # When a farm field means something: {other field: the values it must have}. The edit page shows the field
 # only then (static/lbweb/edit.js; without JavaScript every field shows) and the detail page leaves it out
-# otherwise. The rules are the model's (farms/validation.py refuses the same combinations with its words).
+# otherwise. Where the page hides a field, the model refuses a value in it (farms/validation.py, with its
+# words; tests/test_ui_actions.py checks every combination), so hiding never hides an option that works.
 NAT = [FarmModeChoices.SNAT, FarmModeChoices.DNAT]
 PERSISTENT = [v for v in PersistenceChoices.values if v]
 FARM_FIELD_WHEN: dict[str, dict[str, list]] = {
-    "sched_param": {"scheduler": [FarmSchedulerChoices.HASH]},
+    "sched_param": {"scheduler": [FarmSchedulerChoices.HASH, FarmSchedulerChoices.MAGLEV]},
     "persistence": {"mode": NAT, "scheduler": [FarmSchedulerChoices.WEIGHT, FarmSchedulerChoices.LEASTCONN]},
     "persist_ttl": {
         "mode": NAT,

@@ -214,6 +214,37 @@ def backend_maintenance(*, backend: Backend, mode: str) -> Backend:
     return backend
 
 
+class BackendRowsError(ValidationError):
+    """Some rows of a backends edit were refused: ``rows`` maps each row's index to its ValidationError."""
+
+    def __init__(self, rows: dict[int, ValidationError]):
+        self.rows = rows
+        super().__init__([message for error in rows.values() for message in error.messages])
+
+
+@transaction.atomic
+def backends_edit(
+    *, farm: Farm, rows: list[tuple[Backend | None, dict]], removed: Iterable[Backend] = (), actor=None
+) -> list[Backend]:
+    """Change, add and remove several backends of ``farm`` at once (the farm page's editor), all or nothing:
+    ``rows`` are (backend, values) to update, or (None, values) to create. Each change is audited as the
+    single one is. Every row is tried, so every refusal is reported (BackendRowsError); then nothing stays."""
+    for backend in removed:
+        backend_delete(backend=backend, actor=actor)
+    saved, refused = [], {}
+    for index, (backend, values) in enumerate(rows):
+        try:
+            if backend is None:
+                saved.append(backend_create(farm=farm, actor=actor, **values))
+            else:
+                saved.append(backend_update(backend=backend, actor=actor, **values))
+        except ValidationError as exc:
+            refused[index] = exc
+    if refused:
+        raise BackendRowsError(refused)
+    return saved
+
+
 @transaction.atomic
 def backends_set_state(*, backends: Iterable[Backend], state: str, actor=None) -> list[Backend]:
     """Put several backends in one state at once (the farm page's and the API's bulk enable, drain, disable):

@@ -38,6 +38,7 @@ SCHEDULER_WORDS = {
     "hash": "hash",
     "symhash": "symmetric hash",
     "leastconn": "least connections",
+    "maglev": "Maglev consistent hash",
 }
 
 
@@ -122,7 +123,8 @@ def _farm_lines(old: FarmSpec, new: FarmSpec) -> list[str]:
     if old.mode != new.mode:
         lines.append(f"mode {old.mode.upper()} → {new.mode.upper()}")
     if old.scheduler != new.scheduler:
-        lines.append(f"scheduler {SCHEDULER_WORDS.get(old.scheduler)} → {SCHEDULER_WORDS.get(new.scheduler)}")
+        before, after = (SCHEDULER_WORDS.get(x, x) for x in (old.scheduler, new.scheduler))
+        lines.append(f"scheduler {before} → {after}")
     old_fallback = backend_text(old.fallback) if old.fallback else "—"
     new_fallback = backend_text(new.fallback) if new.fallback else "—"
     if old_fallback != new_fallback:

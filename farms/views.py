@@ -14,7 +14,6 @@ import re
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.db.models import Count, Q
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
@@ -551,33 +550,22 @@ class FarmBackendsEditView(RoleRequiredMixin, View):
                     changed.append(form)
         if "_preview" in request.POST:
             return self.render(farm, formset, preview.backends_change(farm, kept))
+        rows = [(form.instance if form.instance.pk is not None else None, form.values()) for form in changed]
         try:
-            with transaction.atomic():
-                for backend in removed:
-                    services.backend_delete(backend=backend, actor=request.user)
-                for form in changed:
-                    self.save_row(farm, form)
-        except ValidationError:
-            return self.render(farm, formset)
+            services.backends_edit(farm=farm, rows=rows, removed=removed, actor=request.user)
+        except services.BackendRowsError as exc:
+            for index, error in exc.rows.items():
+                _add_errors(changed[index], error)
+            return self.render(farm, formset, status=400)
         count = len(changed) + len(removed)
         messages.success(request, f"Backends saved ({count} change{'s' if count != 1 else ''}); the kernel follows.")
         return redirect(reverse("farms:farm_detail", args=[farm.pk]) + "#backends-title")
 
-    def save_row(self, farm: Farm, form) -> None:
-        try:
-            if form.instance.pk is None:
-                services.backend_create(farm=farm, actor=self.request.user, **form.values())
-            else:
-                services.backend_update(backend=form.instance, actor=self.request.user, **form.values())
-        except ValidationError as exc:
-            _add_errors(form, exc)
-            raise
-
-    def render(self, farm: Farm, formset, change_preview=None):
+    def render(self, farm: Farm, formset, change_preview=None, status: int | None = None):
         farm = Farm.objects.prefetch_related("backends", "policies").get(pk=farm.pk)  # as saved
         context = {"farm": farm, "object": farm, "backend_formset": formset, "preview": change_preview}
         context.update(farm_page_context(farm))
-        status = 400 if formset.is_bound and not formset.is_valid() else 200
+        status = status or (400 if not formset.is_valid() else 200)
         return render(self.request, "farms/farm_detail.html", context, status=status)
 
 

@@ -301,7 +301,8 @@ class CapacityView(APIView):
 
 
 class CapacityTokenView(APIView):
-    """Make a token with which the backend's service declares its own capacity (admins; shown once)."""
+    """Make a token with which the backend's service declares its own capacity (admins; shown once), or revoke
+    them all."""
 
     def role_needed(self, request) -> str:
         return ADMIN
@@ -314,6 +315,13 @@ class CapacityTokenView(APIView):
         except DjangoValidationError as exc:
             _raise_400(exc)
         return Response({"token": secret}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request, backend_id: int):
+        """Revoke every capacity token of the backend."""
+        backend = get_object_or_404(Backend.objects.select_related("farm"), pk=backend_id)
+        services.capacity_tokens_revoke(backend=backend, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class PreviewView(APIView):

@@ -89,6 +89,7 @@ def worker_env(redis_server, transactional_db):
 def worker(lab, worker_env, request):
     """The real worker in the LB namespace, starting from an LB without lbweb's table."""
     lab.ns(lab.lb, "nft", "delete", "table", "inet", "lbweb", check=False)
+    lab.ensure_servers()
     proc = Worker(lab.lb, worker_env, OUTPUT / "logs" / f"worker-{request.node.name}.log").start()
     yield proc
     proc.stop()

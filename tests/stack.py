@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -54,11 +55,23 @@ class RedisServer:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
-        while not self.socket.exists():
+        while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.02)
         return self
+
+    def _answers(self) -> bool:
+        """True once the server accepts a connection: its socket file appears at bind(), before listen()
+        (a busy machine showed a client refused in between)."""
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(self.socket))
+            return True
+        except OSError:
+            return False
+        finally:
+            probe.close()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -131,6 +131,18 @@ def test_the_contracts_fail_on_a_kernel_import_in_a_lazy_web_function(tmp_path):
     assert "farms.forms -> farms.kernel.conntrack" in result.stdout
 
 
+def test_the_contracts_fail_on_django_in_the_haproxy_generator(tmp_path):
+    result = lint_imports(plant(tmp_path, "l7.engine.config", "from django.conf import settings"))
+    assert result.returncode != 0
+    assert "l7.engine.config -> django" in result.stdout
+
+
+def test_the_contracts_fail_on_worker_code_in_the_http_farm_api(tmp_path):
+    result = lint_imports(plant(tmp_path, "l7.api", "def later():\n    from l7 import dataplane"))
+    assert result.returncode != 0
+    assert "l7.api -> l7.dataplane" in result.stdout
+
+
 def test_the_contracts_fail_on_django_in_the_compiler(tmp_path):
     result = lint_imports(plant(tmp_path, "farms.nft.limits", "from django.conf import settings"))
     assert result.returncode != 0

@@ -70,7 +70,6 @@ def test_the_helper_choices_are_the_helpers_the_compiler_knows():
 MAPPINGS = {
     "farms/nft/spec.py": "farms.choices.HelperChoices",  # helper -> protocol, the compiler's
     "farms/nft/fragments.py": "farms.choices.HashFieldChoices",  # hash field -> packet field
-    "farms/summary.py": "farms.choices.FarmSchedulerChoices",  # scheduler -> words of the preview
     "network/plan.py": "network.choices.InterfaceKindChoices",  # kind -> order of creation
     "network/kernel.py": "network.choices.BondModeChoices",  # bond mode -> the kernel's number
 }

@@ -44,8 +44,7 @@ OPTION_NAMES = (
     ("oface", "DSR output interface"),
     ("ether_addr", "DSR source MAC"),
 )
-# The choice labels, as words inside a sentence ("weighted", "least connections").
-SCHEDULER_WORDS = {choice.value: choice.label[0].lower() + choice.label[1:] for choice in FarmSchedulerChoices}
+SCHEDULER_WORDS = {value: label.lower() for value, label in FarmSchedulerChoices.choices}  # "weighted"
 
 
 def ports_text(spec: FarmSpec) -> str:

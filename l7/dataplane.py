@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
@@ -41,6 +42,8 @@ def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
         return None  # no HTTP farm, none served: nothing to write (an L4-only appliance never sees HAProxy)
     if not force and eng.running == spec and eng.cli.alive():
         return None
+    if spec.farms:
+        ensure_nonlocal_bind()
     started = time.monotonic()
     error, kind, commands = "", ApplyKindChoices.FULL, 0
     try:
@@ -58,6 +61,21 @@ def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
     idle = {f.id: "An HTTPS farm needs a certificate: none is set, so it does not listen." for f in spec.farms
             if f.mode == "https" and not f.certificates and f.ports}  # fmt: skip
     return _record(generation, kind, reason, started, error, digest, commands, farms, idle)
+
+
+def ensure_nonlocal_bind() -> None:
+    """HAProxy binds each HTTP farm's VIP. On a cluster's backup node keepalived holds the VIPs elsewhere until a
+    failover, so the worker lets sockets bind addresses the host does not hold (net.ipv4/ipv6.ip_nonlocal_bind),
+    as it turns forwarding on: a reload never fails on a VIP that is away. Traffic still reaches HAProxy only
+    where the VIP is."""
+    if not settings.LBWEB_MANAGE_SYSCTL:
+        return
+    for path in ("/proc/sys/net/ipv4/ip_nonlocal_bind", "/proc/sys/net/ipv6/ip_nonlocal_bind"):
+        try:
+            if Path(path).read_text().strip() != "1":
+                Path(path).write_text("1\n")
+        except OSError as exc:
+            log.warning("cannot allow binding VIPs held elsewhere (%s): %s", path, exc)
 
 
 def _farms_on_disk(eng: Engine) -> bool:

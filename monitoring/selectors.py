@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
+from farms.choices import L7_MODES
 from farms.models import AuditEvent, Farm, HealthEvent
 from farms.types import Json
 
@@ -219,7 +220,7 @@ def farm_series(
     created = farm.created.timestamp()
     window_start = max(now - WINDOWS[window][0], created)  # the farm's history starts when it was created
     start = max(start, created - step)
-    measured = farm.mode in MEASURED_MODES
+    measured = farm.mode in MEASURED_MODES or farm.mode in L7_MODES  # HTTP farms: HAProxy's statistics
     heartbeat = [b for b in store.system_series(resolution, start) if b["t"] >= created - step] if measured else []
     # Backend flags are written only when they change: start from the last one recorded before the window.
     entries = store.farm_series(farm.id, resolution, start - STATE_LOOKBACK * step)

@@ -116,6 +116,11 @@ def test_http_farm_from_api_to_traffic_with_live_changes(haproxy, l7_worker, api
     assert haproxy.get(VIP, "/").json()["headers"]["x-via"] == "lbweb"
     assert haproxy.engine.cli.processes().current_worker != worker_pid
     assert haproxy_runs(client)[0]["kind"] == "full"
+    # A VIP the LB does not hold (a cluster's backup node): HAProxy binds it all the same (ip_nonlocal_bind).
+    away = post(client, "/api/v1/farms/", {"name": "away", "vip": "198.18.100.77", "ports": "80", "mode": "http"})
+    wait_applied(client, away["id"])
+    lb = haproxy.lab.lb
+    assert haproxy.lab.ns(lb, "sysctl", "-n", "net.ipv4.ip_nonlocal_bind").stdout.strip() == "1"
     assert client.get("/api/v1/http/preview/").status_code == 200
 
 
@@ -203,3 +208,38 @@ def test_maintenance_cut_ends_requests_in_progress_drain_lets_them_finish(haprox
             assert outcome == 200 and took >= 4, results  # drain: the request in progress completes
         else:
             assert outcome != 200 and took < 3.5, results  # cut: ended at once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_healthd_verdict_reaches_haproxy_without_reload(lab, haproxy, l7_worker, api_client, worker_env, request):
+    """The real healthd (a TCP check of each backend) finds b2 dead; the worker puts it in HAProxy's maintenance
+    through the runtime API (one truth about health: healthd's), and back when it returns."""
+    from tests.stack import Healthd
+
+    client = api_client
+    farm = post(client, "/api/v1/farms/", {"name": "web", "vip": VIP, "ports": "80", "mode": "http"})
+    post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b1"), "port": 80})
+    b2 = post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b2"), "port": 80})
+    post(client, "/api/v1/health-checks/", {"farm": farm["id"], "type": "tcp", "interval": 1, "timeout": 0.5,
+                                            "rise": 1, "fall": 1})  # fmt: skip
+    wait_applied(client, farm["id"])
+    healthd = Healthd(lab.lb, worker_env, OUTPUT / "logs" / f"healthd-{request.node.name}.log").start()
+    try:
+        wait_for(lambda: client.get(f"/api/v1/backends/{b2['id']}/").json()["health"] == "up", what="b2 up")
+        worker_pid = haproxy.engine.cli.processes().current_worker
+        lab.stop_server("b2")
+        wait_for(lambda: client.get(f"/api/v1/backends/{b2['id']}/").json()["health"] == "down", what="b2 down")
+        wait_for(
+            lambda: haproxy.engine.cli.servers()[(f"f{farm['id']}-default", f"b{b2['id']}")]["status"] == "MAINT",
+            what="b2 in HAProxy's maintenance",
+        )
+        assert {haproxy.get(VIP, "/").backend for _ in range(6)} == {"b1"}
+        lab.start_server("b2")
+        wait_for(
+            lambda: haproxy.engine.cli.servers()[(f"f{farm['id']}-default", f"b{b2['id']}")]["status"] != "MAINT",
+            what="b2 back in HAProxy",
+        )
+        assert haproxy.engine.cli.processes().current_worker == worker_pid  # no reload
+    finally:
+        healthd.stop()
+        lab.ensure_servers()

@@ -290,3 +290,26 @@ def test_the_heartbeat_records_transitions_and_leaves_a_silent_peer_alone(client
     assert "trying again later" in tasks.heartbeat()["skipped"]
     assert deployed == [1]  # nothing changed: the files are not rebuilt at every beat
     assert "ConnectionError" in Cluster.load().push_error
+
+
+def test_after_an_apply_the_master_pushes_and_its_vips_follow(client, node, monkeypatch):
+    """The worker's hook on every finished task: only farms.tasks.apply_config, only on a master."""
+    from types import SimpleNamespace
+
+    from celery.signals import task_postrun
+
+    from cluster import tasks
+
+    assert any(getattr(r(), "__name__", "") == "after_apply" for _key, r in task_postrun.receivers)
+    calls = []
+    monkeypatch.setattr(tasks, "push_config", lambda: calls.append("push"))
+    monkeypatch.setattr(tasks.engine, "deploy", lambda: calls.append("deploy"))
+    configure(client)
+    apply = SimpleNamespace(name="farms.tasks.apply_config")
+    set_role(node, "BACKUP")
+    tasks.after_apply(sender=apply)
+    set_role(node, "MASTER")
+    tasks.after_apply(sender=SimpleNamespace(name="farms.tasks.reconcile"))
+    assert calls == []
+    tasks.after_apply(sender=apply)
+    assert calls == ["push", "deploy"]

@@ -9,6 +9,7 @@ not down, best priority), over the weights the compiler uses (equal for round ro
 
 from __future__ import annotations
 
+from .choices import FarmSchedulerChoices
 from .nft.spec import BackendSpec, FarmSpec
 
 # Options shown as "name: before → after" when they change (the lines above cover the rest).
@@ -32,14 +33,7 @@ OPTION_NAMES = (
     ("flow_offload", "flow offload"),
     ("interface", "DSR interface"),
 )
-SCHEDULER_WORDS = {
-    "rr": "round robin",
-    "weight": "weighted",
-    "hash": "hash",
-    "symhash": "symmetric hash",
-    "leastconn": "least connections",
-    "maglev": "Maglev consistent hash",
-}
+SCHEDULER_WORDS = {value: label.lower() for value, label in FarmSchedulerChoices.choices}  # "weighted"
 
 
 def ports_text(spec: FarmSpec) -> str:

@@ -337,3 +337,26 @@ def test_a_field_hidden_by_the_page_is_one_the_model_refuses():
                     assert name in refused.value.message_dict, (name, context, refused.value.message_dict)
                     checked += 1
     assert checked > 50
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"mode": "dsr", "scheduler": "hash", "sched_param": "srcip", "interface": "eth0"},
+        {"mode": "stlsdnat", "protocol": "udp", "scheduler": "rr"},
+        {"mode": "snat", "protocol": "all", "ports": "", "scheduler": "maglev"},
+    ],
+)
+def test_the_farm_page_of_every_kind_of_farm_shows_its_fields_only(fields, admin_user):
+    farm = services.farm_create(**{**FARM, "name": "kind", "vip": "198.18.100.9", **fields})
+    services.backend_create(farm=farm, address="198.18.1.11")
+    web = Client()
+    web.force_login(admin_user)
+    page = web.get(f"/farms/{farm.pk}/")
+    text = page.content.decode()
+    assert page.status_code == 200 and "balanced over 1 backend" in text
+    assert ("SNAT source address" in text) == (fields["mode"] == "snat")
+    assert ("DSR interface" in text) == (fields["mode"] == "dsr")
+    editor = page.context["backend_formset"].forms[0].fields
+    assert ("port" in editor) == (fields["mode"] != "dsr" and fields.get("protocol") != "all")
+    assert ("mac" in editor) == (fields["mode"] == "dsr")

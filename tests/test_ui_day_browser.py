@@ -191,8 +191,12 @@ def test_forms_health_and_bulk_states_in_a_browser(
     assert "no: disabled" in disabled and "takes traffic" not in disabled and "Unknown" in disabled
     assert "yes: 100 % of new connections" in first.text_content()
     b1 = Backend.objects.get(address="198.18.1.11")
+    page.check("input[aria-label='Select 198.18.1.13']")  # a box ticked before the page follows the change
     health_services.health_record([health_services.HealthTransition(b1.id, "down", "TCP connect: refused")])
-    page.reload()
+    # no reload: the page sees the new health in the farms API and fetches its backend table again
+    page.wait_for_selector("#backend-table tr[data-address='198.18.1.11'] td[data-health='down']", timeout=15_000)
+    assert page.is_checked("input[aria-label='Select 198.18.1.13']")
+    assert page.text_content("#bulk-label") == "With the 1 selected backend:"
     down = page.locator("#backend-table tr[data-address='198.18.1.11']").text_content()
     assert "Down: TCP connect: refused" in " ".join(down.split()) and "since" in down and "no: down" in down
     assert "No backend takes new connections: the farm rejects new connections (a TCP reset)." in page.text_content(

@@ -64,16 +64,28 @@ def test_the_helper_choices_are_the_helpers_the_compiler_knows():
     assert set(HELPER_PROTOCOL.values()) <= set(choices.FarmProtocolChoices.values)
 
 
+# Mappings keyed by every value of a choice set, in modules that may not import Django or that say
+# more than the choices' labels: each must keep covering exactly its choices (checked below), so a new
+# choice cannot be forgotten there.
+MAPPINGS = {
+    "farms/nft/spec.py": "farms.choices.HelperChoices",  # helper -> protocol, the compiler's
+    "farms/nft/fragments.py": "farms.choices.HashFieldChoices",  # hash field -> packet field
+    "network/plan.py": "network.choices.InterfaceKindChoices",  # kind -> order of creation
+    "network/kernel.py": "network.choices.BondModeChoices",  # bond mode -> the kernel's number
+}
+
+
 def test_no_module_repeats_a_choice_set_of_choices_py():
     sets = choice_sets()
-    # mappings in modules that may not import Django, each meant to cover exactly its choices: the
-    # compiler's helper -> protocol (checked above) and hash field -> packet field (fragments.field_expr),
-    # the network plan's kinds -> creation order and bond modes -> the kernel's numbers
-    allowed = {"farms/nft/spec.py", "farms/nft/fragments.py", "network/plan.py", "network/kernel.py"}
-    found = [
-        s for p in SOURCES if str(p.relative_to(ROOT)) not in allowed | {"farms/choices.py"} for s in shadows(p, sets)
-    ]
+    homes = set(MAPPINGS) | {f"{module.replace('.', '/')}.py" for module in CHOICES}
+    found = [s for p in SOURCES if str(p.relative_to(ROOT)) not in homes for s in shadows(p, sets)]
     assert found == []
+
+
+def test_each_mapping_of_a_choice_set_covers_exactly_its_choices():
+    sets = choice_sets()
+    for path, name in MAPPINGS.items():
+        assert any(s.endswith(f"repeats {name}") for s in shadows(ROOT / path, sets)), (path, name)
 
 
 def test_the_shadow_check_sees_a_repeated_choice_set(tmp_path):
@@ -111,3 +123,19 @@ def test_json_and_wait_until_are_defined_once():
     for name, pattern in definitions.items():
         where = [str(p.relative_to(ROOT)) for p in EVERYTHING for _ in pattern.finditer(p.read_text())]
         assert len(where) == 1, (name, where)
+
+
+NETLINK_NUMBERS = re.compile(r"^[A-Z0-9_, ]*\b(NFNL_SUBSYS_\w+|NFT_MSG_\w+|NFTA_\w+|CTA_\w+|IPCTNL_\w+)\s*[,=]", re.M)
+
+
+def test_nf_tables_and_ctnetlink_numbers_are_defined_once():
+    homes = {ROOT / "farms" / "kernel" / "nfmsg.py", ROOT / "farms" / "kernel" / "conntrack.py"}
+    elsewhere = [
+        f"{p.relative_to(ROOT)}: {m.group(1)}"
+        for p in EVERYTHING
+        if p not in homes
+        for m in NETLINK_NUMBERS.finditer(p.read_text())
+    ]
+    assert elsewhere == []
+    assert NETLINK_NUMBERS.search("NFTA_OBJ_TABLE, NFTA_OBJ_NAME = 1, 2\n")
+    assert "NFNL_SUBSYS_NFTABLES" in (ROOT / "farms" / "kernel" / "nfmsg.py").read_text()

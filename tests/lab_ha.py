@@ -303,6 +303,17 @@ class HaLab:
             time.sleep(0.05)
         raise AssertionError(f"no master (roles {[self.role(n) for n in NODES]})")
 
+    def wait_preferred(self, timeout: float = 30) -> str:
+        """The higher-priority node master: at start, a loaded machine may let the other one win the first
+        election; the preferred one takes over after ``preempt_delay``."""
+        preferred = max(NODES, key=lambda n: NODES[n]["priority"])
+        deadline = time.monotonic() + timeout
+        while self.master() != preferred:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{preferred} is not master (roles {[self.role(n) for n in NODES]})")
+            time.sleep(0.05)
+        return preferred
+
     def holds(self, name: str, address: str) -> bool:
         out = self.ns(self.nodes[name], "ip", "-o", "addr", "show").stdout
         return f" {address}/" in out
@@ -387,7 +398,6 @@ def failover(lab: HaLab, kind: str, settle: float = 3.0) -> dict:
         deadline = time.monotonic() + lab.preempt_delay + 30
         while time.monotonic() < deadline and lab.role(preferred) != "MASTER":
             time.sleep(0.05)
-        entry = _transition(lab, preferred, "MASTER", 0)
         entries = [e for e in lab.journal(preferred) if e["state"] == "MASTER"]
         entry = entries[-1]
         row["event_at"] = entry["at"]

@@ -28,7 +28,7 @@ def ha_lab():
         lab = HaLab(work / "ha").build()
         try:
             lab.start()
-            lab.wait_master(timeout=30)
+            lab.wait_preferred(timeout=40)
             yield lab
         finally:
             lab.destroy()

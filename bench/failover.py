@@ -22,7 +22,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,18 +30,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # library's http, which tests/lab.py imports)
 sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench")]
 
-from tests.lab_ha import HaLab, Traffic, analyse, failover  # noqa: E402
+from tests.lab_ha import HaLab, Traffic, analyse, failover, reachable_dir  # noqa: E402
 
 CYCLE = ("kill", "failback", "link", "failback")
 
 
 def run_setup(classic: bool, args: argparse.Namespace) -> dict:
-    with tempfile.TemporaryDirectory(prefix="lbweb-failover-") as work:
-        lab = HaLab(Path(work) / "ha", advert=args.advert, preempt_delay=args.preempt_delay, classic=classic)
+    with reachable_dir("lbweb-failover") as work:  # the daemons run as lbweb: it must reach their directories
+        lab = HaLab(work / "ha", advert=args.advert, preempt_delay=args.preempt_delay, classic=classic)
         lab.build()
         try:
             lab.start()
-            lab.wait_master(timeout=30)
+            lab.wait_preferred(timeout=30 + args.preempt_delay)
             time.sleep(1)
             traffic = Traffic(lab, keepalive=args.keepalive)
             time.sleep(2)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from celery import shared_task
+from celery.signals import task_postrun
 from django.conf import settings
 
 from farms.models import ConfigGeneration
@@ -12,6 +14,8 @@ from farms.models import ConfigGeneration
 from . import engine, services, sync
 from .models import Cluster
 from .roles import local_role
+
+log = logging.getLogger("lbweb.cluster")
 
 
 @shared_task
@@ -37,6 +41,21 @@ def push_config() -> dict:
 REDEPLOY_SECONDS = 30  # the files are rebuilt at least this often even when nothing changed (drift, a lost deploy)
 RETRY_SECONDS = 10  # a peer that did not answer is tried again after this long, not at every heartbeat
 _last = {"deployed": None, "deployed_at": 0.0, "failed_at": 0.0}
+
+
+@task_postrun.connect
+def after_apply(sender=None, **_kwargs) -> None:
+    """Right after the worker applied a change, on a cluster's master: the peer gets the configuration and the
+    VIPs follow the farms. Here, in the worker's process, rather than by queueing more tasks when the change is
+    queued: a task published from inside another's publication waited seconds for the broker."""
+    if getattr(sender, "name", "") != "farms.tasks.apply_config":
+        return
+    try:
+        if Cluster.objects.filter(pk=1, enabled=True).exists() and str(local_role()["role"]) == "master":
+            push_config()
+            engine.deploy()
+    except Exception as exc:  # the heartbeat does it again within 2 s
+        log.warning("cluster push after apply failed: %s", exc)
 
 
 @shared_task

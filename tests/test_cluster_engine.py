@@ -18,6 +18,7 @@ from cluster.engine import CheckFailed
 from cluster.services import cluster_update
 from farms import services
 from tests.lab import run_in_netns
+from tests.lab_ha import reachable_dir
 from tests.test_cluster_api import body
 
 pytestmark = pytest.mark.django_db(transaction=True)  # deploy runs in a thread (in the namespace): its own connection
@@ -43,15 +44,12 @@ def _interfaces(name: str) -> None:
 
 
 @pytest.fixture
-def cluster_dir(settings, tmp_path):
+def cluster_dir(settings):
     """n1's cluster directory, readable by lbweb (keepalived -t runs as keepalived's user)."""
-    for directory in (tmp_path, *tmp_path.parents):
-        if directory == Path("/tmp"):
-            break
-        os.chmod(directory, 0o755)
-    settings.LBWEB_NODE_NAME = "n1"
-    settings.LBWEB_CLUSTER_DIR = tmp_path / "cluster"
-    return settings.LBWEB_CLUSTER_DIR
+    with reachable_dir("lbweb-cluster") as work:
+        settings.LBWEB_NODE_NAME = "n1"
+        settings.LBWEB_CLUSTER_DIR = work / "cluster"
+        yield settings.LBWEB_CLUSTER_DIR
 
 
 def addresses(ns: str) -> str:

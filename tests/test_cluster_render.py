@@ -19,6 +19,7 @@ from cluster.engine import CheckFailed, build_spec, check_keepalived
 from cluster.models import Cluster, Node
 from cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
 from tests.lab import run_in_netns
+from tests.lab_ha import reachable_dir
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("LBWEB_UPDATE_GOLDEN") == "1"
@@ -93,13 +94,10 @@ def _interfaces(name: str) -> None:
 
 
 @pytest.fixture
-def readable(tmp_path):
+def readable():
     """A directory keepalived's user (lbweb) can read, as the cluster directory is on a node."""
-    for directory in (tmp_path, *tmp_path.parents):
-        if directory == Path("/tmp"):
-            break
-        os.chmod(directory, 0o755)
-    return tmp_path
+    with reachable_dir("lbweb-keepalived") as work:
+        yield work
 
 
 @pytest.mark.parametrize("spec", [SPEC, V2], ids=["v3", "v2"])

@@ -134,6 +134,10 @@ def engine_spec(cert_pem: str, capacity_service: ServiceSpec | None = None) -> E
     return EngineSpec(tuple(farms))
 
 
+def settings_of(args) -> dict:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+
+
 def capacity_stats(lab: Lab) -> dict:
     out = lab.ns(lab.client, "curl", "-sf", f"http://{backend4('b1')}:{CAPACITY_PORT}/stats").stdout
     return json.loads(out)
@@ -164,7 +168,9 @@ def run(args) -> dict:
             "nginx https": f"https://{NGINX_VIP}/",
         }
         results: dict[str, list[dict]] = {}
-        names = [(name, close) for name in cases for close in (False, True)]
+        wanted = [c.strip() for c in args.cases.split(",")] if args.cases else list(cases)
+        kinds = {"keep-alive": False, "close": True}
+        names = [(name, kinds[kind]) for name in cases if name in wanted for kind in args.conns.split(",")]
         for round_ in range(args.rounds):
             shift = round_ % len(names)
             for name, close in names[shift:] + names[:shift]:
@@ -174,9 +180,12 @@ def run(args) -> dict:
         ratios = {}
         for engine in ("haproxy", "nginx"):
             for kind in ("keep-alive", "close"):
-                ratios[f"{engine} {kind}"] = (
-                    table[f"{engine} https {kind}"]["req_s"] / table[f"{engine} http {kind}"]["req_s"]
-                )
+                https, http = table.get(f"{engine} https {kind}"), table.get(f"{engine} http {kind}")
+                if https and http:
+                    ratios[f"{engine} {kind}"] = https["req_s"] / http["req_s"]
+        if args.no_capacity:
+            return {"settings": settings_of(args), "cases": table, "https_http_ratio": ratios,
+                    "skudonet_https_http_ratio": SKUDONET_HTTPS_HTTP}  # fmt: skip
 
         # The capacity experiment.
         n = args.capacity
@@ -207,7 +216,7 @@ def run(args) -> dict:
             )  # fmt: skip
             time.sleep(1)
         return {
-            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "settings": settings_of(args),
             "cases": table,
             "https_http_ratio": ratios,
             "skudonet_https_http_ratio": SKUDONET_HTTPS_HTTP,
@@ -232,6 +241,8 @@ def report(result: dict) -> str:
     lines.append("")
     for name, ratio in result["https_http_ratio"].items():
         lines.append(f"HTTPS/HTTP req/s, {name}: {ratio:.2f} (SKUDONET: {result['skudonet_https_http_ratio']:.2f})")
+    if "capacity" not in result:
+        return "\n".join(lines)
     cap = result["capacity"]
     lines += ["", f"capacity experiment: capacity {cap['capacity']}, {cap['clients']} clients, {cap['work_ms']:g} ms"]
     for name in ("not declared", "declared"):
@@ -250,6 +261,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds over every case (default 2)")
     parser.add_argument("--connections", type=int, default=64, help="wrk connections (default 64)")
     parser.add_argument("--capacity", type=int, default=8, help="the service's capacity N (default 8)")
+    parser.add_argument("--cases", default="", help="only these cases, e.g. 'haproxy https,nginx https' (default all)")
+    parser.add_argument("--conns", default="keep-alive,close", help="keep-alive, close or both (default both)")
+    parser.add_argument("--no-capacity", action="store_true", help="skip the capacity experiment")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "http.json")
     args = parser.parse_args()
     if os.geteuid() != 0:

@@ -125,14 +125,26 @@ def check_keepalived(path: Path) -> None:
     """``keepalived -t -f``: refuse a file keepalived would refuse, before it replaces the one in use.
 
     As keepalived's user (lbweb, the worker's too): keepalived 2.2.7 run as root with a ``vrrp_script`` in its file
-    ends its own test run with SIGTERM, so root (the test suite) drops to lbweb first.
+    ends its own test run with SIGTERM, so root (the test suite) checks a copy lbweb can read, as lbweb. keepalived
+    -t also exits 0 on a file it cannot read ("Config files missing"): that is a refusal here.
     """
-    argv = [KEEPALIVED, "-t", "-f", str(path)]
-    if os.geteuid() == 0:
-        argv = [str(Path(settings.BASE_DIR) / "deploy" / "privdrop"), "lbweb", "", *argv]
+    if os.geteuid() != 0:
+        return _keepalived_test([KEEPALIVED, "-t", "-f", str(path)], path)
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", prefix="lbweb-keepalived-", suffix=".conf") as copy:
+        copy.write(path.read_text())
+        copy.flush()
+        os.chmod(copy.name, 0o644)
+        privdrop = str(Path(settings.BASE_DIR) / "deploy" / "privdrop")
+        _keepalived_test([privdrop, "lbweb", "", KEEPALIVED, "-t", "-f", copy.name], path)
+
+
+def _keepalived_test(argv: list[str], path: Path) -> None:
     result = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    if result.returncode:
-        raise CheckFailed(f"keepalived -t refused {path.name}: {(result.stdout + result.stderr).strip()[-800:]}")
+    output = (result.stdout + result.stderr).strip()
+    if result.returncode or "missing" in output.lower():
+        raise CheckFailed(f"keepalived -t refused {path.name}: {output[-800:] or f'exit status {result.returncode}'}")
 
 
 def _replace(path: Path, text: str, check=None) -> bool:
@@ -162,6 +174,26 @@ def current_spec() -> ClusterSpec | None:
     return build_spec(cluster, local, peer, Path(settings.LBWEB_CLUSTER_DIR), Path(settings.BASE_DIR))
 
 
+SYSCTLS = {
+    # A committed conntrack entry carries no TCP window, and one left from an earlier term as master keeps a stale
+    # one: without this, their packets are "invalid" to the new master and the connections hang.
+    "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal": "1",
+}
+
+
+def ensure_sysctls() -> list[str]:
+    """What a cluster node needs of the kernel (the worker may write kernel tunables; CAP_NET_ADMIN in its netns)."""
+    failed = []
+    for path, value in SYSCTLS.items():
+        try:
+            if Path(path).read_text().strip() != value:
+                Path(path).write_text(value + "\n")
+        except OSError as exc:
+            log.warning("cannot set %s (%s)", path, exc)
+            failed.append(path)
+    return failed
+
+
 def deploy() -> dict:
     """Bring the files in ``LBWEB_CLUSTER_DIR`` to the database's cluster; with no cluster, remove them (the
     wrappers then stop keepalived and conntrackd, and the addresses are given up)."""
@@ -174,6 +206,7 @@ def deploy() -> dict:
             (directory / name).unlink()
         return {"enabled": False, "removed": removed}
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ensure_sysctls()
     old = _load_plan(directory / "plan.json")
     changed = []
     if _replace(directory / "conntrackd.conf", render.conntrackd_conf(spec)):

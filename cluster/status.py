@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from datetime import UTC, datetime
 
 from django.conf import settings
 
@@ -54,6 +55,7 @@ def cluster_status() -> dict:
         else:
             role = peer_status.get("role", "unknown") if peer_fresh else "unknown"
             since = peer_status.get("since") if peer_fresh else None
+        since = datetime.fromtimestamp(since, tz=UTC) if isinstance(since, int | float) else None
         nodes.append({"name": node.name, "priority": node.priority, "address": node.address,
                       "api_url": node.api_url, "local": node.name == settings.LBWEB_NODE_NAME,
                       "role": role, "since": since})  # fmt: skip

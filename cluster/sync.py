@@ -40,7 +40,7 @@ log = logging.getLogger("lbweb.cluster")
 CONFIG_MODELS = (Policy, Farm, Backend, StaticSession, HealthCheck)
 UNIQUE = {Policy: ("name",), Farm: ("name",), Backend: ("farm", "address", "port"), StaticSession: ("farm", "client")}
 SYNC_PATH = "/api/v1/cluster/sync/"
-TIMEOUT = 3
+TIMEOUT = (1, 3)  # seconds to connect, to answer: the worker that pushes also applies
 
 
 def payload() -> dict:

@@ -127,3 +127,13 @@ class ApplyKindChoices(models.TextChoices):
     FULL = "full", "Full resync"
     NOOP = "noop", "Nothing to change"
     REPAIR = "repair", "Drift repaired"
+
+
+class RateUnitChoices(models.TextChoices):
+    """The units of nftlb's rates (``10/minute``), kept as they are: the kernel limits per each exactly."""
+
+    SECOND = "second", "per second"
+    MINUTE = "minute", "per minute"
+    HOUR = "hour", "per hour"
+    DAY = "day", "per day"
+    WEEK = "week", "per week"

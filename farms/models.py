@@ -36,6 +36,7 @@ from .choices import (
     LimitVerdictChoices,
     PersistenceChoices,
     PolicyTypeChoices,
+    RateUnitChoices,
 )
 from .fields import AddressField
 from .nft import maglev
@@ -44,6 +45,7 @@ from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
 from .validation import (
     farm_option_errors,
     parse_address,
+    parse_address_range,
     parse_mac,
     parse_networks,
     stateless_reply_clash,
@@ -154,26 +156,60 @@ class Farm(models.Model):
     )
     source_ports = models.CharField(max_length=11, blank=True, help_text="SNAT source ports, e.g. 1024-65535.")
     new_rtlimit = models.PositiveIntegerField(
-        default=0, validators=[KERNEL_MAX], help_text="New connections per second per client (0: off)."
+        default=0, validators=[KERNEL_MAX], help_text="New connections per unit per client address (0: off)."
     )
+    new_rtlimit_unit = models.CharField(max_length=6, choices=RateUnitChoices, default=RateUnitChoices.SECOND)
     new_rtlimit_burst = models.PositiveIntegerField(default=0, validators=[KERNEL_MAX])
     rst_rtlimit = models.PositiveIntegerField(
-        default=0, validators=[KERNEL_MAX], help_text="TCP resets per second (0: off)."
+        default=0, validators=[KERNEL_MAX], help_text="TCP resets per unit per client address (0: off)."
+    )
+    rst_rtlimit_unit = models.CharField(max_length=6, choices=RateUnitChoices, default=RateUnitChoices.SECOND)
+    rst_rtlimit_burst = models.PositiveIntegerField(default=0, validators=[KERNEL_MAX])
+    limits_ttl = models.PositiveIntegerField(
+        default=120,
+        validators=[MinValueValidator(1), MaxValueValidator(7 * 86400)],
+        help_text="Seconds a client stays in a rate limit's meter after its last new connection or reset.",
     )
     est_connlimit = models.PositiveIntegerField(
-        default=0, validators=[KERNEL_MAX], help_text="Established connections of the farm (0: off)."
+        default=0, validators=[KERNEL_MAX], help_text="Established connections per client address (0: off)."
     )
     limit_verdict = models.CharField(max_length=6, choices=LimitVerdictChoices, default=LimitVerdictChoices.DROP)
-    log = models.BooleanField(default=False, help_text="Log new connections (rate limited).")
-    log_prefix = models.CharField(
-        max_length=60, blank=True, help_text="At most 127 bytes in UTF-8 (the kernel's limit), no control characters."
+    log = models.BooleanField(default=False, help_text="Log new connections as they arrive (nftlb: input).")
+    log_forward = models.BooleanField(
+        default=False, help_text="Log every forwarded packet of the farm, both ways (nftlb: forward)."
     )
-    log_rtlimit = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1), KERNEL_MAX])
+    log_output = models.BooleanField(
+        default=False, help_text="Log new connections as they leave for the backend (nftlb: output)."
+    )
+    log_prefix = models.CharField(
+        max_length=60,
+        blank=True,
+        help_text="nftlb's placeholders TYPE (IN, FWD, OUT), FNAME, KNAME are filled in; empty: 'TYPE-FNAME '. "
+        "At most 127 bytes in UTF-8 (the kernel's limit), no control characters.",
+    )
+    log_rtlimit = models.PositiveIntegerField(
+        default=10, validators=[KERNEL_MAX], help_text="Log lines per unit (0: every one, nftlb's default)."
+    )
+    log_rtlimit_unit = models.CharField(max_length=6, choices=RateUnitChoices, default=RateUnitChoices.SECOND)
+    log_drops = models.BooleanField(
+        default=True, help_text="Log what limits, tcp-strict and policies drop, with nftlb's prefixes (nftlb: log)."
+    )
+    mark = models.PositiveBigIntegerField(
+        default=0,
+        validators=[MaxValueValidator(2**32 - 1)],
+        help_text="Packet mark of the farm's connections, for policy routing (ip rule fwmark); 0: none.",
+    )
     helper = models.CharField(max_length=6, choices=HelperChoices, blank=True, default="")
     tcp_strict = models.BooleanField(default=False, help_text="Drop packets conntrack finds invalid.")
     intra_connect = models.BooleanField(default=False, help_text="Balance connections from the appliance itself.")
     flow_offload = models.BooleanField(default=False, help_text="Flowtable fast path for established flows.")
     interface = models.CharField(max_length=15, blank=True, help_text="DSR: the interface facing the backends.")
+    oface = models.CharField(
+        max_length=15, blank=True, help_text="DSR: the interface frames leave by (empty: the interface)."
+    )
+    ether_addr = models.CharField(
+        max_length=17, blank=True, help_text="DSR: source MAC of forwarded frames (empty: the interface's own)."
+    )
     policies = models.ManyToManyField(Policy, blank=True, related_name="farms")
 
     config_generation = models.BigIntegerField(default=0, editable=False)
@@ -225,12 +261,7 @@ class Farm(models.Model):
         errors: dict[str, str] = farm_option_errors(self)
         if self.scheduler == FarmSchedulerChoices.MAGLEV and self.pk and self.backends.count() > maglev.MAX_BACKENDS:
             errors["scheduler"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
-        if self.protocol == FarmProtocolChoices.ALL:
-            if self.ports:
-                errors["ports"] = "A farm for all protocols takes every port; leave the ports empty."
-        elif not self.ports:
-            errors["ports"] = f"A {self.protocol} farm needs at least one virtual port."
-        else:
+        if self.ports:  # empty: every port (nftlb's empty virtual-ports), for any protocol
             try:
                 self.ports = format_ports(parse_ports(self.ports))
             except PortSyntaxError as exc:
@@ -313,7 +344,7 @@ class Farm(models.Model):
 
     def _conflicting_farm(self) -> tuple[str, str] | None:
         others = Farm.objects.filter(vip=self.vip).exclude(pk=self.pk)
-        mine = self.port_ranges
+        mine = self.port_ranges or [(0, 65535)]
         for other in others:
             if FarmProtocolChoices.ALL in (self.protocol, other.protocol):
                 return (
@@ -322,7 +353,7 @@ class Farm(models.Model):
                 )
             if other.protocol != self.protocol:
                 continue
-            common = overlaps(mine, other.port_ranges)
+            common = overlaps(mine, other.port_ranges or [(0, 65535)])
             if common:
                 return "ports", (
                     f"{self.vip} {self.protocol} port(s) {format_ports(common)} already belong to farm '{other.name}'."
@@ -351,12 +382,26 @@ class Backend(models.Model):
     priority = models.PositiveIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
-        help_text="Backends of priority 2 take traffic only when every backend of priority 1 is unavailable.",
+        help_text="As nftlb: each unavailable backend of the current priority level brings the next level in "
+        "(a priority-2 backend takes traffic as soon as one priority-1 backend is out).",
     )
     est_connlimit = models.PositiveIntegerField(
         default=0, validators=[KERNEL_MAX], help_text="Established connections allowed (0: off)."
     )
     mac = models.CharField(max_length=17, blank=True, help_text="DSR: the backend's MAC (empty: resolved by ARP/ND).")
+    mark = models.PositiveBigIntegerField(
+        default=0,
+        validators=[MaxValueValidator(2**32 - 1)],
+        help_text="Packet mark of this backend's connections, ORed with the farm's (policy routing); 0: none.",
+    )
+    oface = models.CharField(
+        max_length=15, blank=True, help_text="DSR: the interface towards this backend (empty: the farm's)."
+    )
+    source_addr = models.CharField(
+        max_length=45,
+        blank=True,
+        help_text="SNAT farms: the source address of connections to this backend (empty: the farm's source).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -409,6 +454,18 @@ class Backend(models.Model):
                 self.mac = parse_mac(self.mac)
             except ValueError as exc:
                 errors["mac"] = str(exc)
+        if self.source_addr and farm:
+            if farm.mode != FarmModeChoices.SNAT:
+                errors["source_addr"] = "A source address applies only to the backends of a snat farm."
+            else:
+                try:
+                    low, high = parse_address_range(self.source_addr, ipaddress.ip_address(farm.vip).version)
+                except ValueError as exc:
+                    errors["source_addr"] = str(exc)
+                else:
+                    if low != high:
+                        errors["source_addr"] = "A backend's source is one address (a pool belongs to the farm)."
+                    self.source_addr = low
         if farm and not errors:
             twins = Backend.objects.filter(farm=farm, address=self.address, port=self.port).exclude(pk=self.pk)
             if twins.exists():

@@ -15,18 +15,17 @@ import difflib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db.models import Count, Max
 
-from .choices import FarmModeChoices, FarmStateChoices
+from farms.types import Json
+
+from .choices import L7_MODES, FarmModeChoices, FarmStateChoices
 from .models import Backend, Farm, Policy
 from .nft import compiler
-from .nft.spec import BackendSpec, FarmSpec
+from .nft.spec import BackendSpec, FarmSpec, PolicySpec
 from .summary import summarise
 from .translate import farm_spec
-
-Json = dict[str, Any]
 
 
 @dataclass
@@ -81,6 +80,12 @@ def _spec(farm: Farm, backends: Iterable[Backend], policies: Iterable[Policy], n
     return _localised(farm_spec(candidate), notes)
 
 
+def _with_backends(farm: Farm, backends: Iterable[Backend]) -> Farm:
+    """``farm`` (a copy) answering ``farm.backends.all()`` with ``backends``, saved or not."""
+    farm._prefetched_objects_cache = {**getattr(farm, "_prefetched_objects_cache", {}), "backends": list(backends)}
+    return farm
+
+
 def _compiled(spec: FarmSpec | None) -> compiler.UnitRuleset | None:
     return compiler.compile_farm(spec) if spec is not None else None
 
@@ -94,9 +99,11 @@ def _pretty(unit: compiler.UnitRuleset | None) -> list[str]:
 def _others_needs(farm_id: int) -> set:
     """What the other farms need of the hook units (``compiler.farm_needs``), from a few columns each."""
     needs: set = set()
-    rows = Farm.objects.exclude(id=farm_id).annotate(backend_count=Count("backends"))
+    rows = Farm.objects.exclude(id=farm_id).exclude(mode__in=L7_MODES)
+    rows = rows.annotate(backend_count=Count("backends", distinct=True), policy_count=Count("policies", distinct=True))
     fields = ("id", "name", "vip", "protocol", "mode", "state", "tcp_strict", "rst_rtlimit", "intra_connect")
-    for row in rows.values(*fields, "flow_offload", "backend_count"):
+    for row in rows.values(*fields, "flow_offload", "persistence", "backend_count", "policy_count"):
+        backends = (BackendSpec(id=0, address=row["vip"]),) if row["backend_count"] else ()
         spec = FarmSpec(
             id=row["id"],
             name=row["name"],
@@ -108,10 +115,30 @@ def _others_needs(farm_id: int) -> set:
             rst_rtlimit=row["rst_rtlimit"],
             intra_connect=row["intra_connect"],
             flow_offload=row["flow_offload"],
-            backends=(BackendSpec(id=0, address=row["vip"]),) if row["backend_count"] else (),
+            persistence=tuple(row["persistence"].split()),
+            policies=(PolicySpec(id=0, name="any"),) if row["policy_count"] else (),
+            backends=backends,
         )
         needs |= compiler.farm_needs(spec)
     return needs
+
+
+def http_compare(farm_id: int, old: FarmSpec | None, candidate: Farm | None, notes: list[str]) -> Preview:
+    """An HTTP farm's edit: nothing for the kernel; the diff is HAProxy's configuration (l7/specs.py)."""
+    from django.conf import settings
+
+    from l7.specs import change_diff
+
+    diff, changed = change_diff(farm_id, candidate, settings.LBWEB_HAPROXY_CONF_DIR)
+    notes.append(
+        "HTTP farms are served by HAProxy: nothing changes in the kernel; the diff is HAProxy's configuration."
+    )
+    new = _spec(candidate, candidate.backends.all(), [], []) if candidate is not None else None
+    return Preview({"nftables": []}, diff, changed, list(dict.fromkeys(notes)), summarise(old, new))
+
+
+def _is_http(*farms: Farm | None) -> bool:
+    return any(f is not None and f.mode in L7_MODES for f in farms)
 
 
 def compare(key: str, old: FarmSpec | None, new: FarmSpec | None, notes: list[str]) -> Preview:
@@ -152,6 +179,9 @@ def farm_change(farm: Farm | None, values: dict, policies: Iterable[Policy] | No
     for name, value in values.items():
         setattr(candidate, name, value)
     chosen = list(policies) if policies is not None else current_policies
+    if _is_http(farm, candidate):
+        _with_backends(candidate, backends)
+        return http_compare(candidate.id, old, candidate, notes)
     new = _spec(candidate, backends, chosen, notes)
     return compare(compiler.farm_key(candidate.id), old, new, notes)
 
@@ -159,6 +189,8 @@ def farm_change(farm: Farm | None, values: dict, policies: Iterable[Policy] | No
 def farm_removal(farm: Farm) -> Preview:
     """Deleting a farm: every object it owns leaves the kernel."""
     notes: list[str] = []
+    if _is_http(farm):
+        return http_compare(farm.id, _current_spec(farm, notes), None, notes)
     return compare(compiler.farm_key(farm.id), _current_spec(farm, notes), None, notes)
 
 
@@ -177,6 +209,8 @@ def backend_change(farm: Farm, backend: Backend | None, values: dict) -> Preview
     new_backends = sorted([*others, candidate], key=lambda b: b.id)
     policies = list(farm.policies.all())
     old = _current_spec(farm, notes)
+    if _is_http(farm):
+        return http_compare(farm.id, old, _with_backends(copy.copy(farm), new_backends), notes)
     new = _spec(farm, new_backends, policies, notes)
     return compare(compiler.farm_key(farm.id), old, new, notes)
 
@@ -195,6 +229,8 @@ def backends_change(farm: Farm, backends: Iterable[Backend]) -> Preview:
             notes.append("New backends are shown with the ids they will most likely get.")
         candidates.append(backend)
     old = _current_spec(farm, notes)
+    if _is_http(farm):
+        return http_compare(farm.id, old, _with_backends(copy.copy(farm), candidates), notes)
     new = _spec(farm, sorted(candidates, key=lambda b: b.id), farm.policies.all(), notes)
     return compare(compiler.farm_key(farm.id), old, new, notes)
 
@@ -204,5 +240,7 @@ def backend_removal(backend: Backend) -> Preview:
     farm = backend.farm
     notes: list[str] = []
     remaining = [b for b in farm.backends.all() if b.pk != backend.pk]
+    if _is_http(farm):
+        return http_compare(farm.id, _current_spec(farm, notes), _with_backends(copy.copy(farm), remaining), notes)
     new = _spec(farm, remaining, farm.policies.all(), [])
     return compare(compiler.farm_key(farm.id), _current_spec(farm, notes), new, notes)

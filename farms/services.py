@@ -39,23 +39,36 @@ FARM_FIELDS = (
     "source_addr",
     "source_ports",
     "new_rtlimit",
+    "new_rtlimit_unit",
     "new_rtlimit_burst",
     "rst_rtlimit",
+    "rst_rtlimit_unit",
+    "rst_rtlimit_burst",
+    "limits_ttl",
     "est_connlimit",
     "limit_verdict",
     "log",
+    "log_forward",
+    "log_output",
     "log_prefix",
     "log_rtlimit",
+    "log_rtlimit_unit",
+    "log_drops",
+    "mark",
     "helper",
     "tcp_strict",
     "intra_connect",
     "flow_offload",
     "interface",
+    "oface",
+    "ether_addr",
     "when_all_down",
     "fallback_address",
     "fallback_port",
 )
-BACKEND_FIELDS = ("address", "port", "weight", "state", "priority", "est_connlimit", "mac")
+BACKEND_FIELDS = (
+    "address", "port", "weight", "state", "priority", "est_connlimit", "mac", "mark", "oface", "source_addr",
+)  # fmt: skip
 POLICY_FIELDS = ("name", "type", "description", "elements")
 
 
@@ -229,6 +242,37 @@ def backend_maintenance(*, backend: Backend, mode: str) -> Backend:
             lambda event: _enqueue("cut_backend", backend_id=backend.id, audit_event_id=event.pk if event else None)
         )
     return backend
+
+
+class BackendRowsError(ValidationError):
+    """Some rows of a backends edit were refused: ``rows`` maps each row's index to its ValidationError."""
+
+    def __init__(self, rows: dict[int, ValidationError]):
+        self.rows = rows
+        super().__init__([message for error in rows.values() for message in error.messages])
+
+
+@transaction.atomic
+def backends_edit(
+    *, farm: Farm, rows: list[tuple[Backend | None, dict]], removed: Iterable[Backend] = (), actor=None
+) -> list[Backend]:
+    """Change, add and remove several backends of ``farm`` at once (the farm page's editor), all or nothing:
+    ``rows`` are (backend, values) to update, or (None, values) to create. Each change is audited as the
+    single one is. Every row is tried, so every refusal is reported (BackendRowsError); then nothing stays."""
+    for backend in removed:
+        backend_delete(backend=backend, actor=actor)
+    saved, refused = [], {}
+    for index, (backend, values) in enumerate(rows):
+        try:
+            if backend is None:
+                saved.append(backend_create(farm=farm, actor=actor, **values))
+            else:
+                saved.append(backend_update(backend=backend, actor=actor, **values))
+        except ValidationError as exc:
+            refused[index] = exc
+    if refused:
+        raise BackendRowsError(refused)
+    return saved
 
 
 @transaction.atomic

@@ -4,11 +4,12 @@ A 233-line transaction tells an operator little; "+ VIP 198.18.50.1 tcp/80,443" 
 56/33/11 %" tell what the kernel will do with new connections. The lines are read off the compiler's own
 view of the farm before and after (two :class:`FarmSpec`), so they cannot say something the rules do not:
 the shares are those of the backends the scheduler picks from (``FarmSpec.active_backends``: enabled,
-not down, best priority), over the weights the compiler uses (equal for round robin).
+not down, within nftlb's priority level), over the weights the compiler uses (round robin is weighted too).
 """
 
 from __future__ import annotations
 
+from .choices import FarmSchedulerChoices
 from .nft.spec import BackendSpec, FarmSpec
 
 # Options shown as "name: before → after" when they change (the lines above cover the rest).
@@ -18,27 +19,32 @@ OPTION_NAMES = (
     ("sched_param", "hash fields"),
     ("source_addr", "SNAT source"),
     ("source_ports", "SNAT ports"),
-    ("new_rtlimit", "new connections per second per client"),
+    ("new_rtlimit", "new connections per client"),
+    ("new_rtlimit_unit", "new connections counted per"),
     ("new_rtlimit_burst", "burst"),
-    ("rst_rtlimit", "TCP resets per second"),
-    ("est_connlimit", "established connections"),
+    ("rst_rtlimit", "TCP resets per client"),
+    ("rst_rtlimit_unit", "TCP resets counted per"),
+    ("rst_rtlimit_burst", "reset burst"),
+    ("limits_ttl", "a client stays in a limit's meter (s)"),
+    ("est_connlimit", "established connections per client"),
     ("limit_verdict", "beyond a limit"),
-    ("log", "log"),
+    ("log_drops", "log what limits and policies drop"),
+    ("log", "log new connections (input)"),
+    ("log_forward", "log forwarded packets"),
+    ("log_output", "log new connections leaving (output)"),
     ("log_prefix", "log prefix"),
-    ("log_rtlimit", "log lines per second"),
+    ("log_rtlimit", "log lines"),
+    ("log_rtlimit_unit", "log lines counted per"),
+    ("fwmark", "packet mark"),
     ("helper", "conntrack helper"),
     ("tcp_strict", "TCP strict"),
     ("intra_connect", "intra-connect"),
     ("flow_offload", "flow offload"),
     ("interface", "DSR interface"),
+    ("oface", "DSR output interface"),
+    ("ether_addr", "DSR source MAC"),
 )
-SCHEDULER_WORDS = {
-    "rr": "round robin",
-    "weight": "weighted",
-    "hash": "hash",
-    "symhash": "symmetric hash",
-    "leastconn": "least connections",
-}
+SCHEDULER_WORDS = {value: label.lower() for value, label in FarmSchedulerChoices.choices}  # "weighted"
 
 
 def ports_text(spec: FarmSpec) -> str:
@@ -64,7 +70,7 @@ def shares(spec: FarmSpec | None) -> dict[int, tuple[int, int]]:
     if spec is None or not spec.enabled:
         return {}
     active = spec.active_backends
-    weights = {b.id: (1 if spec.scheduler == "rr" else b.weight) for b in active}
+    weights = {b.id: b.weight for b in active}  # round robin too: nftlb's is weighted
     total = sum(weights.values())
     return {b.id: (weights[b.id], round(100 * weights[b.id] / total)) for b in active} if total else {}
 
@@ -122,7 +128,8 @@ def _farm_lines(old: FarmSpec, new: FarmSpec) -> list[str]:
     if old.mode != new.mode:
         lines.append(f"mode {old.mode.upper()} → {new.mode.upper()}")
     if old.scheduler != new.scheduler:
-        lines.append(f"scheduler {SCHEDULER_WORDS.get(old.scheduler)} → {SCHEDULER_WORDS.get(new.scheduler)}")
+        before, after = (SCHEDULER_WORDS.get(x, x) for x in (old.scheduler, new.scheduler))
+        lines.append(f"scheduler {before} → {after}")
     old_fallback = backend_text(old.fallback) if old.fallback else "—"
     new_fallback = backend_text(new.fallback) if new.fallback else "—"
     if old_fallback != new_fallback:
@@ -167,6 +174,6 @@ def _share_lines(old: FarmSpec | None, new: FarmSpec | None) -> list[str]:
     if not after or before == after:
         return []
     ids = list(after)
-    label = "equal shares" if new.scheduler == "rr" else "weights " + "/".join(str(after[i][0]) for i in ids)
+    label = "weights " + "/".join(str(after[i][0]) for i in ids)
     names = ", ".join(backend_text(b) for b in new.active_backends)
     return [f"{label} → {'/'.join(str(after[i][1]) for i in ids)} % of new connections ({names})"]

@@ -27,6 +27,7 @@ urlpatterns = [
     path("audit-events/", views.AuditEventListView.as_view(), name="auditevent_list"),
     path("config/", views.ConfigView.as_view(), name="config"),
     path("config/export/", views.ConfigExportView.as_view(), name="config_export"),
+    path("config/nftlb/", views.NftlbImportPageView.as_view(), name="nftlb_import"),
     path("config/versions/", history_views.ConfigVersionListView.as_view(), name="configversion_list"),
     path("config/versions/diff/", history_views.ConfigVersionDiffView.as_view(), name="configversion_diff"),
     path(

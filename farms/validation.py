@@ -15,6 +15,7 @@ from .choices import FarmModeChoices as Mode
 from .choices import FarmProtocolChoices as Proto
 from .choices import FarmSchedulerChoices as Sched
 from .nft.limits import LOG_PREFIX_BYTES, utf8_length
+from .nft.spec import HELPER_PROTOCOLS
 from .ports import PortSyntaxError, overlaps, parse_port_number, parse_ports
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
@@ -22,8 +23,6 @@ MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
 INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}", re.ASCII)
 # Counters a farm owns besides its own "farm-<name>": a farm named "<other>-limit" would share one.
 COUNTER_SUFFIXES = ("-limit", "-policy")
-HELPER_PROTOCOL = {"ftp": "tcp", "pptp": "tcp", "irc": "tcp", "h323": "tcp", "tftp": "udp", "snmp": "udp",
-                   "amanda": "udp", "sip": "udp"}  # fmt: skip
 
 
 def parse_mac(text: str) -> str:
@@ -186,13 +185,8 @@ def farm_option_errors(farm) -> dict[str, str]:
     elif proto == Proto.ALL and any(x in ("srcport", "dstport") for x in fields):
         e["sched_param"] = "A farm for all protocols has no ports to hash."
     if farm.persistence:
-        if sched == Sched.ROUND_ROBIN:
-            e["persistence"] = (
-                "Persistence cannot be combined with round robin (as in nftlb); use the weight scheduler."
-            )
-        elif sched in (Sched.HASH, Sched.SYMHASH, Sched.MAGLEV):
-            e["persistence"] = "A hash scheduler already sends a client to the same backend; persistence is not needed."
-        elif proto == Proto.ALL and "srcport" in farm.persistence:
+        # With any scheduler, as nftlb: a client bound by persistence goes back to its backend first.
+        if proto == Proto.ALL and "srcport" in farm.persistence:
             e["persistence"] = "A farm for all protocols has no source port to persist on."
         elif farm.intra_connect and farm.persistence == "srcmac":
             e["persistence"] = "Connections from the appliance itself carry no source MAC."
@@ -210,8 +204,9 @@ def farm_option_errors(farm) -> dict[str, str]:
             parse_address_range(farm.source_addr, ipaddress.ip_address(farm.vip).version)
         except ValueError as exc:
             e["source_addr"] = str(exc)
-    if farm.helper and HELPER_PROTOCOL[farm.helper] != proto:
-        e["helper"] = f"The {farm.helper} helper tracks {HELPER_PROTOCOL[farm.helper]}; this farm is {proto}."
+    if farm.helper and proto != Proto.ALL and proto not in HELPER_PROTOCOLS[farm.helper]:
+        tracked = " and ".join(HELPER_PROTOCOLS[farm.helper])
+        e["helper"] = f"The {farm.helper} helper tracks {tracked}; this farm is {proto}."
     if farm.rst_rtlimit and proto != Proto.TCP:
         e["rst_rtlimit"] = "Reset limits apply to TCP farms only."
     if farm.interface and mode != Mode.DSR:
@@ -284,7 +279,6 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
     if farm.scheduler == Sched.LEASTCONN:
         e["scheduler"] = "DSR sees only one direction of a flow: least connections cannot be counted."
     for name, words in (
-        ("persistence", "persistence"),
         ("helper", "conntrack helpers"),
         ("new_rtlimit", "rate limits"),
         ("est_connlimit", "connection limits"),
@@ -292,21 +286,36 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
         ("tcp_strict", "tcp-strict"),
         ("intra_connect", "intra-connect"),
         ("flow_offload", "flow offload"),
-        ("log", "connection logging"),
     ):
         if getattr(farm, name):
             e.setdefault(name, f"DSR runs before conntrack at layer 2: {words} cannot apply.")
+    if farm.log_forward or farm.log_output:  # 'log' (input) is logged at ingress, as nftlb does
+        e.setdefault(
+            "log_forward" if farm.log_forward else "log_output",
+            "A DSR farm's frames are neither routed nor answered through the LB: log them as they arrive (log).",
+        )
     if farm.source_addr:
         e.setdefault("source_addr", "DSR does not translate addresses: no SNAT source or pool.")
 
 
 def _stateless_errors(farm, e: dict[str, str]) -> None:
-    if farm.protocol != Proto.UDP:
-        e["protocol"] = "Stateless DNAT is for UDP only: TCP needs conntrack to translate replies."
+    if farm.protocol not in (Proto.UDP, Proto.TCP):
+        e["protocol"] = "lbweb's stateless DNAT rewrites UDP or TCP (both ways); make one farm per protocol."
     if farm.scheduler == Sched.LEASTCONN:
         e["scheduler"] = "Stateless DNAT keeps no connection to count: least connections cannot apply."
+    elif farm.protocol == Proto.TCP and farm.scheduler not in (Sched.HASH, Sched.SYMHASH, Sched.MAGLEV):
+        e["scheduler"] = (
+            "Stateless DNAT picks a backend for every packet: a TCP connection stays on one backend only "
+            "with a hash (hash, symhash or maglev); nftlb would spread its packets over the backends."
+        )
+    if farm.persistence:
+        e["persistence"] = (
+            "lbweb does not keep persistence for stateless farms yet (nftlb keeps it in netdev maps); "
+            "use a hash scheduler, or a dnat farm."
+        )
+    if farm.rst_rtlimit:
+        e["rst_rtlimit"] = "lbweb does not limit the resets of stateless farms yet; use a dnat farm for that."
     for name, words in (
-        ("persistence", "persistence"),
         ("helper", "conntrack helpers"),
         ("est_connlimit", "connection limits"),
         ("new_rtlimit", "per-client rate limits"),
@@ -318,34 +327,40 @@ def _stateless_errors(farm, e: dict[str, str]) -> None:
             e.setdefault(name, f"Stateless DNAT bypasses conntrack: {words} cannot apply.")
 
 
-def udp_reply_ports(farm, backend_port: int | None) -> list[tuple[int, int]]:
-    """The UDP ports a backend answers ``farm``'s clients from, through the LB (none for DSR or TCP farms)."""
-    if farm.protocol not in (Proto.UDP, Proto.ALL) or farm.mode == Mode.DSR:
-        return []
+def reply_ports(farm, backend_port: int | None) -> dict[str, list[tuple[int, int]]]:
+    """The ports, per protocol, a backend answers ``farm``'s clients from through the LB (none for DSR)."""
+    if farm.mode == Mode.DSR:
+        return {}
     if backend_port is not None:
-        return [(backend_port, backend_port)]
-    if farm.protocol == Proto.ALL:
-        return [(1, 65535)]
-    try:
-        return parse_ports(farm.ports)
-    except PortSyntaxError:
-        return []  # reported on the field itself
+        ranges = [(backend_port, backend_port)]
+    elif not farm.ports:
+        ranges = [(1, 65535)]
+    else:
+        try:
+            ranges = parse_ports(farm.ports)
+        except PortSyntaxError:
+            return {}  # reported on the field itself
+    protocols = (Proto.TCP, Proto.UDP, Proto.SCTP) if farm.protocol == Proto.ALL else (farm.protocol,)
+    return {protocol: ranges for protocol in protocols}
 
 
 def stateless_reply_clash(farm, address: str, port: int | None, elsewhere) -> str | None:
-    """Stateless DNAT knows its replies only by backend address and source port: no other farm may share them.
+    """Stateless DNAT knows its replies only by backend address, protocol and source port: no other farm may
+    share them.
 
     ``elsewhere`` holds the (farm, port) of every backend with the same address in another farm.
     """
-    mine = udp_reply_ports(farm, port)
+    mine = reply_ports(farm, port)
     for other_farm, other_port in elsewhere:
         if Mode.STATELESS_DNAT not in (farm.mode, other_farm.mode):
             continue
-        common = overlaps(mine, udp_reply_ports(other_farm, other_port))
-        if common:
-            return (
-                f"{address} UDP port {common[0][0]} already answers farm '{other_farm.name}'; stateless DNAT "
-                "recognises replies by backend address and port alone, so the two farms would take each "
-                "other's replies. Give one of them another backend port."
-            )
+        theirs = reply_ports(other_farm, other_port)
+        for protocol in set(mine) & set(theirs):
+            common = overlaps(mine[protocol], theirs[protocol])
+            if common:
+                return (
+                    f"{address} {protocol.upper()} port {common[0][0]} already answers farm '{other_farm.name}'; "
+                    "stateless DNAT recognises replies by backend address and port alone, so the two farms "
+                    "would take each other's replies. Give one of them another backend port."
+                )
     return None

@@ -19,19 +19,18 @@ import difflib
 import hashlib
 import json
 import logging
-from typing import Any
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.db.models import F, Q
 
+from farms.types import Json
+
 from . import config_io
 from .models import ApplyRun, ConfigGeneration, ConfigVersion, Farm
 
 log = logging.getLogger("lbweb.versions")
-
-Json = dict[str, Any]
 
 
 def canonical(document: Json) -> Json:

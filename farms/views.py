@@ -14,7 +14,6 @@ import re
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.db.models import Count, Q
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
@@ -37,16 +36,22 @@ from .forms import (
     ConfigImportForm,
     FarmForm,
     HealthCheckForm,
+    NftlbImportForm,
     PolicyForm,
     applies,
 )
 from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
+from .nftlb import nftlb_import
 from .roles import ADMIN, OPERATOR, VIEWER, RoleRequiredMixin, has_role
 from .summary import shares
 from .translate import farm_spec
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
-STATE_VERBS = {"enabled": "Enable", "drain": "Drain", "disabled": "Disable"}
+STATE_VERBS = {
+    BackendStateChoices.ENABLED: "Enable",
+    BackendStateChoices.DRAIN: "Drain",
+    BackendStateChoices.DISABLED: "Disable",
+}
 PAGE_SIZE = 100
 
 
@@ -547,33 +552,22 @@ class FarmBackendsEditView(RoleRequiredMixin, View):
                     changed.append(form)
         if "_preview" in request.POST:
             return self.render(farm, formset, preview.backends_change(farm, kept))
+        rows = [(form.instance if form.instance.pk is not None else None, form.values()) for form in changed]
         try:
-            with transaction.atomic():
-                for backend in removed:
-                    services.backend_delete(backend=backend, actor=request.user)
-                for form in changed:
-                    self.save_row(farm, form)
-        except ValidationError:
-            return self.render(farm, formset)
+            services.backends_edit(farm=farm, rows=rows, removed=removed, actor=request.user)
+        except services.BackendRowsError as exc:
+            for index, error in exc.rows.items():
+                _add_errors(changed[index], error)
+            return self.render(farm, formset, status=400)
         count = len(changed) + len(removed)
         messages.success(request, f"Backends saved ({count} change{'s' if count != 1 else ''}); the kernel follows.")
         return redirect(reverse("farms:farm_detail", args=[farm.pk]) + "#backends-title")
 
-    def save_row(self, farm: Farm, form) -> None:
-        try:
-            if form.instance.pk is None:
-                services.backend_create(farm=farm, actor=self.request.user, **form.values())
-            else:
-                services.backend_update(backend=form.instance, actor=self.request.user, **form.values())
-        except ValidationError as exc:
-            _add_errors(form, exc)
-            raise
-
-    def render(self, farm: Farm, formset, change_preview=None):
+    def render(self, farm: Farm, formset, change_preview=None, status: int | None = None):
         farm = Farm.objects.prefetch_related("backends", "policies").get(pk=farm.pk)  # as saved
         context = {"farm": farm, "object": farm, "backend_formset": formset, "preview": change_preview}
         context.update(farm_page_context(farm))
-        status = 400 if formset.is_bound and not formset.is_valid() else 200
+        status = status or (400 if not formset.is_valid() else 200)
         return render(self.request, "farms/farm_detail.html", context, status=status)
 
 
@@ -745,6 +739,31 @@ class ConfigView(RoleRequiredMixin, View):
                 if result.ok and not result.dry_run:
                     messages.success(request, "Configuration imported; the kernel follows in a moment.")
                     return redirect("farms:config")
+        status = 200 if result is None or result.ok else 400
+        return render(request, self.template_name, {"form": form, "result": result}, status=status)
+
+
+class NftlbImportPageView(RoleRequiredMixin, View):
+    """Import an nftlb document (admins): all or nothing, or partial; the report says what lbweb does
+    otherwise than nftlb, what it leaves out and, for a partial import, what it skipped and why."""
+
+    write_role = ADMIN
+    template_name = "farms/nftlb_import.html"
+
+    def get(self, request):
+        return render(request, self.template_name, {"form": NftlbImportForm()})
+
+    def post(self, request):
+        form = NftlbImportForm(request.POST, request.FILES)
+        result = None
+        if form.is_valid():
+            try:
+                document = json.loads(form.document_text())
+            except json.JSONDecodeError as exc:
+                form.add_error(None, f"Not JSON: {exc}")
+            else:
+                data = form.cleaned_data
+                result = nftlb_import(document=document, dry_run=data["dry_run"], partial=data["partial"])
         status = 200 if result is None or result.ok else 400
         return render(request, self.template_name, {"form": form, "result": result}, status=status)
 

@@ -117,10 +117,11 @@ class CertificateViewSet(viewsets.ModelViewSet):
         for domain in params.validated_data["domains"]:
             if validation.hosts_errors(domain) or domain.startswith("*."):
                 raise serializers.ValidationError({"domains": f"'{domain}' is not a host name HTTP-01 can prove."})
-        from .tasks import acme_issue
+        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
 
         try:
-            acme_issue.apply_async(args=[params.validated_data["name"], params.validated_data["domains"]], retry=False)
+            args = [params.validated_data["name"], params.validated_data["domains"]]
+            app.send_task("l7.tasks.acme_issue", args=args, retry=False)
         except Exception as exc:  # broker down
             return Response({"detail": f"The worker cannot be reached: {exc}"}, status=503)
         return Response(params.validated_data, status=status.HTTP_202_ACCEPTED)
@@ -300,7 +301,8 @@ class CapacityView(APIView):
 
 
 class CapacityTokenView(APIView):
-    """Make a token with which the backend's service declares its own capacity (admins; shown once)."""
+    """Make a token with which the backend's service declares its own capacity (admins; shown once), or revoke
+    them all."""
 
     def role_needed(self, request) -> str:
         return ADMIN
@@ -313,6 +315,13 @@ class CapacityTokenView(APIView):
         except DjangoValidationError as exc:
             _raise_400(exc)
         return Response({"token": secret}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request, backend_id: int):
+        """Revoke every capacity token of the backend."""
+        backend = get_object_or_404(Backend.objects.select_related("farm"), pk=backend_id)
+        services.capacity_tokens_revoke(backend=backend, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class PreviewView(APIView):

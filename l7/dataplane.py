@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from farms.choices import ApplyKindChoices
+from farms.choices import L7_MODES, ApplyKindChoices
 from farms.models import ApplyRun, Farm
 
+from .engine.config import CONFIG_NAME
 from .engine.engine import Engine, EngineError
-from .specs import snapshot
+from .specs import l7_farms, snapshot
 
 log = logging.getLogger("lbweb.l7")
 _ENGINE: Engine | None = None
@@ -36,10 +38,12 @@ def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
     """Bring HAProxy to the database; nothing is recorded when it already serves exactly this."""
     eng = engine()
     generation, spec, farms = snapshot()
-    if not spec.farms and not (eng.running and eng.running.farms) and not force:
+    if not spec.farms and not force and not (eng.running and eng.running.farms) and not _farms_on_disk(eng):
         return None  # no HTTP farm, none served: nothing to write (an L4-only appliance never sees HAProxy)
     if not force and eng.running == spec and eng.cli.alive():
         return None
+    if spec.farms:
+        ensure_nonlocal_bind()
     started = time.monotonic()
     error, kind, commands = "", ApplyKindChoices.FULL, 0
     try:
@@ -53,10 +57,36 @@ def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
         digest = outcome.digest
     except EngineError as exc:
         error, digest = str(exc), ""
-    return _record(generation, kind, reason, started, error, digest, commands, farms)
+    # An HTTPS farm without a certificate cannot listen: it is left out, and says why.
+    idle = {f.id: "An HTTPS farm needs a certificate: none is set, so it does not listen." for f in spec.farms
+            if f.mode == "https" and not f.certificates and f.ports}  # fmt: skip
+    return _record(generation, kind, reason, started, error, digest, commands, farms, idle)
 
 
-def _record(generation, kind, reason, started, error, digest, commands, farms) -> ApplyRun:
+def ensure_nonlocal_bind() -> None:
+    """HAProxy binds each HTTP farm's VIP. On a cluster's backup node keepalived holds the VIPs elsewhere until a
+    failover, so the worker lets sockets bind addresses the host does not hold (net.ipv4/ipv6.ip_nonlocal_bind),
+    as it turns forwarding on: a reload never fails on a VIP that is away. Traffic still reaches HAProxy only
+    where the VIP is."""
+    if not settings.LBWEB_MANAGE_SYSCTL:
+        return
+    for path in ("/proc/sys/net/ipv4/ip_nonlocal_bind", "/proc/sys/net/ipv6/ip_nonlocal_bind"):
+        try:
+            if Path(path).read_text().strip() != "1":
+                Path(path).write_text("1\n")
+        except OSError as exc:
+            log.warning("cannot allow binding VIPs held elsewhere (%s): %s", path, exc)
+
+
+def _farms_on_disk(eng: Engine) -> bool:
+    """Whether the configuration HAProxy loads still has farms (a worker started after the last was deleted)."""
+    try:
+        return "\nfrontend " in (eng.conf_dir / CONFIG_NAME).read_text()
+    except OSError:
+        return False
+
+
+def _record(generation, kind, reason, started, error, digest, commands, farms, idle) -> ApplyRun:
     duration_ms = (time.monotonic() - started) * 1000
     with transaction.atomic():
         # The kernel's apply counts generations up to the newest ApplyRun: never claim one it has not seen.
@@ -80,5 +110,37 @@ def _record(generation, kind, reason, started, error, digest, commands, farms) -
         else:
             rows.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
             rows.update(apply_error="")
+            for farm_id, message in idle.items():
+                rows.filter(id=farm_id).update(apply_error=message, failed_generation=generation, applied_generation=0)
     log.info("%s", run)
     return run
+
+
+def cut_backend(backend_id: int, only_if_down: bool = False) -> int | None:
+    """Maintenance "cut" of an HTTP farm's backend: end the requests HAProxy has in progress with it now (the
+    apply that put it in maintenance ran first: the worker's queue is in order). None for a kernel farm's
+    backend (conntrack's business, farms/sessions.py)."""
+    from farms.models import Backend
+
+    from .specs import farm_spec
+
+    backend = Backend.objects.select_related("farm").filter(id=backend_id).first()
+    if backend is None or backend.farm.mode not in L7_MODES:
+        return None
+    if only_if_down and backend.health != "down":
+        return 0  # healthd's "cut connections": it came back meanwhile
+    eng = engine()
+    spec = farm_spec(l7_farms().get(pk=backend.farm_id))
+    cut = 0
+    for service in spec.services:
+        for server in service.servers:
+            if server.id != backend_id:
+                continue
+            try:
+                row = eng.cli.servers().get((service.backend_name, server.name), {})
+                eng.cli.worker(f"shutdown sessions server {service.backend_name}/{server.name}")
+                cut += int(row.get("scur") or 0)
+            except EngineError as exc:
+                log.warning("cutting backend %s in HAProxy: %s", backend, exc)
+    log.info("cut backend %s: %d HAProxy session(s) ended", backend, cut)
+    return cut

@@ -184,6 +184,18 @@ def capacity_token_create(*, backend: Backend, actor=None) -> str:
     return secret
 
 
+@transaction.atomic
+def capacity_tokens_revoke(*, backend: Backend, actor=None) -> int:
+    """Delete every capacity token of ``backend``; the service can no longer declare its capacity."""
+    prefixes = sorted(backend.capacity_tokens.values_list("prefix", flat=True))
+    deleted, _ = backend.capacity_tokens.all().delete()
+    record(
+        actor=actor, action="delete", object_type="capacitytoken", object_name=f"tokens of backend {backend}",
+        farm_ref=backend.farm_id, before={"backend": backend.pk, "prefixes": prefixes},
+    )  # fmt: skip
+    return deleted
+
+
 def _certificate_changed(certificate: Certificate) -> None:
     farm_ids = list(certificate.farms.values_list("farm_id", flat=True))
     if farm_ids:

@@ -22,8 +22,13 @@ def _headers(rules: list[dict]) -> tuple[HeaderRule, ...]:
     return tuple(HeaderRule(r["direction"], r["name"], r.get("value")) for r in rules or [])
 
 
+def _options(backend):
+    """The backend's HTTP options (none for a backend not saved yet: a preview's candidate)."""
+    return None if backend._state.adding else getattr(backend, "l7", None)
+
+
 def _server(backend) -> ServerSpec:
-    options = getattr(backend, "l7", None)
+    options = _options(backend)
     return ServerSpec(
         id=backend.id,
         address=str(backend.address),
@@ -41,11 +46,11 @@ def _server(backend) -> ServerSpec:
 
 def farm_spec(farm: Farm) -> FarmSpec:
     """One HTTP farm as the generator takes it (the farm's rows read with their relations)."""
-    options = getattr(farm, "l7", None)
+    options = getattr(farm, "l7", None) if farm.pk else None
     backends = list(farm.backends.all())
     services = []
-    for service in farm.http_services.all():
-        servers = tuple(_server(b) for b in backends if getattr(b, "l7", None) and b.l7.service_id == service.id)
+    for service in farm.http_services.all() if farm.pk else ():
+        servers = tuple(_server(b) for b in backends if _options(b) and b.l7.service_id == service.id)
         services.append(
             ServiceSpec(
                 id=service.id,
@@ -64,7 +69,7 @@ def farm_spec(farm: Farm) -> FarmSpec:
                 headers=_headers(service.headers),
             )
         )
-    unassigned = tuple(_server(b) for b in backends if not getattr(b, "l7", None) or b.l7.service_id is None)
+    unassigned = tuple(_server(b) for b in backends if not _options(b) or b.l7.service_id is None)
     if unassigned or not services:
         services.append(ServiceSpec(id=-farm.id, name="default", servers=unassigned))
     certificates = ()
@@ -73,7 +78,7 @@ def farm_spec(farm: Farm) -> FarmSpec:
         certificates = tuple(CertificateSpec(c.id, c.name, c.pem, tuple(c.names)) for c in certs)
     common = {"id": farm.id, "name": farm.name, "mode": farm.mode, "vip": str(farm.vip), "ports": _ports(farm.ports)}
     if options is None:
-        return FarmSpec(**common, services=tuple(services), enabled=farm.state == "up")
+        return FarmSpec(**common, services=tuple(services), enabled=farm.state == "up" and farm.mode == "http")
     return FarmSpec(
         **common,
         services=tuple(services),
@@ -132,3 +137,22 @@ def preview(conf_dir) -> dict:
         old = ""
     diff = difflib.unified_diff(old.splitlines(True), new.splitlines(True), "haproxy (applied)", "database")
     return {"generation": generation, "diff": "".join(diff), "configuration": new}
+
+
+def change_diff(farm_id: int, new: Farm | None, conf_dir) -> tuple[str, bool]:
+    """The difference an edit of HTTP farm ``farm_id`` makes to HAProxy's configuration, before it is saved:
+    (unified diff of lbweb.cfg, whether anything changes). ``new`` is the farm as it would be (with its
+    backends prefetched as they would be), None when it is deleted."""
+    import dataclasses
+    import difflib
+
+    from .engine.config import render
+
+    _generation, spec, _farms = snapshot()
+    farms = [f for f in spec.farms if f.id != farm_id]
+    if new is not None and new.mode in L7_MODES:
+        farms.append(farm_spec(new))
+    after = dataclasses.replace(spec, farms=tuple(sorted(farms, key=lambda f: f.id)))
+    old_text, new_text = render(spec, str(conf_dir)).config, render(after, str(conf_dir)).config
+    diff = difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True), "now", "after this change")
+    return "".join(diff), old_text != new_text

@@ -67,6 +67,7 @@ def farm_entries(now: Rows, before: Rows, seconds: float, service_farm: dict[str
         limit = _int(row, "slim")
         entries[farm_id]["backends"][sv[1:]] = {
             "sessions": _int(row, "scur"),
+            "active_conns": _int(row, "scur"),
             "capacity": limit if limit else None,
             "queue": _int(row, "qcur"),
             "queue_time_ms": _int(row, "qtime"),

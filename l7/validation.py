@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from .engine.config import ERROR_REASONS
+
 TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 HOST = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -18,10 +20,8 @@ L4_ONLY = {
     "interface": "",
     "tcp_strict": False,
 }
-SCHEDULERS = ("roundrobin", "leastconn", "source", "uri")
-PERSISTENCE = ("", "cookie", "source", "header")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
-ERROR_STATUSES = (400, 403, 404, 405, 408, 429, 500, 502, 503, 504)
+ERROR_STATUSES = tuple(ERROR_REASONS)  # the statuses HAProxy's errorfile takes and lbweb names
 
 
 def l7_farm_errors(farm, e: dict[str, str]) -> None:

@@ -58,3 +58,22 @@ class HttpFarmsView(LoginRequiredMixin, TemplateView):
         context["farms"] = rows
         context["certificates"] = Certificate.objects.order_by("not_after")
         return context
+
+
+def certificate_context(request) -> dict:
+    """``certificate_alerts``: certificates expired or within LBWEB_CERT_WARN_DAYS of their end, on every page."""
+    if not getattr(getattr(request, "user", None), "is_authenticated", False):
+        return {}
+    from django.conf import settings
+    from django.utils import timezone
+
+    soon = timezone.now() + timezone.timedelta(days=settings.LBWEB_CERT_WARN_DAYS)
+    alerts = []
+    for cert in Certificate.objects.filter(not_after__lte=soon).order_by("not_after"):
+        days = cert.days_left
+        alerts.append(
+            f"Certificate {cert.name} expired on {cert.not_after:%Y-%m-%d}"
+            if days < 0
+            else f"Certificate {cert.name} expires in {days} day{'s' if days != 1 else ''} ({cert.not_after:%Y-%m-%d})"
+        )
+    return {"certificate_alerts": alerts}

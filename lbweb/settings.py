@@ -105,6 +105,7 @@ TEMPLATES = [
                 "farms.liveness.liveness_context",
                 "lbweb.navigation.navigation_context",
                 "cluster.views.cluster_context",
+                "l7.views.certificate_context",
             ],
         },
     },

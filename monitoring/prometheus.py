@@ -80,7 +80,19 @@ def web_certificate() -> Iterable[tuple[str, str, datetime]]:
         yield "web", current.subject, current.not_after
 
 
+def http_farm_certificates() -> Iterable[tuple[str, str, datetime]]:
+    """The certificates HTTPS farms offer (the l7 app's), when that app is installed."""
+    from django.apps import apps
+
+    if not apps.is_installed("l7"):
+        return
+    for name, names, not_after in apps.get_model("l7", "Certificate").objects.values_list("name", "names", "not_after"):
+        if not_after is not None:
+            yield f"http {name}", ", ".join(names or []) or name, not_after
+
+
 register_certificates(web_certificate)
+register_certificates(http_farm_certificates)
 
 
 class LbwebCollector:

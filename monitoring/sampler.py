@@ -16,19 +16,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyroute2 import IPRoute
 
-from farms.kernel import collectors
+from farms.kernel import collectors, conntrack
 from farms.kernel.applier import CounterValue, Kernel
+from farms.types import Json
 
 from .farm_index import FarmIndex
 from .http_stats import HttpFarmStats
 
 log = logging.getLogger("lbweb.monitoring")
-
-Json = dict[str, Any]
 
 
 @dataclass
@@ -100,11 +98,11 @@ class CensusByMark:
     """A census regrouped so each farm reads only its own destinations."""
 
     # mark -> (destination, entries, open entries, SNAT entries)
-    destinations: dict[int, list[tuple[collectors.Destination, int, int, int]]]
+    destinations: dict[int, list[tuple[conntrack.Destination, int, int, int]]]
     port_range: int
 
 
-def group_by_mark(census: collectors.Census) -> CensusByMark:
+def group_by_mark(census: conntrack.Census) -> CensusByMark:
     grouped: dict[int, list] = {}
     for destination, count in census.connections.items():
         row = (destination, count, census.open.get(destination, 0), census.snat.get(destination, 0))
@@ -207,12 +205,12 @@ class Sampler:
 
     # -- internals -------------------------------------------------------------------
 
-    def _census_if_due(self, now: float) -> tuple[collectors.Census, float] | None:
+    def _census_if_due(self, now: float) -> tuple[conntrack.Census, float] | None:
         if now < self.next_census:
             return None
         started = time.thread_time()
         try:
-            census = collectors.conntrack_census()
+            census = conntrack.conntrack_census()
         except OSError as exc:
             log.warning("conntrack census failed: %s", exc)
             self.next_census = now + self.max_census_interval

@@ -9,11 +9,14 @@ instead of drawing zeros or bridging the hole.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections import defaultdict
+from datetime import UTC, datetime
 
 from django.conf import settings
 
+from farms.choices import L7_MODES
 from farms.models import AuditEvent, Farm, HealthEvent
+from farms.types import Json
 
 from .farm_index import MEASURED_MODES
 from .store import (
@@ -26,8 +29,6 @@ from .store import (
     MetricStore,
     decode_farm_fields,
 )
-
-Json = dict[str, Any]
 
 WINDOWS = {"5m": (300, RAW), "15m": (900, RAW), "1h": (3600, RAW), "24h": (86400, MINUTES)}
 DEFAULT_WINDOW = "15m"
@@ -119,44 +120,50 @@ def backend_history(farm: Farm, start: float, end: float) -> list[Json]:
     creation, every state change, its deletion) and healthd's transitions (HealthEvent). Segments begin at
     the backend's creation, not at the window's start, and a backend deleted in the window ends there.
 
-    Before a backend's first recorded change its state is the one that change started from (the
-    ``before`` of the audit event, the ``previous`` of the health event); with no change at all, the
-    present one has held since it was created (every write is audited).
+    The state at the window's start is the one the last change before it left; with none before, the
+    one the first change in the window started from (its ``before``, a health event's ``previous``);
+    with no change at all, the present one, which has held since the backend was created (every write
+    is audited). Only the window's events and one event per backend before it are read: a farm with a
+    long history costs what its window holds, every poll of the chart.
     """
+    since = datetime.fromtimestamp(start, tz=UTC)
+    audited = AuditEvent.objects.filter(farm_ref=farm.id, object_type="backend")
     current = {b.id: b for b in farm.backends.all()}
-    audit: dict[int, list[AuditEvent]] = {}
-    for event in AuditEvent.objects.filter(farm_ref=farm.id, object_type="backend").order_by("time", "id"):
-        if event.object_id is not None:
-            audit.setdefault(event.object_id, []).append(event)
-    health: dict[int, list[HealthEvent]] = {}
-    for event in HealthEvent.objects.filter(backend__farm=farm).order_by("time", "id"):
-        health.setdefault(event.backend_id, []).append(event)
+    audit: dict[int, list[AuditEvent]] = defaultdict(list)
+    for event in audited.filter(time__gt=since).exclude(object_id=None).order_by("time", "id"):
+        audit[event.object_id].append(event)
+    health: dict[int, list[HealthEvent]] = defaultdict(list)
+    for event in HealthEvent.objects.filter(backend__farm=farm, time__gt=since).order_by("time", "id"):
+        health[event.backend_id].append(event)
+    before_audit, before_health = _last_before(farm, audited.exclude(action="delete"), since, current)
     result = []
     for backend_id in sorted(current.keys() | audit.keys()):
-        backend, events = current.get(backend_id), audit.get(backend_id, [])
+        backend, events, changes = current.get(backend_id), audit[backend_id], health[backend_id]
         created = next((e.time.timestamp() for e in events if e.action == "create"), None)
         if created is None:
-            created = backend.created.timestamp() if backend else (events[0].time.timestamp() if events else start)
+            created = backend.created.timestamp() if backend else start  # a deleted one existed at the start
         deleted = next((e.time.timestamp() for e in events if e.action == "delete"), None)
         begin, finish = max(start, created), min(end, deleted) if deleted else end
         if begin >= finish:
             continue
+        prior, prior_health = before_audit.get(backend_id), before_health.get(backend_id)
         states = [(e.time.timestamp(), (e.after or {}).get("state")) for e in events if e.action != "delete"]
-        states = [(t, s) for t, s in states if s]
-        first_state = next(((e.before or {}).get("state") for e in events if (e.before or {}).get("state")), None)
-        state = first_state or (states[0][1] if states else (backend.state if backend else "enabled"))
-        changes = health.get(backend_id, [])
-        level = changes[0].previous if changes else (backend.health if backend else "unknown")
-        reason = ""
-        moments = sorted({t for t, _ in states} | {e.time.timestamp() for e in changes})
-        timeline: list[tuple[float, str, str, str]] = []
-        for moment in [created, *moments]:
-            for t, s in states:
-                if t <= moment:
-                    state = s
-            for e in changes:
-                if e.time.timestamp() <= moment:
-                    level, reason = e.current, e.reason
+        states = [(t, value) for t, value in states if value]
+        state = ((prior.after or {}).get("state") if prior else None) or next(
+            ((e.before or {}).get("state") for e in events if (e.before or {}).get("state")), None
+        )
+        state = state or (states[0][1] if states else (backend.state if backend else "enabled"))
+        level = prior_health.current if prior_health else (changes[0].previous if changes else None)
+        level = level or (backend.health if backend else "unknown")
+        reason = prior_health.reason if prior_health else ""
+        moments = sorted([(t, "state", value, "") for t, value in states]
+                         + [(e.time.timestamp(), "health", e.current, e.reason) for e in changes])  # fmt: skip
+        timeline = [(created, state, level, reason)]
+        for moment, kind, value, why in moments:
+            if kind == "state":
+                state = value
+            else:
+                level, reason = value, why
             timeline.append((moment, state, level, reason))
         segments: list[Json] = []
         for index, (moment, state_then, level_then, why) in enumerate(timeline):
@@ -183,6 +190,27 @@ def backend_history(farm: Farm, start: float, end: float) -> list[Json]:
     return result
 
 
+def _last_before(farm: Farm, audited, since, current: dict) -> tuple[dict[int, AuditEvent], dict[int, HealthEvent]]:
+    """Per present backend, its last audit event and its last health event before ``since`` (two queries
+    of one row per backend, whatever the history's length)."""
+    from django.db.models import OuterRef, Subquery
+
+    from farms.models import Backend
+
+    last_audit = audited.filter(object_id=OuterRef("pk"), time__lte=since).order_by("-time", "-id").values("id")[:1]
+    last_health = HealthEvent.objects.filter(backend=OuterRef("pk"), time__lte=since).order_by("-time", "-id")
+    rows = Backend.objects.filter(pk__in=list(current)).annotate(
+        audit_id=Subquery(last_audit), health_id=Subquery(last_health.values("id")[:1])
+    ).values_list("pk", "audit_id", "health_id")  # fmt: skip
+    rows = list(rows)
+    audits = AuditEvent.objects.in_bulk([a for _, a, _ in rows if a])
+    healths = HealthEvent.objects.in_bulk([h for _, _, h in rows if h])
+    return (
+        {pk: audits[a] for pk, a, _ in rows if a in audits},
+        {pk: healths[h] for pk, _, h in rows if h in healths},
+    )
+
+
 def farm_series(
     store: MetricStore, farm: Farm, window: str, since: float | None = None, now: float | None = None
 ) -> Json:
@@ -192,7 +220,7 @@ def farm_series(
     created = farm.created.timestamp()
     window_start = max(now - WINDOWS[window][0], created)  # the farm's history starts when it was created
     start = max(start, created - step)
-    measured = farm.mode in MEASURED_MODES
+    measured = farm.mode in MEASURED_MODES or farm.mode in L7_MODES  # HTTP farms: HAProxy's statistics
     heartbeat = [b for b in store.system_series(resolution, start) if b["t"] >= created - step] if measured else []
     # Backend flags are written only when they change: start from the last one recorded before the window.
     entries = store.farm_series(farm.id, resolution, start - STATE_LOOKBACK * step)

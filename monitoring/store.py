@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from django.conf import settings
 
+from farms.types import Json
 from lbweb import redis_keys as keys
 
 if TYPE_CHECKING:  # the sampler reads the kernel: the web process, which reads the store, never imports it
@@ -47,7 +48,6 @@ MINUTE = 60
 DAY_MINUTES = 1440
 RAW, MINUTES = "raw", "1m"
 
-Json = dict[str, Any]
 
 FARM_FIELDS = {
     "bytes_in": "bi",

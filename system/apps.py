@@ -8,4 +8,6 @@ class SystemConfig(AppConfig):
     verbose_name = "System"
 
     def ready(self):
-        from . import schema  # noqa: F401 - registers the OpenAPI extension
+        from . import admin_audit, schema  # noqa: F401 - schema registers the OpenAPI extension
+
+        admin_audit.connect()

@@ -15,6 +15,8 @@ AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 
 @cache
 def _source() -> str:
+    if not AXE.exists():
+        raise AssertionError(f"{AXE} is missing: deploy/setup.sh installs package.json's packages (npm ci)")
     return AXE.read_text()
 
 

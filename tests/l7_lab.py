@@ -33,6 +33,7 @@ class HAProxyLab:
         self.log = workdir / "haproxy.log"
 
     def start(self) -> HAProxyLab:
+        self.lab.ensure_servers()
         for vip in self.vips:
             plen = "128" if ":" in vip else "32"
             self.lab.ns(self.lab.lb, "ip", "addr", "replace", f"{vip}/{plen}", "dev", "lo")

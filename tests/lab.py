@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -195,9 +196,15 @@ class Lab:
         self.servers.remove(proc)
 
     def ensure_servers(self) -> None:
-        """Restart any backend server a test stopped (and did not restart)."""
+        """Restart any backend server a test stopped (and did not restart), or that died: a warning names
+        the one that died, since no test should have killed it."""
         for name in self.backends:
-            if name not in self.http_servers or self.http_servers[name].poll() is not None:
+            if name not in self.http_servers:
+                self.start_server(name)
+            elif self.http_servers[name].poll() is not None:
+                code = self.http_servers[name].returncode
+                warnings.warn(f"backend {name}'s HTTP server had exited ({code})", stacklevel=2)
+                self.servers.remove(self.http_servers[name])
                 self.start_server(name)
 
     def _wait_server(self, name: str, timeout: float = 10) -> None:

@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +46,18 @@ VIPS = {"dnat": "198.18.2.101", "snat": "198.18.2.102", "persist": "198.18.2.103
 PRIVDROP = (str(ROOT / "deploy" / "privdrop"), "lbweb", "net_admin,net_raw")
 PRIVDROP_KEEPALIVED = (str(ROOT / "deploy" / "privdrop"), "lbweb", "net_admin,net_raw,setgid")
 GATEWAY, SNAT_SOURCE, MANAGEMENT = "198.18.1.1", "198.18.1.100", "198.18.2.100"
+
+
+@contextlib.contextmanager
+def reachable_dir(prefix: str):
+    """A directory lbweb can enter, removed afterwards. Not under pytest's tmp_path: a pytest session starting
+    meanwhile (any other, the machine is shared) makes /tmp/pytest-of-root 0700 again, and lbweb is locked out."""
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir="/tmp"))
+    try:
+        os.chmod(path, 0o755)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def farms() -> list[FarmSpec]:
@@ -202,11 +215,8 @@ class HaLab:
         )
 
     def write_configs(self) -> None:
-        self.work.mkdir(parents=True, exist_ok=True)
-        for directory in (self.work, *self.work.parents):  # lbweb (the daemons) must reach the node directories
-            if directory in (Path("/tmp"), Path("/")):
-                break
-            os.chmod(directory, 0o755)
+        """``work`` must be reachable by lbweb (the daemons run as lbweb): see :func:`reachable_dir`."""
+        self.work.mkdir(mode=0o755, parents=True, exist_ok=True)
         for name in NODES:
             spec = self.spec(name)
             Path(spec.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -293,6 +303,17 @@ class HaLab:
             time.sleep(0.05)
         raise AssertionError(f"no master (roles {[self.role(n) for n in NODES]})")
 
+    def wait_preferred(self, timeout: float = 30) -> str:
+        """The higher-priority node master: at start, a loaded machine may let the other one win the first
+        election; the preferred one takes over after ``preempt_delay``."""
+        preferred = max(NODES, key=lambda n: NODES[n]["priority"])
+        deadline = time.monotonic() + timeout
+        while self.master() != preferred:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{preferred} is not master (roles {[self.role(n) for n in NODES]})")
+            time.sleep(0.05)
+        return preferred
+
     def holds(self, name: str, address: str) -> bool:
         out = self.ns(self.nodes[name], "ip", "-o", "addr", "show").stdout
         return f" {address}/" in out
@@ -377,7 +398,6 @@ def failover(lab: HaLab, kind: str, settle: float = 3.0) -> dict:
         deadline = time.monotonic() + lab.preempt_delay + 30
         while time.monotonic() < deadline and lab.role(preferred) != "MASTER":
             time.sleep(0.05)
-        entry = _transition(lab, preferred, "MASTER", 0)
         entries = [e for e in lab.journal(preferred) if e["state"] == "MASTER"]
         entry = entries[-1]
         row["event_at"] = entry["at"]

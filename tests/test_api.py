@@ -70,8 +70,8 @@ def test_every_write_bumps_the_generation_so_status_turns_pending(client):
         ({"ports": "70000"}, "ports", "out of range"),
         ({"ports": "http"}, "ports", "not a port"),
         ({"ports": "90-80"}, "ports", "ends before"),
-        ({"ports": ""}, "ports", "at least one"),
-        ({"protocol": "all", "ports": "80"}, "ports", "all protocols"),
+        ({"mode": "stlsdnat", "protocol": "tcp", "scheduler": "rr"}, "scheduler", "hash"),
+        ({"mark": 2**32}, "mark", "less than or equal"),
         ({"name": "Not a slug!"}, "name", "slug"),
         ({"mode": "magic"}, "mode", "valid choice"),
     ],
@@ -151,8 +151,11 @@ def test_farm_list_page_shows_apply_status(admin_user, client):
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        ({"scheduler": "rr", "persistence": "srcip"}, "persistence"),
-        ({"scheduler": "hash", "sched_param": "srcip", "persistence": "srcip"}, "persistence"),
+        ({"mode": "stlsdnat", "protocol": "all", "ports": "", "scheduler": "hash", "sched_param": "srcip"}, "protocol"),
+        (
+            {"mode": "stlsdnat", "protocol": "udp", "ports": "53", "persistence": "srcip"},
+            "persistence",
+        ),
         ({"scheduler": "hash"}, "sched_param"),
         ({"scheduler": "hash", "sched_param": "srcip colour"}, "sched_param"),
         ({"sched_param": "srcip"}, "sched_param"),
@@ -164,7 +167,10 @@ def test_farm_list_page_shows_apply_status(admin_user, client):
         ({"protocol": "udp", "ports": "53", "rst_rtlimit": 5}, "rst_rtlimit"),
         ({"interface": "eth0"}, "interface"),
         ({"mode": "dsr", "scheduler": "hash", "sched_param": "srcip"}, "interface"),
-        ({"mode": "dsr", "interface": "eth0", "scheduler": "hash", "sched_param": "srcip", "log": True}, "log"),
+        (
+            {"mode": "dsr", "interface": "eth0", "scheduler": "hash", "sched_param": "srcip", "log_output": True},
+            "log_output",
+        ),
         ({"mode": "stlsdnat", "protocol": "udp", "ports": "514", "scheduler": "leastconn"}, "scheduler"),
         ({"mode": "stlsdnat", "protocol": "udp", "ports": "514", "helper": "tftp"}, "helper"),
         ({"scheduler": "weight", "persistence": "srcmac", "intra_connect": True}, "persistence"),

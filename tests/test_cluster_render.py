@@ -19,6 +19,7 @@ from cluster.engine import CheckFailed, build_spec, check_keepalived
 from cluster.models import Cluster, Node
 from cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
 from tests.lab import run_in_netns
+from tests.lab_ha import reachable_dir
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("LBWEB_UPDATE_GOLDEN") == "1"
@@ -80,20 +81,23 @@ def node_netns():
         pytest.fail("needs root (a network namespace)")
     name = f"lbt-ka-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        _interfaces(name)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def _interfaces(name: str) -> None:
     for dev in ("eth0", "back0", "sync0"):
         subprocess.run(["ip", "-n", name, "link", "add", dev, "type", "veth", "peer", "name", f"{dev}p"], check=True)
-    yield name
-    subprocess.run(["ip", "netns", "del", name], check=False)
 
 
 @pytest.fixture
-def readable(tmp_path):
+def readable():
     """A directory keepalived's user (lbweb) can read, as the cluster directory is on a node."""
-    for directory in (tmp_path, *tmp_path.parents):
-        if directory == Path("/tmp"):
-            break
-        os.chmod(directory, 0o755)
-    return tmp_path
+    with reachable_dir("lbweb-keepalived") as work:
+        yield work
 
 
 @pytest.mark.parametrize("spec", [SPEC, V2], ids=["v3", "v2"])
@@ -112,6 +116,18 @@ def test_keepalived_check_refuses_a_broken_file(readable, node_netns, spec, comp
     path.write_text(render.keepalived_conf(spec))
     with pytest.raises(CheckFailed, match=complaint):
         run_in_netns(node_netns, lambda: check_keepalived(path))
+
+
+def test_an_unreadable_file_is_no_pass(tmp_path):
+    """keepalived -t exits 0 on a file it cannot read: the check does not take that for a yes."""
+    with pytest.raises(CheckFailed, match="missing"):
+        check_keepalived(tmp_path / "absent.conf") if os.geteuid() else _absent_as_lbweb(tmp_path)
+
+
+def _absent_as_lbweb(tmp_path):
+    from cluster.engine import _keepalived_test
+
+    _keepalived_test(["/usr/sbin/keepalived", "-t", "-f", str(tmp_path / "absent.conf")], tmp_path / "absent.conf")
 
 
 def test_farm_addresses_are_never_keepalived_s():

@@ -10,7 +10,7 @@ from django.test import Client
 
 from farms import services, versions
 from farms.models import ApplyRun, AuditEvent, ConfigGeneration, ConfigVersion, Farm
-from farms.tasks import apply_config
+from farms.tasks import apply_config, keep_version
 
 pytestmark = pytest.mark.django_db
 
@@ -74,9 +74,21 @@ def test_the_worker_task_keeps_a_version(admin_user, monkeypatch):
         def apply_pending(self, requested=None, reason="change"):
             return applied()
 
+    queued = []
     monkeypatch.setattr("farms.dataplane.Applier", FakeApplier)
+    monkeypatch.setattr("farms.tasks.keep_version.apply_async", lambda args, retry: queued.append(args))
     apply_config(ConfigGeneration.current())
+    assert not ConfigVersion.objects.exists() and len(queued) == 1  # behind the applies already queued
+    keep_version(*queued[0])
     assert ConfigVersion.objects.get().document["farms"][0]["name"] == "web"
+
+    def no_broker(args, retry):
+        raise OSError("broker unreachable")
+
+    monkeypatch.setattr("farms.tasks.keep_version.apply_async", no_broker)
+    services.farm_update(farm=Farm.objects.get(), ports="81")
+    apply_config(ConfigGeneration.current())
+    assert ConfigVersion.objects.first().document["farms"][0]["ports"] == "81"  # kept at once
 
 
 def test_diff_names_what_changed(client, history):
@@ -179,3 +191,51 @@ def test_pages_list_compare_preview_and_restore(admin_user, role_users, history)
     assert "Restore…" not in viewer.get("/config/versions/").content.decode()
     assert viewer.get(f"/config/versions/{v1.pk}/restore/").status_code == 403
     assert viewer.post(f"/config/versions/{v1.pk}/restore/").status_code == 403
+
+
+def test_another_apps_section_rides_along_in_export_import_versions_and_restore(admin_user):
+    """An app registers its part of the document (here: the network's DNS servers, through its service)."""
+    from django.core.exceptions import ValidationError
+
+    from farms import config_io
+    from network import services as network_services
+    from network.models import NetworkSettings
+
+    def export():
+        return {"dns_servers": NetworkSettings.load().dns_servers}
+
+    def load(data, result):
+        if not isinstance(data, dict) or set(data) != {"dns_servers"}:
+            raise ValidationError({"dns_servers": "Give dns_servers, and nothing else."})
+        settings = NetworkSettings.load()
+        if settings.dns_servers == data["dns_servers"]:
+            result.count("dns", "unchanged")
+            return
+        network_services.settings_update(settings=settings, dns_servers=data["dns_servers"])
+        result.count("dns", "updated", "dns_servers")
+
+    config_io.register_section("dns", export, load)
+    try:
+        network_services.settings_update(settings=NetworkSettings.load(), dns_servers="198.18.0.53")
+        services.farm_create(name="web", vip="198.18.100.1", ports="80", mode="dnat")
+        before = version_now()
+        assert before.document["dns"] == {"dns_servers": "198.18.0.53"}
+        network_services.settings_update(settings=NetworkSettings.load(), dns_servers="198.18.0.54")
+        after = version_now()
+        assert '+    "dns_servers": "198.18.0.54"' in versions.diff(before.document, after.document)["text"]
+
+        preview = versions.restore(version=before, actor=admin_user, dry_run=True)
+        assert preview.changes["dns"]["updated"] == ["dns_servers"]
+        assert NetworkSettings.load().dns_servers == "198.18.0.54"  # a dry run changes nothing
+        assert versions.restore(version=before, actor=admin_user).ok
+        assert NetworkSettings.load().dns_servers == "198.18.0.53"
+        assert AuditEvent.objects.first().action == "restore"  # one event, not one per object
+
+        bad = config_io.import_config({**config_io.export_config(), "dns": ["nope"]}, actor=admin_user)
+        assert not bad.ok and [(e.location, e.field) for e in bad.errors] == [("dns", "dns_servers")]
+        old = {k: v for k, v in config_io.export_config().items() if k != "dns"}
+        assert config_io.import_config(old, actor=admin_user).ok  # a document without the part leaves it
+        assert NetworkSettings.load().dns_servers == "198.18.0.53"
+    finally:
+        config_io.SECTIONS.pop("dns")
+    assert config_io.import_config({**config_io.export_config(), "dns": {}}).errors[0].message == "Unknown field 'dns'."

@@ -110,10 +110,10 @@ def tamper_and_repair(api, worker, lab, farms, script: str, unit: str, differenc
 
 
 def test_a_policy_rule_deleted_from_a_farm_chain(api, worker, lab, farms):
-    handle = handle_of(lab, "farm-target", "@policy-blocklist-v4")
-    script = f"delete rule inet lbweb farm-target handle {handle}"
-    tamper_and_repair(api, worker, lab, farms, script, "target", ["chain farm-target: rule 2 of"])
-    assert handle_of(lab, "farm-target", "@policy-blocklist-v4")  # the deny rule is back
+    handle = handle_of(lab, "guard-target", "@policy-blocklist-v4")  # policies: every packet, the guard chain
+    script = f"delete rule inet lbweb guard-target handle {handle}"
+    tamper_and_repair(api, worker, lab, farms, script, "target", ["chain guard-target: rule 1 of"])
+    assert handle_of(lab, "guard-target", "@policy-blocklist-v4")  # the deny rule is back
 
 
 def test_a_rule_added_to_a_farm_chain(api, worker, lab, farms):
@@ -122,9 +122,9 @@ def test_a_rule_added_to_a_farm_chain(api, worker, lab, farms):
 
 
 def test_a_rule_changed_in_a_farm_chain(api, worker, lab, farms):
-    handle = handle_of(lab, "farm-target", "@policy-blocklist-v4")
-    script = f"replace rule inet lbweb farm-target handle {handle} ip saddr 198.18.0.77 drop"
-    tamper_and_repair(api, worker, lab, farms, script, "target", ["chain farm-target: rule 2 of", "changed"])
+    handle = handle_of(lab, "guard-target", "@policy-blocklist-v4")
+    script = f"replace rule inet lbweb guard-target handle {handle} ip saddr 198.18.0.77 drop"
+    tamper_and_repair(api, worker, lab, farms, script, "target", ["chain guard-target: rule 1 of", "changed"])
 
 
 def test_a_chain_deleted(api, worker, lab, farms):
@@ -167,8 +167,12 @@ def test_a_set_definition_changed(api, worker, lab, farms):
 
 
 def test_a_counter_deleted(api, worker, lab, farms):
-    handle = handle_of(lab, "farm-target", "@policy-blocklist-v4")
-    script = f"delete rule inet lbweb farm-target handle {handle}\ndelete counter inet lbweb farm-target-policy"
+    handle = handle_of(lab, "guard-target", "@policy-blocklist-v4")
+    drops = "drop-target-policy-blocklist"  # logs the policy's drops at the log rate, then counts them
+    script = (
+        f"delete rule inet lbweb guard-target handle {handle}\nflush chain inet lbweb {drops}\n"
+        f"delete chain inet lbweb {drops}\ndelete counter inet lbweb farm-target-policy"
+    )
     tamper_and_repair(api, worker, lab, farms, script, "target", ["counter farm-target-policy missing"])
 
 

@@ -33,6 +33,11 @@ FORBIDDEN_IN_WEB = (
     "cluster.tasks",
     "cluster.transition",
     "cluster.run",
+    "l7.dataplane",
+    "l7.tasks",
+    "l7.acme",
+    "l7.engine.engine",
+    "l7.engine.runtime",
 )
 FORBIDDEN_EXTERNAL = ("nftables", "pyroute2")
 
@@ -124,6 +129,18 @@ def test_the_contracts_fail_on_a_kernel_import_in_a_lazy_web_function(tmp_path):
     result = lint_imports(root)
     assert result.returncode != 0
     assert "farms.forms -> farms.kernel.conntrack" in result.stdout
+
+
+def test_the_contracts_fail_on_django_in_the_haproxy_generator(tmp_path):
+    result = lint_imports(plant(tmp_path, "l7.engine.config", "from django.conf import settings"))
+    assert result.returncode != 0
+    assert "l7.engine.config -> django" in result.stdout
+
+
+def test_the_contracts_fail_on_worker_code_in_the_http_farm_api(tmp_path):
+    result = lint_imports(plant(tmp_path, "l7.api", "def later():\n    from l7 import dataplane"))
+    assert result.returncode != 0
+    assert "l7.api -> l7.dataplane" in result.stdout
 
 
 def test_the_contracts_fail_on_django_in_the_compiler(tmp_path):

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from farms.models import ApplyRun, Farm
+from tests.conftest import wait_for
 from tests.lab import (
     CLIENT4,
     CLIENT6,
@@ -35,17 +36,6 @@ def counter(lab, name: str) -> int:
 
 def backends_of(answers) -> collections.Counter:
     return collections.Counter(a["backend"] for a in answers)
-
-
-def wait_for(predicate, timeout: float = 15, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 # -- modes x families x protocols -------------------------------------------------------
@@ -116,7 +106,7 @@ def test_symmetric_hash_balances_and_sticks(api, worker, lab):
     assert len(backends_of(answers)) >= 2
 
 
-def test_priority_groups_take_over_only_when_the_first_is_gone(api, worker, lab):
+def test_priority_groups_as_nftlb_a_lower_priority_backend_comes_in_for_each_one_that_is_out(api, worker, lab):
     farm = api.farm(name="prio", vip=vip4(204), protocol="tcp", ports="80", mode="dnat", scheduler="weight")
     ids = {}
     for name, priority in (("b1", 1), ("b2", 1), ("b3", 2)):
@@ -125,7 +115,8 @@ def test_priority_groups_take_over_only_when_the_first_is_gone(api, worker, lab)
     assert set(backends_of(lab.http_get(vip4(204), 80, count=30))) == {"b1", "b2"}
     api.patch(f"backends/{ids['b1']}/", {"state": "disabled"})
     api.wait_applied(farm["id"])
-    assert set(backends_of(lab.http_get(vip4(204), 80, count=10))) == {"b2"}
+    # nftlb's backend_s_gen_priority: one priority-1 backend out raises the level to 2, so b3 joins b2
+    assert set(backends_of(lab.http_get(vip4(204), 80, count=30))) == {"b2", "b3"}
     api.patch(f"backends/{ids['b2']}/", {"state": "disabled"})
     api.wait_applied(farm["id"])
     assert set(backends_of(lab.http_get(vip4(204), 80, count=10))) == {"b3"}

@@ -176,6 +176,10 @@ def test_capacity_declared_with_the_backends_own_token(client, role_users):
     assert response.status_code == 200 and response.json()["capacity"] is None
     bad = operator.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": 0}, format="json")
     assert bad.status_code == 400 and "capacity" in bad.json()
+    # Revoked: the service's token is refused from then on.
+    assert client.delete(f"/api/v1/backends/{mine['id']}/capacity-token/").status_code == 204
+    assert service.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": 5}, format="json").status_code == 401
+    assert AuditEvent.objects.filter(object_type="capacitytoken", action="delete").exists()
 
 
 def test_preview_shows_the_configuration_diff(client, settings, tmp_path):
@@ -186,3 +190,29 @@ def test_preview_shows_the_configuration_diff(client, settings, tmp_path):
     assert response.status_code == 200
     diff = response.json()["diff"]
     assert "+frontend f" in diff and "+    server b" in diff and "198.18.1.11:80" in diff
+
+
+def test_previews_of_http_farm_edits_show_haproxys_configuration_not_the_kernel(client, settings, tmp_path):
+    settings.LBWEB_HAPROXY_CONF_DIR = tmp_path
+    response = client.post(
+        "/api/v1/farms/preview/", {"name": "new", "vip": "198.18.100.3", "ports": "80", "mode": "http"}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (
+        body["commands"] == {"nftables": []}
+        and "+frontend f" in body["diff"]
+        and "+    bind 198.18.100.3:80" in body["diff"]
+    )
+    assert any("HAProxy" in note for note in body["notes"])
+    farm = http_farm(client)
+    response = client.post(f"/api/v1/farms/{farm['id']}/preview/", {"ports": "81"}, format="json")
+    assert (
+        "-    bind 198.18.100.1:80" in response.json()["diff"]
+        and "+    bind 198.18.100.1:81" in response.json()["diff"]
+    )
+    response = client.post(
+        "/api/v1/backends/preview/", {"farm": farm["id"], "address": "198.18.1.12", "port": 8080}, format="json"
+    )
+    assert response.status_code == 200 and "198.18.1.12:8080" in response.json()["diff"]
+    assert response.json()["commands"] == {"nftables": []}

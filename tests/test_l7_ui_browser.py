@@ -30,6 +30,9 @@ def page_data(live_server, admin_user, redis_server):
     services.certificate_create(name="soon", certificate=soon.pem, private_key=soon.key_pem)
     services.certificate_create(name="later", certificate=later.pem, private_key=later.key_pem)
     entry = {
+        "new_conns": 30.0,
+        "bytes_in": 1000.0,
+        "bytes_out": 5000.0,
         "requests": 120.5,
         "responses_2xx": 118.0,
         "responses_5xx": 0.0,
@@ -60,4 +63,13 @@ def test_http_farms_page_shows_capacity_queue_and_certificate_expiry(
     assert "Expires soon" in page.text_content("#certificate-soon")
     assert "Expires soon" not in page.text_content("#certificate-later")
     page.screenshot(path=str(OUTPUT / "l7-http-farms.png"), full_page=True)
+    # The farm's dashboard: HAProxy's figures in the same charts as L4 farms, plus the HTTP ones.
+    page.goto(f"{live_server.url}/monitoring/farms/{farm.id}/")
+    page.wait_for_function("() => document.getElementById('card-conns').textContent.trim() !== '–'")
+    assert "Not measured" not in page.text_content("#freshness")
+    banner = page.text_content("#certificate-banner")  # on every page: the certificate that ends soon
+    assert "Certificate soon expires in 4 days" in banner and "later" not in banner
+    for chart in ("chart-http-classes", "chart-http-queue", "chart-http-sessions"):
+        assert page.locator(f"#{chart}").is_visible()
+    page.screenshot(path=str(OUTPUT / "l7-farm-dashboard.png"), full_page=True)
     assert csp_violations == []

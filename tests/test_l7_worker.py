@@ -5,6 +5,9 @@ history holds the kernel's and HAProxy's applies."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -113,6 +116,11 @@ def test_http_farm_from_api_to_traffic_with_live_changes(haproxy, l7_worker, api
     assert haproxy.get(VIP, "/").json()["headers"]["x-via"] == "lbweb"
     assert haproxy.engine.cli.processes().current_worker != worker_pid
     assert haproxy_runs(client)[0]["kind"] == "full"
+    # A VIP the LB does not hold (a cluster's backup node): HAProxy binds it all the same (ip_nonlocal_bind).
+    away = post(client, "/api/v1/farms/", {"name": "away", "vip": "198.18.100.77", "ports": "80", "mode": "http"})
+    wait_applied(client, away["id"])
+    lb = haproxy.lab.lb
+    assert haproxy.lab.ns(lb, "sysctl", "-n", "net.ipv4.ip_nonlocal_bind").stdout.strip() == "1"
     assert client.get("/api/v1/http/preview/").status_code == 200
 
 
@@ -140,3 +148,98 @@ def test_haproxy_refusing_the_configuration_is_a_failed_apply(haproxy, l7_worker
     assert haproxy.get(VIP, "/").backend == "b1"  # the previous configuration still serves
     run = haproxy_runs(client)[0]
     assert not run["ok"] and "PCRE2 does not support" in run["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_https_farm_waits_for_its_certificate_then_serves_it(haproxy, l7_worker, api_client):
+    client = api_client
+    farm = post(client, "/api/v1/farms/", {"name": "secure", "vip": VIP, "ports": "443", "mode": "https"})
+    post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b2"), "port": 80})
+
+    def status():
+        return client.get(f"/api/v1/farms/{farm['id']}/").json()["apply_status"]
+
+    wait_for(lambda: status()["status"] == "failed", timeout=30, what="the farm refused without a certificate")
+    assert "needs a certificate" in status()["error"]
+    cert = post(client, "/api/v1/certificates/self-signed/", {"name": "secure", "names": ["secure.example.com"]})
+    response = client.patch(f"/api/v1/farms/{farm['id']}/http/", {"certificates": [cert["id"]]}, format="json")
+    assert response.status_code == 200, response.content
+    wait_applied(client, farm["id"])
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    answer = haproxy.get(VIP, "/", port=443, tls=context, sni="secure.example.com")
+    assert answer.status == 200 and answer.backend == "b2"
+    assert answer.tls["version"] in ("TLSv1.2", "TLSv1.3")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_maintenance_cut_ends_requests_in_progress_drain_lets_them_finish(haproxy, l7_worker, api_client):
+
+    client = api_client
+    farm = post(client, "/api/v1/farms/", {"name": "web", "vip": VIP, "ports": "80", "mode": "http"})
+    backend = post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b1"), "port": 80})
+    wait_applied(client, farm["id"])
+
+    def slow_request(results: list) -> None:
+        started = time.monotonic()
+        try:
+            results.append((haproxy.get(VIP, "/sleep/4000", timeout=10).status, time.monotonic() - started))
+        except Exception as exc:  # the connection ended under the request
+            results.append((repr(exc), time.monotonic() - started))
+
+    for mode, finishes in (("drain", True), ("cut", False)):
+        if mode == "cut":
+            assert (
+                client.patch(f"/api/v1/backends/{backend['id']}/", {"state": "enabled"}, format="json").status_code
+                == 200
+            )
+            wait_applied(client, farm["id"])
+        results: list = []
+        thread = threading.Thread(target=slow_request, args=(results,))
+        thread.start()
+        time.sleep(0.5)
+        response = client.post(f"/api/v1/backends/{backend['id']}/maintenance/", {"mode": mode}, format="json")
+        assert response.status_code in (200, 202), response.content
+        thread.join()
+        outcome, took = results[0]
+        if finishes:
+            assert outcome == 200 and took >= 4, results  # drain: the request in progress completes
+        else:
+            assert outcome != 200 and took < 3.5, results  # cut: ended at once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_healthd_verdict_reaches_haproxy_without_reload(lab, haproxy, l7_worker, api_client, worker_env, request):
+    """The real healthd (a TCP check of each backend) finds b2 dead; the worker puts it in HAProxy's maintenance
+    through the runtime API (one truth about health: healthd's), and back when it returns."""
+    from tests.stack import Healthd
+
+    client = api_client
+    farm = post(client, "/api/v1/farms/", {"name": "web", "vip": VIP, "ports": "80", "mode": "http"})
+    post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b1"), "port": 80})
+    b2 = post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b2"), "port": 80})
+    post(client, "/api/v1/health-checks/", {"farm": farm["id"], "type": "tcp", "interval": 1, "timeout": 0.5,
+                                            "rise": 1, "fall": 1})  # fmt: skip
+    wait_applied(client, farm["id"])
+    healthd = Healthd(lab.lb, worker_env, OUTPUT / "logs" / f"healthd-{request.node.name}.log").start()
+    try:
+        wait_for(lambda: client.get(f"/api/v1/backends/{b2['id']}/").json()["health"] == "up", what="b2 up")
+        worker_pid = haproxy.engine.cli.processes().current_worker
+        lab.stop_server("b2")
+        wait_for(lambda: client.get(f"/api/v1/backends/{b2['id']}/").json()["health"] == "down", what="b2 down")
+        wait_for(
+            lambda: haproxy.engine.cli.servers()[(f"f{farm['id']}-default", f"b{b2['id']}")]["status"] == "MAINT",
+            what="b2 in HAProxy's maintenance",
+        )
+        assert {haproxy.get(VIP, "/").backend for _ in range(6)} == {"b1"}
+        lab.start_server("b2")
+        wait_for(
+            lambda: haproxy.engine.cli.servers()[(f"f{farm['id']}-default", f"b{b2['id']}")]["status"] != "MAINT",
+            what="b2 back in HAProxy",
+        )
+        assert haproxy.engine.cli.processes().current_worker == worker_pid  # no reload
+    finally:
+        healthd.stop()
+        lab.ensure_servers()

@@ -20,6 +20,7 @@ from monitoring import prometheus
 from monitoring.models import MetricsToken
 from monitoring.sampler import Sample
 from monitoring.store import MetricStore, client
+from tests import certs
 from tests.conftest import new_token
 
 pytestmark = pytest.mark.django_db
@@ -97,12 +98,26 @@ def test_certificates_expiry_the_web_one_and_registered_sources(store, tmp_path,
     ends = datetime.datetime(2027, 3, 1, tzinfo=datetime.UTC)
     source = lambda: [("http-farm shop", "CN=shop.example", ends)]  # noqa: E731
     prometheus.register_certificates(source)
+    from l7.models import Certificate
+
+    leaf = certs.chain()[2]
+    Certificate.objects.create(
+        name="shop-cert",
+        certificate=leaf.pem,
+        private_key=leaf.key_pem,
+        names=["localhost"],
+        not_after=leaf.cert.not_valid_after_utc,
+    )
     try:
         _row, token = MetricsToken.issue(name="prometheus")
         certificates = scrape(token)[1]["lbweb_certificate_expiry_timestamp_seconds"]
     finally:
         prometheus._CERTIFICATES.remove(source)
     assert certificates[(("certificate", "http-farm shop"), ("subject", "CN=shop.example"))] == ends.timestamp()
+    assert (
+        certificates[(("certificate", "http shop-cert"), ("subject", "localhost"))]
+        == leaf.cert.not_valid_after_utc.timestamp()
+    )
     (web,) = [v for k, v in certificates.items() if ("certificate", "web") in k]
     assert web > datetime.datetime.now(datetime.UTC).timestamp() + 800 * 86400  # 825 days from now
 

@@ -369,3 +369,24 @@ def test_the_page_adds_confirms_and_reads(admin_user, role_users):
     read = viewer.get("/system/network/").content.decode()
     assert "eth1" in read and "Add an interface" not in read
     assert viewer.post("/system/network/", {"action": "interface_delete", "pk": eth1.pk}).status_code == 403
+
+
+@pytest.mark.django_db
+def test_the_interface_page_edits_and_asks_before_cutting(admin_user):
+    from django.test import Client
+
+    eth1 = services.interface_create(name="eth1", kind="ethernet")
+    services.address_create(interface=eth1, address="198.18.60.1/24")
+    page = Client(HTTP_HOST="198.18.60.1:8443")
+    page.force_login(admin_user)
+    url = f"/system/network/interfaces/{eth1.pk}/"
+    assert "autofocus" in page.get(url).content.decode()
+    form = {"name": "eth1", "kind": "ethernet", "enabled": "on", "mtu": "9000"}
+    assert page.post(url, form).status_code == 302 and Interface.objects.get(pk=eth1.pk).mtu == 9000
+    refused = page.post(url, {**form, "enabled": ""})
+    assert refused.status_code == 409 and "198.18.60.1" in refused.content.decode()
+    assert Interface.objects.get(pk=eth1.pk).enabled
+    bad = page.post(url, {**form, "mtu": "20"})
+    assert bad.status_code == 400 and "greater than or equal to 68" in bad.content.decode()
+    assert page.post(url, {**form, "enabled": "", "confirm": "1"}).status_code == 302
+    assert not Interface.objects.get(pk=eth1.pk).enabled

@@ -125,6 +125,8 @@ def test_network_page_applies_and_asks_before_cutting_the_management_address(
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(appliance), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            csp: list[str] = []
+            page.on("console", lambda m: csp.append(m.text) if "Content Security Policy" in m.text else None)
             page.goto(f"{BASE}/accounts/login/")
             page.get_by_label("User name").fill("admin")
             page.get_by_label("Password").fill("admin-password")
@@ -155,6 +157,7 @@ def test_network_page_applies_and_asks_before_cutting_the_management_address(
             shot(page, "1-applied")
             accessible(page)
 
+            assert csp == []
             page.get_by_role("button", name="Set mgmt0 down").click()
             page.wait_for_selector("#confirm-cut")
             assert MANAGEMENT in page.text_content("#confirm-cut")

@@ -78,9 +78,10 @@ def test_snat_farm_with_persistence_limits_and_static_sessions(rest):
         "198.18.1.1", "srcip srcport", 300, "",
     )  # fmt: skip
     assert (farm.new_rtlimit, farm.new_rtlimit_burst, farm.rst_rtlimit, farm.est_connlimit) == (20, 40, 10, 1000)
-    assert (farm.limit_verdict, farm.tcp_strict, farm.log, farm.log_prefix, farm.log_rtlimit) == (
-        "drop", True, True, "", 5,
+    assert (farm.limit_verdict, farm.log_drops, farm.tcp_strict, farm.log, farm.log_forward) == (
+        "drop", True, True, False, True,
     )  # fmt: skip
+    assert (farm.log_prefix, farm.log_rtlimit, farm.log_rtlimit_unit) == ("TYPE-FNAME", 5, "second")
     backends = {b.address: b for b in farm.backends.all()}
     assert [(b.port, b.weight, b.priority, b.state) for b in backends.values()] == [
         (8080, 5, 1, "enabled"),
@@ -91,7 +92,7 @@ def test_snat_farm_with_persistence_limits_and_static_sessions(rest):
     sessions = {s.client: s.backend.address for s in StaticSession.objects.filter(farm=farm)}
     assert sessions == {"198.18.0.2:40000": "198.18.1.11", "198.18.0.3:40001": "198.18.1.13"}
     ignored = {e["path"]: e for e in result["ignored"]}
-    assert "farms[0].verdict" in ignored and "counts" in ignored["farms[0].verdict"]["reason"]
+    assert "farms[0].verdict" not in ignored  # 'log drop': logged and dropped, as in nftlb
     assert "learnt session" in ignored["farms[0].sessions[2]"]["reason"]  # a dynamic session is not imported
     assert ignored["farms[0].backends[2].name"]["value"] == "spare"
     assert "farms[0].mark" not in ignored and "farms[0].queue" not in ignored  # nftlb defaults: nothing lost
@@ -120,7 +121,7 @@ def test_ipv6_dnat_udp_hash_and_symhash_farms(rest):
     assert (dns.vip, dns.ports, dns.protocol, dns.scheduler, dns.sched_param) == (
         "2001:2:0:100::53", "53,5353", "udp", "hash", "srcip srcport",
     )  # fmt: skip
-    assert dns.new_rtlimit == 2  # 120/minute
+    assert (dns.new_rtlimit, dns.new_rtlimit_unit) == (120, "minute")  # kept exact, not rounded to /second
     states = {b.address: b.state for b in dns.backends.all()}
     assert states == {"2001:2:0:1::11": "enabled", "2001:2:0:1::12": "disabled"}
     down = next(e for e in result["ignored"] if e["path"] == "farms[0].backends[1].state")
@@ -135,7 +136,8 @@ def test_dsr_farm_takes_its_interface_and_backend_macs(rest):
     assert (farm.mode, farm.interface, farm.scheduler, farm.sched_param) == ("dsr", "eth1", "hash", "srcip")
     assert [b.mac for b in farm.backends.all()] == ["02:00:00:00:01:11", "02:00:00:00:01:12"]
     assert all(b.port is None for b in farm.backends.all())
-    assert "farms[0].ether-addr" in paths(result["ignored"])  # the farm's own MAC: lbweb reads it itself
+    assert farm.ether_addr == "02:00:00:00:00:01"  # the source MAC of the frames it forwards, as in nftlb
+    assert "farms[0].ether-addr" not in paths(result["ignored"])
 
 
 def test_stateless_dnat_farm_with_a_backend_port(rest):
@@ -187,7 +189,7 @@ def test_a_bad_value_in_the_third_farm_refuses_the_whole_document_with_every_err
             farm_doc(
                 "two",
                 vip4(2),
-                persistence="srcip",  # refused by the model (round robin), while its backend is refused here
+                **{"persist-ttl": "0"},  # refused by the model, while its backend is refused here
                 backends=[{"name": "b", "ip-addr": "198.18.1.11", "weight": "0"}],
             ),
             farm_doc("three", vip4(3), backends=[{"name": "b", "ip-addr": "198.18.1.300"}]),
@@ -195,7 +197,7 @@ def test_a_bad_value_in_the_third_farm_refuses_the_whole_document_with_every_err
     }
     result = post_import(rest, doc, expect=400)
     assert paths(result["errors"]) == {
-        "farms[1].persistence",
+        "farms[1].persist-ttl",
         "farms[1].backends[0].weight",
         "farms[2].backends[0].ip-addr",
     }
@@ -210,7 +212,7 @@ def test_refusals_of_the_model_carry_the_nftlb_path(rest):
     doc = {
         "farms": [
             farm_doc("fine", vip4(8)),
-            farm_doc("sticky", vip4(7), persistence="srcip"),  # persistence with rr: refused as in nftlb
+            farm_doc("sticky", vip4(7), **{"intra-connect": "on", "persistence": "srcmac"}),  # no MAC locally
             farm_doc("clash", vip4(9), **{"virtual-ports": "79-81"}),
             farm_doc("v6-backend", vip4(6), backends=[{"name": "b", "ip-addr": "2001:2:0:1::11"}]),
             farm_doc("nopersist", vip4(5), sessions=[{"client": "198.18.0.2", "backend": "bck0"}]),
@@ -230,9 +232,9 @@ def test_refusals_of_the_model_carry_the_nftlb_path(rest):
     "attributes, path, words",
     [
         ({"mode": "local"}, "farms[0].mode", "local"),
-        ({"verdict": "accept"}, "farms[0].verdict", "accept"),
-        ({"new-rtlimit": "30/minute"}, "farms[0].new-rtlimit", "per second"),
-        ({"queue": "0"}, "farms[0].queue", "user space"),
+        ({"verdict": "accept"}, "farms[0].verdict", "drop"),
+        ({"new-rtlimit": "30/fortnight"}, "farms[0].new-rtlimit", "600/minute"),
+        ({"queue": "0"}, "farms[0].queue", "user-space queue"),
         ({"family": "dual"}, "farms[0].family", "one family"),
         ({"family": "ipv6"}, "farms[0].family", "does not match"),
         ({"persistence": "dstip"}, "farms[0].persistence", "srcip"),
@@ -242,8 +244,8 @@ def test_refusals_of_the_model_carry_the_nftlb_path(rest):
         (
             {"backends": [{"name": "b", "ip-addr": "198.18.1.11", "source-addr": "198.18.1.2"}]},
             "farms[0].backends[0].source-addr",
-            "per farm",
-        ),  # noqa: E501
+            "snat farm",
+        ),
         ({"backends": [{"name": "b"}]}, "farms[0].backends[0].ip-addr", "needs"),
         ({"sessions": [{"client": "198.18.0.2", "backend": "ghost"}]}, "farms[0].sessions[0].backend", "ghost"),
         ({"policies": [{"name": "nowhere"}]}, "farms[0].policies[0].name", "nowhere"),
@@ -370,10 +372,13 @@ def test_export_import_into_an_empty_database_and_export_again_is_the_same_docum
     assert [f["name"] for f in first["farms"]] == ["a-snat", "b-dns6", "c-dsr", "d-syslog", "e-all", "f-v6"]
     snat = first["farms"][0]
     assert snat["sessions"] == [{"client": "198.18.0.2 . 40000", "backend": "bck0"}]
-    assert (snat["verdict"], snat["backends"][1]["state"], snat["source-ports"]) == ("reject", "drain", "1024-65535")
+    assert (snat["verdict"], snat["backends"][1]["state"], snat["source-ports"]) == (
+        "log reject accept", "drain", "1024-65535",
+    )  # fmt: skip
     assert first["farms"][5]["sessions"] == [{"client": "2001:2::2 . 40000", "backend": "bck0"}]
     assert first["policies"][0] == {
         "name": "blocked",
+        "family": "ipv4",
         "type": "blacklist",
         "elements": [{"data": "198.18.50.0/24"}, {"data": "2001:2:0:50::7"}],
     }
@@ -398,7 +403,7 @@ def test_export_of_one_farm_and_of_a_farm_that_does_not_exist(rest):
     assert farm["family"] == "ipv6" and farm["sched-param"] == "srcip dstport" and farm["state"] == "off"
     assert farm["backends"] == [
         {"name": "bck0", "ip-addr": "2001:2:0:1::11", "port": "5353", "weight": "1", "priority": "1",
-         "est-connlimit": "0", "state": "up"}
+         "mark": "0x0", "est-connlimit": "0", "state": "up"}
     ]  # fmt: skip
     assert rest.get(EXPORT + "?farm=nope").status_code == 404
 
@@ -415,7 +420,7 @@ def test_the_pure_reader_needs_no_database_writes():
 def test_openapi_documents_the_nftlb_endpoints(rest):
     schema = rest.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     post = schema["paths"]["/api/v1/nftlb/import/"]["post"]
-    assert {p["name"] for p in post["parameters"]} == {"dry_run", "strict"}
+    assert {p["name"] for p in post["parameters"]} == {"dry_run", "strict", "partial"}
     assert set(post["responses"]) == {"200", "400", "401", "403"}  # errors every operation answers: lbweb.api_schema
     assert {p["name"] for p in schema["paths"]["/api/v1/nftlb/export/"]["get"]["parameters"]} == {"farm"}
 
@@ -451,3 +456,21 @@ def test_an_imported_nftlb_dnat_farm_carries_real_traffic_to_the_three_lab_backe
     answers = lab.http_get(vip4(90), 80, count=9)
     assert {a["backend"] for a in answers} == {"b1", "b2", "b3"}
     assert {a["client"] for a in answers} == {"198.18.0.2"}  # DNAT: the backends see the client
+
+
+def test_the_import_page_imports_partially_and_reports_what_it_skipped(django_user_model):
+    """The UI page (System › Export / import › Import an nftlb document) takes the partial import too."""
+    from django.test import Client
+
+    admin = django_user_model.objects.create_user("page-admin", is_staff=True, is_superuser=True)
+    browser = Client()
+    browser.force_login(admin)
+    assert 'id="nftlb-import-link"' in browser.get("/config/").content.decode()
+    doc = {"farms": [farm_doc("good", vip4(1)), farm_doc("local", vip4(2), mode="local")]}
+    all_or_nothing = browser.post("/config/nftlb/", {"text": json.dumps(doc)})
+    assert all_or_nothing.status_code == 400 and not Farm.objects.exists()
+    assert "Nothing was changed" in all_or_nothing.content.decode()
+    partial = browser.post("/config/nftlb/", {"text": json.dumps(doc), "partial": "on"})
+    page = partial.content.decode()
+    assert partial.status_code == 200 and list(Farm.objects.values_list("name", flat=True)) == ["good"]
+    assert 'id="nftlb-skipped"' in page and "farms[1].mode" in page and "mode local" in page

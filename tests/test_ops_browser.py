@@ -43,7 +43,7 @@ def test_history_restore_audit_filters_and_a_stalled_worker(
     api.wait_applied(farm["id"])
     # (the ORM cannot be used here: Playwright's sync API runs an event loop in this thread)
     newest = lambda: (api.get("config-versions/")["results"] or [None])[0]  # noqa: E731
-    first = wait_for(newest, what="the first version")["id"]
+    first = wait_for(lambda: (v := newest()) and v["farms"] == 1 and v["id"], what="the version with the farm")
     api.patch(f"farms/{farm['id']}/", {"ports": "80,8080"})
     api.wait_applied(farm["id"])
     second = wait_for(lambda: (v := newest()) and v["id"] != first and v["id"], what="a second version")

@@ -117,7 +117,9 @@ def test_api_metrics_and_capabilities_are_readable_by_viewers(role_users):
         assert client.get(path).status_code not in (401, 403)  # 200, or 503 with no Redis here
 
 
-BACKEND_FORM = {"address": "198.18.1.12", "weight": "1", "state": "enabled", "priority": "1", "est_connlimit": "0"}
+BACKEND_FORM = {
+    "address": "198.18.1.12", "weight": "1", "state": "enabled", "priority": "1", "est_connlimit": "0", "mark": "0",
+}  # fmt: skip
 
 # (method, path, form data, weakest role allowed, status on success)
 UI_CASES = {
@@ -132,6 +134,13 @@ UI_CASES = {
             "state": "up",
             "persist_ttl": "60",
             "log_rtlimit": "10",
+            "log_rtlimit_unit": "second",
+            "new_rtlimit_unit": "second",
+            "rst_rtlimit_unit": "second",
+            "rst_rtlimit_burst": "0",
+            "limits_ttl": "120",
+            "mark": "0",
+            "log_drops": "on",
             "new_rtlimit": "0",
             "new_rtlimit_burst": "0",
             "rst_rtlimit": "0",

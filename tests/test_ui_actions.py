@@ -211,6 +211,10 @@ def test_backend_history_comes_from_the_audit_trail_and_the_health_events(farm):
         and [s[1] for s in segments] == ["serving", "serving", "draining", "down", "down"]
     )
     assert history[b1.id]["segments"][-1]["reason"] == "TCP connect: refused"
+    later = {h["id"]: h for h in backend_history(farm, at(15).timestamp(), at(40).timestamp())}
+    first = later[b1.id]["segments"][0]  # the window opens between two changes: the one before it holds
+    assert (round(first["from"] - created.timestamp()), first["status"], first["health"]) == (15, "draining", "up")
+    assert first["reason"] == "TCP connect: ok"
     removed = [h for h in history.values() if h["deleted"]]
     assert len(removed) == 1 and removed[0]["address"] == "198.18.1.13"  # a deleted backend keeps its past
     assert HealthEvent.objects.count() == 2
@@ -274,3 +278,85 @@ def test_both_api_docs_pages_carry_lbwebs_header_with_their_section_marked(admin
         page = web.get(path).content.decode()
         assert '<header class="site">' in page and 'lang="en"' in page, path
         assert '<a href="/api/docs/" aria-current="page">API</a>' in page, path
+
+
+def test_backends_edit_reports_every_refused_row_and_keeps_nothing(farm, admin_user):
+    b1, b2, _b3 = farm.backends.order_by("id")
+    rows = [(b1, {"weight": 7}), (None, {"address": "198.18.1.13"}), (None, {"address": "2001:2::1"}),
+            (None, {"address": "198.18.1.12"})]  # fmt: skip
+    with pytest.raises(services.BackendRowsError) as refused:
+        services.backends_edit(farm=farm, rows=rows, removed=[b2], actor=admin_user)
+    assert set(refused.value.rows) == {1, 2}  # a twin of 198.18.1.13 and an IPv6 address; .12 was removed first
+    assert "must be IPv4 too" in " ".join(refused.value.rows[2].messages)
+    assert sorted(farm.backends.values_list("weight", flat=True)) == [1, 3, 5] and farm.backends.count() == 3
+    assert not AuditEvent.objects.filter(actor_name="admin").exists()
+
+
+# Fields the edit page hides where they do not apply, with a value that would matter: wherever the page hides
+# one, the model refuses that value (so hiding it never hides an option that works).
+REFUSED_WHERE_HIDDEN = {
+    "sched_param": "srcip",
+    "persistence": "srcip",
+    "interface": "eth0",
+    "source_addr": "198.18.0.9",
+    "source_ports": "2000-3000",
+    "new_rtlimit": 10,
+    "est_connlimit": 10,
+    "rst_rtlimit": 10,
+    "helper": "tftp",
+    "tcp_strict": True,
+    "intra_connect": True,
+    "flow_offload": True,
+    "log": True,
+    "fallback_address": "198.18.1.99",
+}
+
+
+def test_a_field_hidden_by_the_page_is_one_the_model_refuses():
+    from django.core.exceptions import ValidationError
+
+    from farms.models import Farm
+
+    checked = 0
+    for mode in ("snat", "dnat", "dsr", "stlsdnat"):
+        for scheduler in ("rr", "weight", "hash", "symhash", "leastconn", "maglev"):
+            for protocol in ("tcp", "udp"):
+                context = {"mode": mode, "scheduler": scheduler, "protocol": protocol, "persistence": "",
+                           "log": False, "when_all_down": "reject"}  # fmt: skip
+                base = {**context, "interface": "eth0" if mode == "dsr" else ""}
+                try:
+                    Farm(name="f", vip="198.18.100.1", ports="80", **base).full_clean()
+                except ValidationError:
+                    continue  # a combination refused by itself (DSR with round robin, ...): nothing to learn
+                for name, value in REFUSED_WHERE_HIDDEN.items():
+                    if applies(FARM_FIELD_WHEN[name], {**context, name: value}):
+                        continue
+                    farm = Farm(name="f", vip="198.18.100.1", ports="80", **{**base, name: value})
+                    with pytest.raises(ValidationError) as refused:
+                        farm.full_clean()
+                    assert name in refused.value.message_dict, (name, context, refused.value.message_dict)
+                    checked += 1
+    assert checked > 50
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"mode": "dsr", "scheduler": "hash", "sched_param": "srcip", "interface": "eth0"},
+        {"mode": "stlsdnat", "protocol": "udp", "scheduler": "rr"},
+        {"mode": "snat", "protocol": "all", "ports": "", "scheduler": "maglev"},
+    ],
+)
+def test_the_farm_page_of_every_kind_of_farm_shows_its_fields_only(fields, admin_user):
+    farm = services.farm_create(**{**FARM, "name": "kind", "vip": "198.18.100.9", **fields})
+    services.backend_create(farm=farm, address="198.18.1.11")
+    web = Client()
+    web.force_login(admin_user)
+    page = web.get(f"/farms/{farm.pk}/")
+    text = page.content.decode()
+    assert page.status_code == 200 and "balanced over 1 backend" in text
+    assert ("SNAT source address" in text) == (fields["mode"] == "snat")
+    assert ("DSR interface" in text) == (fields["mode"] == "dsr")
+    editor = page.context["backend_formset"].forms[0].fields
+    assert ("port" in editor) == (fields["mode"] != "dsr" and fields.get("protocol") != "all")
+    assert ("mac" in editor) == (fields["mode"] == "dsr")

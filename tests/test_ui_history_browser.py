@@ -113,7 +113,7 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
         assert event.after["connections_cut"] == shown and event.actor_name == "operator-user"
 
     page.goto(f"{base}/audit-events/?farm_ref={farm['id']}")
-    assert "connections_cut" in page.text_content(f"#event-{event.pk}")
+    assert f"connections ended: {shown}" in page.text_content(f"#event-{event.pk}")
     shot(page, "3-audit-cut")
 
     page.goto(f"{base}/farms/{farm['id']}/")
@@ -138,6 +138,8 @@ def test_charts_from_recorded_history_and_a_cut_that_counts(
     assert series["window_start"] == created
     assert all(p["t"] >= created - series["step"] for p in series["points"])  # nothing from before the farm
     assert page.evaluate("Chart.getChart('chart-throughput').options.scales.x.min") >= created * 1000
+    for chart in ("chart-throughput", "chart-conns", "chart-active"):  # whole steps only: no "0.1 bit/s"
+        assert page.evaluate(f"Chart.getChart('{chart}').scales.y.ticks.every((t) => Number.isInteger(t.value))")
     rows = timeline(page)
     assert rows[f"{backend4('b3')}:81"][-1] == "down"
     assert rows[backend4("b1")][-2:] == ["disabled", "serving"], rows  # the cut, then the bulk enable

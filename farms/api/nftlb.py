@@ -46,6 +46,19 @@ class NftlbIgnoredSerializer(serializers.Serializer):
     reason = serializers.CharField(help_text="Why lbweb does not keep this attribute or this part of its value.")
 
 
+class NftlbNoteSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    attribute = serializers.CharField()
+    message = serializers.CharField()
+
+
+class NftlbSkippedSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="The farm or policy left out, e.g. farms[2].")
+    kind = serializers.CharField(help_text="farm, policy or document.")
+    name = serializers.CharField()
+    errors = NftlbErrorSerializer(many=True)
+
+
 class NftlbImportResultSerializer(serializers.Serializer):
     dry_run = serializers.BooleanField()
     farms_created = serializers.ListField(child=serializers.CharField())
@@ -55,6 +68,12 @@ class NftlbImportResultSerializer(serializers.Serializer):
     errors = NftlbErrorSerializer(many=True, help_text="Empty on success; on a 400, every refused value.")
     unknown = NftlbUnknownSerializer(many=True, help_text="Attributes neither nftlb nor lbweb knows: not applied.")
     ignored = NftlbIgnoredSerializer(many=True, help_text="nftlb settings lbweb does not keep, with the reason.")
+    warnings = NftlbNoteSerializer(many=True, help_text="Accepted, but worth a look (e.g. hash with persistence).")
+    differences = NftlbNoteSerializer(
+        many=True, help_text="Where lbweb deliberately behaves otherwise than nftlb with this document."
+    )
+    partial = serializers.BooleanField(help_text="True when asked to import what is valid and skip the rest.")
+    skipped = NftlbSkippedSerializer(many=True, help_text="Partial import: farms and policies left out, with why.")
 
 
 EXAMPLE = {
@@ -86,7 +105,8 @@ class NftlbImportView(APIView):
         operation_id="nftlb_import",
         summary="Import an nftlb JSON document",
         description=(
-            "Creates or updates farms and policies by name, in one transaction: all or nothing. A farm of the "
+            "Creates or updates farms and policies by name, in one transaction: all or nothing (or, with "
+            "`partial=1`, every valid farm and policy, each whole, the others listed in `skipped`). A farm of the "
             "document replaces the farm of that name (attributes left out take their defaults; backends, "
             "static sessions and policies become the document's). Values are nftlb's (strings); lbweb also "
             "takes the extensions `description`, `source-ports`, scheduler `leastconn`, verdict `reject` and "
@@ -97,6 +117,11 @@ class NftlbImportView(APIView):
         parameters=[
             OpenApiParameter("dry_run", bool, description="Validate only: nothing is written or applied."),
             OpenApiParameter("strict", bool, description="Refuse the document if it has unknown attributes."),
+            OpenApiParameter(
+                "partial",
+                bool,
+                description="Import every farm and policy that is valid, each whole; list the others in `skipped`.",
+            ),
         ],
         request=NftlbDocumentSerializer,
         responses={200: NftlbImportResultSerializer, 400: NftlbImportResultSerializer},
@@ -107,6 +132,7 @@ class NftlbImportView(APIView):
             document=request.data,
             dry_run=_flag(request, "dry_run"),
             strict=_flag(request, "strict"),
+            partial=_flag(request, "partial"),
             actor=request.user,
         )
         code = status.HTTP_200_OK if result.ok else status.HTTP_400_BAD_REQUEST

@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import health_services, services
-from ..choices import BackendStateChoices, FarmTrafficChoices
+from ..choices import ApplyStatusChoices, BackendStateChoices, FarmTrafficChoices
 from ..fields import AddressField
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
 from .fields import StrictIntegerField, StrictIPAddressField
@@ -72,7 +72,7 @@ def _cleaned(instance, attrs: dict) -> dict:
 
 
 class ApplyStatusSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["applied", "pending", "failed"])
+    status = serializers.ChoiceField(choices=ApplyStatusChoices.values)
     config_generation = serializers.IntegerField()
     applied_generation = serializers.IntegerField()
     error = serializers.CharField(allow_blank=True)

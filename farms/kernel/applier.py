@@ -20,7 +20,7 @@ import nftables
 
 from farms.nft.compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
 from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
-from farms.nft.spec import HELPERS, TCP_HELPERS
+from farms.nft.spec import HELPER_PROTOCOL
 from farms.nft.units import UnitObjects
 
 from . import drift, netlink, nfmsg, steps
@@ -30,16 +30,6 @@ from .transcribe import Untranscribable, transcribe
 
 log = logging.getLogger(__name__)
 
-# nf_tables netlink (include/uapi/linux/netfilter/nf_tables.h), used only to read counters.
-NFNL_SUBSYS_NFTABLES = 10
-NFT_MSG_GETOBJ = 19
-NFT_MSG_GETRULE = 7
-NFTA_RULE_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_USERDATA = 1, 2, 7
-NFTNL_UDATA_RULE_COMMENT = 0
-NFPROTO_INET = 1
-NFT_OBJECT_COUNTER = 1
-NFTA_OBJ_TABLE, NFTA_OBJ_NAME, NFTA_OBJ_TYPE, NFTA_OBJ_DATA = 1, 2, 3, 4
-NFTA_COUNTER_BYTES, NFTA_COUNTER_PACKETS = 1, 2
 BE64 = struct.Struct(">Q")
 
 
@@ -53,20 +43,20 @@ COUNTER_MESSAGE = re.compile(
 
 
 # Every counter message names its table first: counting this attribute counts the messages.
-TABLE_ATTRIBUTE = netlink.attr(NFTA_OBJ_TABLE, TABLE_NAME.encode() + b"\0")
+TABLE_ATTRIBUTE = netlink.attr(nfmsg.OBJ_TABLE, TABLE_NAME.encode() + b"\0")
 
 
 def _parse_counter(data: bytes, start: int, end: int) -> tuple[str | None, CounterValue]:
     """One counter object's name and values, attribute by attribute."""
     name, packets, octets = None, 0, 0
     for kind, a, b in netlink.attrs(data, start, end):
-        if kind == NFTA_OBJ_NAME:
+        if kind == nfmsg.OBJ_NAME:
             name = data[a : b - 1].decode()
-        elif kind == NFTA_OBJ_DATA:
+        elif kind == nfmsg.OBJ_DATA:
             for inner, c, _d in netlink.attrs(data, a, b):
-                if inner == NFTA_COUNTER_BYTES:
+                if inner == nfmsg.COUNTER_BYTES:
                     (octets,) = BE64.unpack_from(data, c)
-                elif inner == NFTA_COUNTER_PACKETS:
+                elif inner == nfmsg.COUNTER_PACKETS:
                     (packets,) = BE64.unpack_from(data, c)
     return name, CounterValue(packets, octets)
 
@@ -74,11 +64,11 @@ def _parse_counter(data: bytes, start: int, end: int) -> tuple[str | None, Count
 def _rule_comments(data: bytes, start: int, end: int) -> Iterator[str]:
     """The comment of one rule message: libnftnl's user data (type, length, value) in NFTA_RULE_USERDATA."""
     for kind, a, b in netlink.attrs(data, start, end):
-        if kind != NFTA_RULE_USERDATA:
+        if kind != nfmsg.RULE_USERDATA:
             continue
         while a + 2 <= b:
             udata_type, length = data[a], data[a + 1]
-            if udata_type == NFTNL_UDATA_RULE_COMMENT:
+            if udata_type == nfmsg.UDATA_RULE_COMMENT:
                 yield data[a + 2 : a + 2 + length].rstrip(b"\0").decode(errors="replace")
             a += 2 + length
 
@@ -204,8 +194,7 @@ class Kernel:
             "flowtable": [{"add": {"flowtable": {"family": "inet", "table": "lbweb-probe", "name": "ft",
                                                   "hook": "ingress", "prio": 0, "dev": []}}}],
         }  # fmt: skip
-        for helper in HELPERS:
-            proto = "tcp" if helper in TCP_HELPERS else "udp"
+        for helper, proto in HELPER_PROTOCOL.items():
             body = {"family": "inet", "table": "lbweb-probe", "name": "h", "type": helper, "protocol": proto}
             probes[f"helper-{helper}"] = [{"add": {"ct helper": body}}]
         # A farm without an active backend, and limit verdict 'reject', reject in the nat prerouting hook.
@@ -229,12 +218,12 @@ class Kernel:
         its whole cache (chains, rules, maps) first: ~130 ms for 4,000 counters
         against a few ms here, and the collector reads them every 2 s.
         """
-        request = netlink.attr(NFTA_OBJ_TABLE, TABLE_NAME.encode() + b"\0")
-        request += netlink.attr(NFTA_OBJ_TYPE, struct.pack(">I", NFT_OBJECT_COUNTER))
-        message_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETOBJ
+        request = netlink.attr(nfmsg.OBJ_TABLE, TABLE_NAME.encode() + b"\0")
+        request += netlink.attr(nfmsg.OBJ_TYPE, struct.pack(">I", nfmsg.OBJECT_TYPES["counter"]))
+        message_type = (nfmsg.NFNL_SUBSYS_NFTABLES << 8) | nfmsg.GETOBJ
         counters: dict[str, CounterValue] = {}
         try:
-            for data in netlink.dump_raw(netlink.NETLINK_NETFILTER, message_type, NFPROTO_INET, request):
+            for data in netlink.dump_raw(netlink.NETLINK_NETFILTER, message_type, nfmsg.FAMILIES["inet"], request):
                 found = COUNTER_MESSAGE.findall(data)
                 if len(found) == data.count(TABLE_ATTRIBUTE):  # every message matched: the usual layout
                     for name, octets, packets in found:
@@ -258,12 +247,12 @@ class Kernel:
         libnftables' ``list chain`` would first read every chain, set and element of the table
         (~0.13 s at 1,000 farms, ~16 s at 10,000).
         """
-        request = netlink.attr(NFTA_RULE_TABLE, TABLE_NAME.encode() + b"\0")
-        request += netlink.attr(NFTA_RULE_CHAIN, b"prerouting\0")
-        message_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE
+        request = netlink.attr(nfmsg.RULE_TABLE, TABLE_NAME.encode() + b"\0")
+        request += netlink.attr(nfmsg.RULE_CHAIN, b"prerouting\0")
+        message_type = (nfmsg.NFNL_SUBSYS_NFTABLES << 8) | nfmsg.GETRULE
         try:
             chunks = netlink.dump_chunks(
-                netlink.NETLINK_NETFILTER, message_type, NFPROTO_INET, request, sock=nfmsg.shared_socket()
+                netlink.NETLINK_NETFILTER, message_type, nfmsg.FAMILIES["inet"], request, sock=nfmsg.shared_socket()
             )
             for data, spans in chunks:
                 for start, end in spans:

@@ -43,11 +43,6 @@ from . import netlink, nfmsg
 SKELETON = "skeleton"
 DSR_PREFIX = "lbweb-"  # lbweb's netdev tables (one per DSR farm)
 
-RULE_COMPAT, RULE_USERDATA = 5, 7
-ELEM_DATA, DATA_VERDICT, VERDICT_CHAIN = 2, 2, 2
-ELEM_OBJREF = 9  # NFTA_SET_ELEM_OBJREF: the named object of an object-map element
-OBJ_DATA = 4
-COUNTER = 1
 OBJECT_KINDS = {"counter", "quota", "ct helper", "limit"}
 
 Record = dict[str, Any]
@@ -108,7 +103,7 @@ def owners_of(units: Mapping[str, UnitObjects]) -> Owners:
 # -- reading the kernel: the whole table, or one unit's objects by name ---------------------
 
 
-RULE_BODY = (nfmsg.RULE_EXPRESSIONS, RULE_COMPAT, RULE_USERDATA)  # what a rule is, less where it is
+RULE_BODY = (nfmsg.RULE_EXPRESSIONS, nfmsg.RULE_COMPAT, nfmsg.RULE_USERDATA)  # what a rule is, less where it is
 
 
 def rule_body(rule: nfmsg.Obj) -> bytes:
@@ -131,7 +126,7 @@ def read_rule_bodies(family: str, table: str, sock: socket.socket | None = None)
                 length, kind = unpack(data, position)
                 if length < 4:
                     break
-                kind &= netlink.NLA_TYPE_MASK
+                kind &= nfmsg.NLA_TYPE_MASK
                 following = position + ((length + 3) & ~3)
                 if kind == nfmsg.RULE_CHAIN:
                     chain = data[position + 4 : position + length].rstrip(b"\0")
@@ -271,19 +266,19 @@ def rule_hash(body: bytes, view: Any) -> str:
 
 def object_hash(obj: nfmsg.Obj) -> str:
     """A counter by its existence (its values move with the packets); other objects by definition."""
-    counter = obj.get(nfmsg.OBJ_TYPE) == nfmsg.U32.pack(COUNTER)
-    return _hash(obj.request(nfmsg.GETOBJ, dropped={OBJ_DATA} if counter else ()))
+    counter = obj.get(nfmsg.OBJ_TYPE) == nfmsg.U32.pack(nfmsg.OBJECT_TYPES["counter"])
+    return _hash(obj.request(nfmsg.GETOBJ, dropped={nfmsg.OBJ_DATA} if counter else ()))
 
 
 def verdict_chain(element: nfmsg.Element) -> str | None:
     """The chain a verdict-map element jumps to (None for other verdicts and for sets)."""
     for kind, _whole, payload in element.attrs:
-        if kind != ELEM_DATA:
+        if kind != nfmsg.ELEM_DATA:
             continue
         for k, _w, data in nfmsg.raw_attrs(payload):
-            if k == DATA_VERDICT:
+            if k == nfmsg.DATA_VERDICT:
                 for vk, _vw, value in nfmsg.raw_attrs(data):
-                    if vk == VERDICT_CHAIN:
+                    if vk == nfmsg.VERDICT_CHAIN:
                         return value.rstrip(b"\0").decode(errors="replace")
     return None
 
@@ -291,7 +286,7 @@ def verdict_chain(element: nfmsg.Element) -> str | None:
 def object_reference(element: nfmsg.Element) -> str | None:
     """The named object (a counter) an object-map element points to (None for other elements)."""
     for kind, _whole, payload in element.attrs:
-        if kind == ELEM_OBJREF:
+        if kind == nfmsg.ELEM_OBJREF:
             return payload.rstrip(b"\0").decode(errors="replace")
     return None
 
@@ -361,7 +356,8 @@ def table_record(dump: nfmsg.TableDump) -> Record:
     for name, set_ in dump.sets.items():
         if not nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS:
             record[f"set {prefix}{name}"] = set_hash(set_)
-            record[f"elements {prefix}{name}"] = sorted(element_hash(e) for e in view.elements(name))
+            if not nfmsg.set_flags(set_) & nfmsg.SET_TIMEOUT:  # DSR persistence entries are traffic's, not drift
+                record[f"elements {prefix}{name}"] = sorted(element_hash(e) for e in view.elements(name))
     for name, obj in dump.objects.items():
         record[f"object {prefix}{name}"] = object_hash(obj)
     return record
@@ -614,7 +610,9 @@ def removal_messages(
             kept.add((new_objects[name][1], name))
             continue
         payload = _attr(nfmsg.OBJ_TABLE, table) + _attr(nfmsg.OBJ_NAME, name)
-        payload += netlink.attr(nfmsg.OBJ_TYPE, obj.get(nfmsg.OBJ_TYPE) or nfmsg.U32.pack(COUNTER))
+        payload += netlink.attr(
+            nfmsg.OBJ_TYPE, obj.get(nfmsg.OBJ_TYPE) or nfmsg.U32.pack(nfmsg.OBJECT_TYPES["counter"])
+        )
         out.append(_message(nfmsg.DELOBJ, f"delete object {name}", payload))
 
     # 5. DSR tables of units that go, and lbweb tables nobody owns (the others are re-made whole)

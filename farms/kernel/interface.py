@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-Json = dict[str, Any]
+from farms.types import Json
 
 
 class ApplyError(Exception):

@@ -66,7 +66,9 @@ def neighbour_mac(address: str, interface: str, wait: float = 1.0) -> str:
 def resolve_dsr(spec: FarmSpec) -> FarmSpec:
     """Fill in the interface's MAC and every backend's MAC that was not configured."""
     backends = tuple(
-        b if b.mac or not b.eligible else dataclasses.replace(b, mac=neighbour_mac(b.address, spec.interface))
+        b
+        if b.mac or not (b.sticky if spec.persistence else b.eligible)
+        else dataclasses.replace(b, mac=neighbour_mac(b.address, b.oface or spec.oface or spec.interface))
         for b in spec.backends
     )
     return dataclasses.replace(spec, interface_mac=interface_mac(spec.interface), backends=backends)

@@ -1,12 +1,12 @@
-"""A minimal, read-only netlink dump client for the hot paths of metric collection.
+"""A minimal netlink client: dumps for the hot paths of metric collection, and acknowledged requests.
 
 pyroute2 decodes every attribute of every message into Python objects: fine
 for a handful of links, but a conntrack table of 100,000 entries takes it
 ~30 s and lbweb's ~10,000 named nftables counters take libnftables ~0.3 s
 (it builds its whole cache first). Reading the same dumps with this module and
 looking only at the attributes we need costs a small fraction of that (see
-``bench/collector.py``). It only ever sends dump *requests*: nothing here
-changes the kernel.
+``bench/collector.py``). Dumps change nothing; :func:`acknowledged` sends the few
+requests that do (conntrack deletes, ``conntrack.py``); nf_tables batches are ``nfmsg.py``'s.
 """
 
 from __future__ import annotations
@@ -187,3 +187,26 @@ def dump(
     for data, spans in dump_chunks(protocol, message_type, family, payload, receive_buffer, sock):
         for start, end in spans:
             yield data, start, end
+
+
+NLM_F_ACK = 0x4
+
+
+def acknowledged(requests: list[tuple[int, int, bytes]], sock: socket.socket) -> list[int]:
+    """Send each (message type, family, payload) as a request of its own, asking for an acknowledgement,
+    and return the errno each got (0: done), in order. One round trip each: for the few writes lbweb
+    makes outside nf_tables batches (conntrack deletes)."""
+    codes = []
+    for message_type, family, payload in requests:
+        sequence = next(_sequence) & 0x7FFFFFFF
+        body = NFGEN_HEADER.pack(family, 0, 0) + payload
+        flags = NLM_F_REQUEST | NLM_F_ACK
+        sock.send(MESSAGE_HEADER.pack(MESSAGE_HEADER.size + len(body), message_type, flags, sequence, 0) + body)
+        code = None
+        while code is None:
+            data = sock.recv(1 << 16)
+            for kind, seq, start, _end in messages(data):
+                if kind == NLMSG_ERROR and seq == sequence:
+                    code = -ERROR_CODE.unpack_from(data, start)[0]
+        codes.append(code)
+    return codes

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 
 from . import netlink, steps
 
+# The nf_tables netlink vocabulary (include/uapi/linux/netfilter/nf_tables.h), defined here only: the
+# applier's reads, drift and the transcriber use these names.
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE, NLM_F_APPEND = 0x1, 0x4, 0x400, 0x800
+NLM_F_REQUEST, NLM_F_ACK = netlink.NLM_F_REQUEST, netlink.NLM_F_ACK
+NLM_F_CREATE, NLM_F_APPEND = 0x400, 0x800
 NLA_F_NESTED = 0x8000
-NLA_TYPE_MASK = 0x3FFF
+NLA_TYPE_MASK = netlink.NLA_TYPE_MASK
 SO_SNDBUFFORCE = 32
 
 # NFT_MSG_*
@@ -41,14 +44,19 @@ OBJECT_TYPES = {"counter": 1, "quota": 2, "ct helper": 3, "limit": 4}
 # newer kernels add more), so what is sent is chosen from a list of what a request may say.
 TABLE_NAME = 1
 CHAIN_TABLE, CHAIN_NAME = 1, 3
-RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS = 1, 2, 4
+RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS, RULE_COMPAT, RULE_USERDATA = 1, 2, 4, 5, 7
 SET_TABLE, SET_NAME, SET_FLAGS, SET_ID = 1, 2, 3, 10
 ELEM_LIST_TABLE, ELEM_LIST_SET, ELEM_LIST_ELEMENTS, ELEM_LIST_SET_ID = 1, 2, 3, 4
-ELEM_KEY, ELEM_FLAGS, ELEM_KEY_END = 1, 3, 10
-OBJ_TABLE, OBJ_NAME, OBJ_TYPE = 1, 2, 3
+ELEM_KEY, ELEM_DATA, ELEM_FLAGS, ELEM_KEY_END = 1, 2, 3, 10
+ELEM_OBJREF = 9  # NFTA_SET_ELEM_OBJREF: the named object (a counter) of an object-map element
+DATA_VERDICT, VERDICT_CHAIN = 2, 2  # NFTA_DATA_VERDICT, NFTA_VERDICT_CHAIN
+OBJ_TABLE, OBJ_NAME, OBJ_TYPE, OBJ_DATA = 1, 2, 3, 4
+COUNTER_BYTES, COUNTER_PACKETS = 1, 2  # NFTA_COUNTER_* inside OBJ_DATA
+UDATA_RULE_COMMENT = 0  # libnftnl's user data type of a rule's comment, in RULE_USERDATA
 LIST_ELEM = 1
 EXPR_NAME, EXPR_DATA = 1, 2
 SET_ANONYMOUS = 0x1
+SET_TIMEOUT = 0x10  # NFT_SET_TIMEOUT: elements expire (persistence entries, meters): the kernel's own state
 
 # Expressions that name a set: (expression, attribute with the set's name, attribute with its batch id)
 SET_REFERENCES = {b"lookup": (1, 4), b"dynset": (1, 2), b"objref": (4, 5)}

@@ -26,13 +26,12 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from farms.types import Json
 
 from . import nfmsg
 from .nfmsg import Message
 from .scratch import Scratch, ScratchError, ScratchKernel
-
-Json = dict[str, Any]
 
 OBJECTS = {"counter", "quota", "limit", "ct helper"}
 SUPPORTED = {
@@ -76,7 +75,21 @@ def _command(raw: Json) -> Command:
         raise Untranscribable(f"'{verb} {kind}' is not transcribed")
     if kind == "rule" and ({"handle", "index", "position"} & set(obj)):
         raise Untranscribable("rules placed by handle or index are not transcribed")
+    if kind == "rule" and _counts_connections_per_key(obj):
+        raise Untranscribable(
+            "a per-client connection count (est-connlimit) needs its set made 'dynamic' in the batch of its "
+            "first rule, which libnftables 1.0's JSON cannot say: libnftables writes it"
+        )
     return Command(verb, kind, obj)
+
+
+def _counts_connections_per_key(rule: Json) -> bool:
+    """A rule that adds to a set with a ``ct count`` statement (nftlb's est-connlimit meter): the kernel
+    takes it only into a set created with the 'dynamic' (EVAL) flag."""
+    return any(
+        isinstance(e, dict) and "set" in e and any("ct count" in stmt for stmt in e["set"].get("stmt", []))
+        for e in rule.get("expr", [])
+    )
 
 
 def _attr(kind: int, text: str) -> bytes:

@@ -74,10 +74,14 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
+from farms.types import Json
+
 from . import dsr, maglev
 from . import fragments as f
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
-from .spec import TCP_HELPERS, BackendSpec, FarmSpec, PolicySpec
+from .logs import log_statements as _log
+from .logs import rate as _rate
+from .spec import HELPER_PROTOCOLS, BackendSpec, FarmSpec, PolicySpec
 from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, canonical, digest_of
 from .units import Builder as _Builder
 
@@ -90,13 +94,13 @@ PRIO_SRCNAT = 100
 TRAFFIC_DIR_MAP = "traffic_dir"  # ct mark . ct direction -> the farm's in/out counter
 HOOK_PREFIX = "hook:"
 HASH_SEED = 0x6C627765  # fixed, so every lbweb node hashes a flow to the same backend
-LIMIT_SET_TIMEOUT = 120  # seconds a source stays in a rate-limit meter
+ROUTE_MARKS = "route_marks"
+LOG_FORWARD_MAP = "log_forward_marks"  # ct mark -> the farm's chain that logs every forwarded packet
 REUSE_TTL = 120  # conntrack's TCP TIME_WAIT (nf_conntrack_tcp_timeout_time_wait): how long a reopen can happen
 REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when full, new ones are not learnt
 REUSE_ALTERNATIVES = 8  # backends tried after the scheduler's pick when another client holds the port there
 NUMGEN_SCHEDULERS = ("rr", "weight", "leastconn")  # the others hash the flow: a reused port meets the same backend
 
-Json = dict[str, Any]
 FarmObjects = UnitObjects  # a farm's objects are a unit's objects
 FarmRuleset = UnitRuleset
 __all__ = ["canonical", "digest_of", "DIGEST_PREFIX", "UnitObjects", "UnitRuleset"]
@@ -254,9 +258,8 @@ def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Cal
     """The verdict map that picks one backend for a new connection: it jumps to ``target(backend)``,
     the backend's chain unless told otherwise."""
     target = target or (lambda b: backend_chain_name(farm, b.id))
-    if farm.scheduler == "rr":
-        elems = [[i, f.jump(target(b))] for i, b in enumerate(backends)]
-        return f.vmap(f.numgen("inc", len(backends)), {"set": elems})
+    if farm.scheduler == "rr":  # weighted, as nftlb: each backend takes weight turns in a row
+        return _weighted_vmap(lambda total: f.numgen("inc", total), backends, target)
     if farm.scheduler == "hash":
         expr = _hash_expr(farm, farm.sched_param or ("srcip",))
         return _weighted_vmap(
@@ -270,12 +273,10 @@ def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Cal
     return _weighted_vmap(lambda total: f.numgen("random", total), backends, target)
 
 
-SINGLE_VALUE_SCHEDULERS = ("rr", "maglev")  # one map key per slot; the others own intervals of [0, total weight)
-
-
-def sched_map_name(farm: FarmSpec) -> str:
-    """The NAT farm's scheduler map; its name says its flags, so a change of kind makes a new map."""
-    return f"sched-{farm.name}" if farm.scheduler in SINGLE_VALUE_SCHEDULERS else f"sched-{farm.name}-w"
+def sched_map_name(farm: FarmSpec, interval: bool = False) -> str:
+    """The NAT farm's scheduler map; its name says its flags (an interval map when a backend owns a
+    range of the pick's values), so a change of kind makes a new map."""
+    return f"sched-{farm.name}-w" if interval else f"sched-{farm.name}"
 
 
 def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None):
@@ -289,8 +290,9 @@ def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...]
     ``ct mark vmap @sched-<name>``; every chain the map jumps to puts the farm's mark back first
     (see :func:`_restore_mark`), before anything reads it."""
     verdict = scheduler_map(farm, backends, target)["vmap"]
-    name = sched_map_name(farm)
-    flags = None if farm.scheduler in SINGLE_VALUE_SCHEDULERS else ["interval"]
+    interval = any(isinstance(key, dict) for key, _target in verdict["data"]["set"])
+    name = sched_map_name(farm, interval)
+    flags = ["interval"] if interval else None
     b.obj("map", f.named_map(name, "mark", "verdict", flags), volatile=True)
     b.creates.append(f.add("element", f.element(name, verdict["data"]["set"])))
     return [f.set_ct_mark(verdict["key"]), f.vmap(f.ct("mark"), "@" + name)]
@@ -304,11 +306,20 @@ def _restore_mark(farm: FarmSpec, expr: list[Json]) -> list[Json]:
 # -- farm compilation -------------------------------------------------------------------
 
 
+ALL_PROTOCOLS = ("tcp", "udp", "sctp")  # nftlb's protocol "all": these three, never ICMP or the others
+EVERY_PORT = ((0, 65535),)
+
+
+def farm_protocols(farm: FarmSpec) -> tuple[str, ...]:
+    return ALL_PROTOCOLS if farm.protocol == "all" else (farm.protocol,)
+
+
 def _dispatch_keys(farm: FarmSpec, prefix: str = "dispatch") -> list[tuple[str, Any]]:
-    map_name = dispatch_map_name(farm.family, farm.protocol, prefix)
-    if farm.protocol == "all":
-        return [(map_name, farm.vip)]
-    return [(map_name, f.concat(farm.vip, farm.protocol, f.port_value(lo, hi))) for lo, hi in farm.ports]
+    """One key per protocol and port range; no ports (nftlb: empty virtual-ports) is every port."""
+    map_name = dispatch_map_name(farm.family, "tcp", prefix)
+    ports = farm.ports or EVERY_PORT
+    keys = [f.concat(farm.vip, proto, f.port_value(lo, hi)) for proto in farm_protocols(farm) for lo, hi in ports]
+    return [(map_name, key) for key in keys]
 
 
 def _backend_chain(b: _Builder, farm: FarmSpec, backend: BackendSpec) -> None:
@@ -324,13 +335,12 @@ def _backend_chain(b: _Builder, farm: FarmSpec, backend: BackendSpec) -> None:
 
     expr: list[Json] = [f.counter_ref(name)]
     if backend.est_connlimit:
-        rule(
-            [
-                {"ct count": {"val": backend.est_connlimit, "inv": True}},
-                f.counter_ref(f"{farm_chain_name(farm)}-limit"),
-                _verdict(farm),
-            ],
-        )
+        prefix = f"est-connlimit-{farm.name}-{backend.address} "
+        refuse = _refuse(b, farm, f"bck{backend.id}", prefix, f"{farm_chain_name(farm)}-limit")
+        rule([{"ct count": {"val": backend.est_connlimit, "inv": True}}, *refuse])
+    packet_mark = farm.fwmark | backend.fwmark
+    if packet_mark:  # the connection's first packet is routed right after this chain (see _route_marks)
+        expr.append({"mangle": {"key": f.meta("mark"), "value": packet_mark}})
     if farm.persistence:
         expr.append(
             {
@@ -405,36 +415,120 @@ def _reuse_rules(b: _Builder, farm: FarmSpec, chain: str, backends: tuple[Backen
     return nat_scheduler(b, farm, backends, lambda x: pick_chain_name(farm, x.id))
 
 
+def _refuse(b: _Builder, farm: FarmSpec, tag: str, prefix: str, counter: str) -> list[Json]:
+    """What follows a limit's or a policy's match: logged as nftlb logs it (``prefix``, at the farm's log
+    rate, unless ``log_drops`` is off), counted, and dropped or rejected. A rated log needs a chain of
+    its own, so that the match (which may add to a meter) is evaluated once."""
+    tail = [f.counter_ref(counter), _verdict(farm)]
+    if not farm.log_drops:
+        return tail
+    log = {"log": {"prefix": truncate_utf8(prefix, LOG_PREFIX_BYTES)}}
+    if not farm.log_rtlimit:
+        return [log, *tail]
+    chain = f"drop-{farm.name}-{tag}"
+    b.chain(chain)
+    b.rule(chain, [_rate(farm.log_rtlimit, farm.log_rtlimit_unit), log])
+    b.rule(chain, tail)
+    return [f.jump(chain)]
+
+
+def _meter(b: _Builder, farm: FarmSpec, kind: str, definition: list, *, timeout: int | None) -> str:
+    """A per-client set a limit keeps its state in; its name changes with its definition."""
+    name = f"{kind}-{farm.name}-{digest_of(definition)[:6]}"
+    addr = "ipv4_addr" if farm.family == 4 else "ipv6_addr"
+    body: Json = {**f.named_set(name, addr), "size": 65535}  # the kernel makes it dynamic (fed by packets)
+    if timeout:
+        body |= {"flags": ["timeout"], "timeout": timeout}
+    b.obj("set", body)
+    return name
+
+
 def _farm_guards(b: _Builder, farm: FarmSpec, chain: str) -> None:
-    """Access policies, limits, logging and helpers: evaluated once, on a connection's first packet."""
+    """Limits, logging and helpers: evaluated once, on a connection's first packet (policies are
+    checked on every packet, in the farm's guard chain)."""
     l3 = _l3(farm)
+    saddr = f.payload(l3, "saddr")
+    if farm.new_rtlimit:
+        definition = [farm.new_rtlimit, farm.new_rtlimit_unit, farm.new_rtlimit_burst, farm.limits_ttl]
+        meter = _meter(b, farm, "rtlimit", definition, timeout=farm.limits_ttl)
+        limit = _rate(farm.new_rtlimit, farm.new_rtlimit_unit, over=True, burst=farm.new_rtlimit_burst)
+        over = {"set": {"op": "add", "elem": saddr, "set": "@" + meter, "stmt": [limit]}}
+        b.rule(chain, [over, *_refuse(b, farm, "new", f"new-rtlimit-{farm.name} ", f"{chain}-limit")])
+    if farm.est_connlimit:  # per client address, as nftlb (a set of connection counts keyed by source)
+        meter = _meter(b, farm, "estconn", [farm.est_connlimit], timeout=None)
+        count = {"ct count": {"val": farm.est_connlimit, "inv": True}}
+        over = {"set": {"op": "add", "elem": saddr, "set": "@" + meter, "stmt": [count]}}
+        b.rule(chain, [over, *_refuse(b, farm, "est", f"est-connlimit-{farm.name} ", f"{chain}-limit")])
+    if farm.log:
+        b.rule(chain, _log(farm, "IN"))
+    if farm.helper:
+        protocols = tuple(p for p in HELPER_PROTOCOLS[farm.helper] if farm.protocol in (p, "all"))
+        for protocol in protocols:
+            helper = f"helper-{farm.name}-{farm.helper}" + (f"-{protocol}" if len(protocols) > 1 else "")
+            b.obj("ct helper", {**f.counter(helper), "type": farm.helper, "protocol": protocol, "l3proto": "inet"})
+            match = [f.match(f.meta("l4proto"), protocol)] if len(protocols) > 1 else []
+            b.rule(chain, [*match, {"ct helper": helper}])
+
+
+def _guard_chain(b: _Builder, farm: FarmSpec) -> None:
+    """Every packet from a client to the farm (not only a connection's first), before NAT: access
+    policies (a denied source loses its established connections too, as in nftlb), tcp-strict, the
+    per-client reset limit, and the refresh of the client's persistence entry (nftlb's ``update``:
+    the TTL counts from the client's last packet, not from its first connection)."""
+    refresh = farm.persistence and farm.sticky_backends
+    if not (farm.policies or farm.tcp_strict or farm.rst_rtlimit or refresh):
+        return
+    guard = f"guard-{farm.name}"
+    l3 = _l3(farm)
+    b.chain(guard)
     for policy in farm.policies:
         members = "@" + policy_set_name(policy, farm.family)
-        op = "==" if policy.type == "deny" else "!="
-        b.rule(chain, [f.match(f.payload(l3, "saddr"), members, op), f.counter_ref(f"{chain}-policy"), _verdict(farm)])
-    if farm.new_rtlimit:
-        meter = f"rtlimit-{farm.name}-{digest_of([farm.new_rtlimit, farm.new_rtlimit_burst])[:6]}"
-        addr = "ipv4_addr" if farm.family == 4 else "ipv6_addr"
-        b.obj("set", {**f.named_set(meter, addr), "flags": ["timeout"], "timeout": LIMIT_SET_TIMEOUT})
-        limit = {"rate": farm.new_rtlimit, "per": "second", "inv": True}
-        if farm.new_rtlimit_burst:
-            limit["burst"] = farm.new_rtlimit_burst
-        over = {"set": {"op": "add", "elem": f.payload(l3, "saddr"), "set": "@" + meter, "stmt": [{"limit": limit}]}}
-        b.rule(chain, [over, f.counter_ref(f"{chain}-limit"), _verdict(farm)])
-    if farm.est_connlimit:
-        b.rule(
-            chain,
-            [{"ct count": {"val": farm.est_connlimit, "inv": True}}, f.counter_ref(f"{chain}-limit"), _verdict(farm)],
+        op, word = ("==", "BL") if policy.type == "deny" else ("!=", "WL")
+        refuse = _refuse(
+            b, farm, f"policy-{policy.name}", f"policy-{word}-{policy.name}-{farm.name} ", f"farm-{farm.name}-policy"
         )
-    if farm.log:
-        # The kernel keeps 127 bytes (not characters); libnftables 1.0.6 crashes on ~140 (see limits.py).
-        prefix = truncate_utf8(farm.log_prefix or f"lbweb {farm.name} ", LOG_PREFIX_BYTES)
-        b.rule(chain, [{"limit": {"rate": farm.log_rtlimit or 10, "per": "second"}}, {"log": {"prefix": prefix}}])
-    if farm.helper:
-        helper = f"helper-{farm.name}-{farm.helper}"
-        protocol = "tcp" if farm.helper in TCP_HELPERS else "udp"
-        b.obj("ct helper", {**f.counter(helper), "type": farm.helper, "protocol": protocol, "l3proto": "inet"})
-        b.rule(chain, [{"ct helper": helper}])
+        b.rule(guard, [f.match(f.payload(l3, "saddr"), members, op), *refuse])
+    if farm.tcp_strict or farm.rst_rtlimit:
+        b.obj("counter", f.counter(guard))
+    if farm.tcp_strict:
+        refuse = _refuse(b, farm, "strict", f"tcp-strict-{farm.name} ", guard)
+        b.rule(guard, [f.match(f.ct("state"), "invalid"), *refuse])
+    if farm.rst_rtlimit:
+        definition = [farm.rst_rtlimit, farm.rst_rtlimit_unit, farm.rst_rtlimit_burst, farm.limits_ttl]
+        meter = _meter(b, farm, "rstlimit", definition, timeout=farm.limits_ttl)
+        rst = f.match({"&": [f.payload("tcp", "flags"), "rst"]}, 0, "!=")
+        limit = _rate(farm.rst_rtlimit, farm.rst_rtlimit_unit, over=True, burst=farm.rst_rtlimit_burst)
+        over = {"set": {"op": "add", "elem": f.payload(l3, "saddr"), "set": "@" + meter, "stmt": [limit]}}
+        refuse = _refuse(b, farm, "rst", f"rst-rtlimit-{farm.name} ", guard)
+        b.rule(guard, [f.match(f.meta("l4proto"), "tcp"), rst, over, *refuse])
+    if refresh:
+        key = _hash_expr(farm, farm.persistence)
+        for backend in farm.sticky_backends:
+            learnt = "@" + persist_set_name(farm, backend.id)
+            b.rule(guard, [f.match(key, learnt), {"set": {"op": "update", "elem": key, "set": learnt}}])
+    for map_name, key in _dispatch_keys(farm, "guard"):
+        b.element(map_name, key, f.jump(guard))
+
+
+def _route_marks(b: _Builder, farm: FarmSpec) -> None:
+    """nftlb's farm and backend marks, as the packet mark of every packet of the farm's connections,
+    both ways, so that policy routing (``ip rule fwmark``) sees them as under nftlb and SKUDONET.
+    A connection's first packet gets it in its backend's chain; later ones here, before routing,
+    by the backend the connection went to (its reply source)."""
+    if not (farm.fwmark or any(x.fwmark for x in farm.backends)):
+        return
+    chain = f"mark-{farm.name}"
+    b.chain(chain)
+    marks: dict[str, int] = {}
+    for backend in sorted(farm.backends, key=lambda x: x.id):
+        marks.setdefault(backend.address, farm.fwmark | backend.fwmark)
+    if not any(x.fwmark for x in farm.backends):
+        value: Any = farm.fwmark
+    else:
+        source = f.ct(f"{_l3(farm)} saddr", "reply")
+        value = {"map": {"key": source, "data": {"set": [[a, m] for a, m in marks.items() if m]}}}
+    b.rule(chain, [{"mangle": {"key": f.meta("mark"), "value": value}}])
+    b.element(ROUTE_MARKS, farm.mark, f.jump(chain))
 
 
 def _persistence_sets(b: _Builder, farm: FarmSpec) -> dict[int, list[str]]:
@@ -473,9 +567,21 @@ def _session_key(client: tuple, farm: FarmSpec) -> Any:
 
 
 def _snat(b: _Builder, farm: FarmSpec) -> None:
+    """Postrouting of a new connection: nftlb's ``output`` log, then the SNAT of a snat farm."""
     chain = f"snat-{farm.name}"
     b.chain(chain)
+    if farm.log_output:
+        b.rule(chain, _log(farm, "OUT"))
+    if farm.mode != "snat":
+        b.element("snat_farms", farm.mark, f.jump(chain))
+        return
     ports = farm.source_ports
+    for backend in sorted(farm.backends, key=lambda x: x.id):  # nftlb's backend source-addr comes first
+        if backend.source_addr:
+            own: list[Json] = [f.match(f.payload(_l3(farm), "daddr"), backend.address)]  # after DNAT: the backend
+            if backend.port is not None:
+                own += [f.match(f.meta("l4proto"), farm.protocol), f.match(f.payload("th", "dport"), backend.port)]
+            b.rule(chain, [*own, {"snat": {"family": _l3(farm), "addr": backend.source_addr}}])
     expr: list[Json] = []
     if ports:
         expr.append(f.match(f.meta("l4proto"), {"set": ["tcp", "udp", "sctp"]}))
@@ -509,6 +615,11 @@ def _traffic(b: _Builder, farm: FarmSpec) -> None:
         seen.add(backend.address)
         key = f.concat(farm.mark, backend.address)
         b.element(traffic_backend_map(farm.family), key, backend_traffic_counter_name(farm.name, backend.id))
+    if farm.log_forward:  # nftlb's "forward": every forwarded packet of the farm, both ways
+        chain = f"logfwd-{farm.name}"
+        b.chain(chain)
+        b.rule(chain, _log(farm, "FWD"))
+        b.element(LOG_FORWARD_MAP, farm.mark, f.jump(chain))
 
 
 def _fallback_chain(b: _Builder, farm: FarmSpec) -> str:
@@ -557,21 +668,11 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
     if farm.intra_connect:
         for map_name, key in _dispatch_keys(farm, "local"):
             b.element(map_name, key, f.jump(chain))
-    if farm.mode == "snat":
+    if farm.mode == "snat" or farm.log_output:
         _snat(b, farm)
     _traffic(b, farm)
-    if farm.tcp_strict or farm.rst_rtlimit:
-        guard = f"guard-{farm.name}"
-        b.obj("counter", f.counter(guard))
-        b.chain(guard)
-        if farm.tcp_strict:
-            b.rule(guard, [f.match(f.ct("state"), "invalid"), f.counter_ref(guard), {"drop": None}])
-        if farm.rst_rtlimit:
-            rst = f.match({"&": [f.payload("tcp", "flags"), "rst"]}, 0, "!=")
-            limit = {"limit": {"rate": farm.rst_rtlimit, "per": "second", "inv": True}}
-            b.rule(guard, [f.match(f.meta("l4proto"), "tcp"), rst, limit, f.counter_ref(guard), {"drop": None}])
-        for map_name, key in _dispatch_keys(farm, "guard"):
-            b.element(map_name, key, f.jump(guard))
+    _guard_chain(b, farm)
+    _route_marks(b, farm)
     if farm.flow_offload:
         table_ft = f"ft-{farm.name}"
         b.obj(
@@ -588,10 +689,15 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
     return last
 
 
+def stateless_replies_map(family: int, protocol: str) -> str:
+    """Where a stateless farm's backends' answers are recognised: by source address and port, per protocol."""
+    return f"stateless_replies{family}" if protocol == "udp" else f"stateless_{protocol}_replies{family}"
+
+
 def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
-    """UDP rewritten both ways in the raw hook: no conntrack entry, no NAT table."""
+    """UDP or TCP rewritten both ways in the raw hook: no conntrack entry, no NAT table."""
     chain = farm_chain_name(farm)
-    l3 = _l3(farm)
+    l3, l4 = _l3(farm), farm.protocol  # udp or tcp: both rewritten both ways, as nftlb does
     backends = farm.active_backends
     b.obj("counter", f.counter(chain))
     for backend in backends:
@@ -600,7 +706,7 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
         b.chain(name)
         expr = [f.counter_ref(name), {"mangle": {"key": f.payload(l3, "daddr"), "value": backend.address}}]
         if backend.port is not None:
-            expr.append({"mangle": {"key": f.payload("udp", "dport"), "value": backend.port}})
+            expr.append({"mangle": {"key": f.payload(l4, "dport"), "value": backend.port}})
         b.rule(name, expr)
         reply = f"reply-{farm.name}-{backend.id}"
         b.chain(reply)
@@ -608,14 +714,16 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
         b.rule(reply, [f.match({"fib": {"result": "type", "flags": ["daddr"]}}, "local"), {"return": None}])
         back = [{"notrack": None}, {"mangle": {"key": f.payload(l3, "saddr"), "value": farm.vip}}]
         if backend.port is not None:
-            back.append({"mangle": {"key": f.payload("udp", "sport"), "value": farm.ports[0][0]}})
+            back.append({"mangle": {"key": f.payload(l4, "sport"), "value": (farm.ports or EVERY_PORT)[0][0]}})
         b.rule(reply, back)
-        replies = f"stateless_replies{farm.family}"
-        sources = [(backend.port, backend.port)] if backend.port is not None else list(farm.ports)
+        replies = stateless_replies_map(farm.family, l4)
+        sources = [(backend.port, backend.port)] if backend.port is not None else list(farm.ports or EVERY_PORT)
         for lo, hi in sources:
             b.element(replies, f.concat(backend.address, f.port_value(lo, hi)), f.jump(reply))
     b.chain(chain)
     b.rule(chain, [{"notrack": None}, f.counter_ref(chain)])
+    if farm.log:  # nftlb's "input": every packet to the VIP (a stateless farm has no connections)
+        b.rule(chain, _log(farm, "IN"))
     last = b.rule(chain, [scheduler_map(farm, backends) if backends else {"drop": None}])
     for _map, key in _dispatch_keys(farm):
         b.element(f"stateless{farm.family}", key, f.jump(chain))
@@ -695,11 +803,15 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
     cmds += [
         f.add("map", f.named_map("stateless_replies4", ["ipv4_addr", "inet_service"], "verdict", ["interval"])),
         f.add("map", f.named_map("stateless_replies6", ["ipv6_addr", "inet_service"], "verdict", ["interval"])),
+        f.add("map", f.named_map("stateless_tcp_replies4", ["ipv4_addr", "inet_service"], "verdict", ["interval"])),
+        f.add("map", f.named_map("stateless_tcp_replies6", ["ipv6_addr", "inet_service"], "verdict", ["interval"])),
         f.add("map", f.named_map("snat_farms", "mark", "verdict")),
         f.add("map", f.named_map("offload_marks", "mark", "verdict")),
         f.add("map", f.named_map(TRAFFIC_DIR_MAP, ["mark", "ct_dir"], "counter")),
         f.add("map", f.named_map(traffic_backend_map(4), ["mark", "ipv4_addr"], "counter")),
         f.add("map", f.named_map(traffic_backend_map(6), ["mark", "ipv6_addr"], "counter")),
+        f.add("map", f.named_map(LOG_FORWARD_MAP, "mark", "verdict")),
+        f.add("map", f.named_map(ROUTE_MARKS, "mark", "verdict")),
         f.add("chain", f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT)),
     ]
     rules = [f.rule("prerouting", expr) for expr in _dispatch_rules("dispatch")]
@@ -709,20 +821,24 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
 def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
     """What of the hook units one farm needs: the worker keeps this beside each compiled farm, so
     the hooks follow a change without every farm's specification at hand."""
-    if not farm.enabled or farm.mode == "dsr":
+    if not farm.enabled or farm.mode not in ("snat", "dnat", "stlsdnat"):
         return frozenset()
     any_ = farm.protocol == "all"
     if farm.mode == "stlsdnat":
         return frozenset({("stateless", farm.family)})
     needs: set[tuple] = {("forward", farm.family, bool(farm.backends))}
-    if farm.tcp_strict or farm.rst_rtlimit:
-        needs.add(("guard", farm.family, any_))
+    if farm.policies or farm.tcp_strict or farm.rst_rtlimit or (farm.persistence and farm.sticky_backends):
+        needs.add(("guard", farm.family, any_))  # the farm has a guard chain (see _guard_chain)
     if farm.intra_connect:
         needs.add(("output", farm.family, any_))
     if farm.flow_offload:
         needs.add(("offload",))
     if farm.mode == "snat":
         needs.add(("postrouting",))
+    if farm.fwmark or any(x.fwmark for x in farm.backends):
+        needs.add(("route_marks",))
+    if farm.log_forward:
+        needs.add(("log_forward",))
     return frozenset(needs)
 
 
@@ -738,8 +854,11 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
     """The hook units for the union of the farms' :func:`farm_needs`."""
     hooks: dict[str, tuple[str, str, int, list[list[Json]]]] = {}
     guard = {(n[1], n[2]) for n in needs if n[0] == "guard"}
-    if guard:
-        hooks["guard"] = ("filter", "prerouting", PRIO_GUARD, _dispatch_rules("guard", guard))
+    if guard or ("route_marks",) in needs:
+        rules = _dispatch_rules("guard", guard)
+        if ("route_marks",) in needs:  # nftlb's marks: every packet of a marked farm, before routing
+            rules.append([f.vmap(f.ct("mark"), "@" + ROUTE_MARKS)])
+        hooks["guard"] = ("filter", "prerouting", PRIO_GUARD, rules)
     stateless = {n[1] for n in needs if n[0] == "stateless"}
     if stateless:
         rules = []
@@ -750,6 +869,9 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
                 reply_key = f.concat(f.payload(proto, "saddr"), f.payload("udp", "sport"))
                 udp = f.match(f.meta("l4proto"), "udp")
                 rules.append([udp, f.vmap(reply_key, f"@stateless_replies{family}")])
+                tcp_key = f.concat(f.payload(proto, "saddr"), f.payload("tcp", "sport"))
+                tcp_replies = "@" + stateless_replies_map(family, "tcp")
+                rules.append([f.match(f.meta("l4proto"), "tcp"), f.vmap(tcp_key, tcp_replies)])
         hooks["stateless"] = ("filter", "prerouting", PRIO_RAW, rules)
     local = {(n[1], n[2]) for n in needs if n[0] == "output"}
     if local:
@@ -757,6 +879,8 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
     forward = {n for n in needs if n[0] == "forward"}
     if forward:
         rules = []
+        if ("log_forward",) in needs:
+            rules.append([f.vmap(f.ct("mark"), "@" + LOG_FORWARD_MAP)])  # nftlb's "forward" log
         if ("offload",) in needs:
             rules.append([f.vmap(f.ct("mark"), "@offload_marks")])  # offloaded flows leave the hook from here on
         rules.append([f.counter_map_ref(f.concat(f.ct("mark"), f.ct("direction")), TRAFFIC_DIR_MAP)])

@@ -11,13 +11,22 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-PROTOCOLS = ("tcp", "udp", "sctp", "all")
-MODES = ("snat", "dnat", "dsr", "stlsdnat")
-SCHEDULERS = ("rr", "weight", "hash", "symhash", "leastconn", "maglev")
-HASH_FIELDS = ("srcip", "dstip", "srcport", "dstport", "srcmac", "dstmac")
-PERSISTENCE = ("srcip", "srcport", "srcmac")
-HELPERS = ("ftp", "tftp", "sip", "pptp", "snmp", "irc", "amanda", "h323")
-TCP_HELPERS = ("ftp", "pptp", "irc", "h323")  # the others track UDP
+# The protocol each conntrack helper tracks: the compiler's ct helper objects, the worker's capability
+# probe and the models' validation all read it here. The choices offered (with their labels) are
+# farms.choices.HelperChoices; tests/test_vocabulary.py keeps the two the same set.
+HELPER_PROTOCOL = {
+    "ftp": "tcp",
+    "pptp": "tcp",
+    "irc": "tcp",
+    "h323": "tcp",
+    "tftp": "udp",
+    "snmp": "udp",
+    "amanda": "udp",
+    "sip": "udp",
+}
+# Every protocol a helper tracks (the kernel's SIP helper follows TCP too): a farm for all protocols gets one
+# ct helper object per protocol here, and a TCP farm may use SIP.
+HELPER_PROTOCOLS = {helper: (protocol,) for helper, protocol in HELPER_PROTOCOL.items()} | {"sip": ("udp", "tcp")}
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,9 @@ class BackendSpec:
     healthy: bool = True
     est_connlimit: int = 0
     mac: str | None = None
+    fwmark: int = 0  # nftlb's backend mark: ORed with the farm's into the packet mark (policy routing)
+    oface: str = ""  # DSR: the interface towards this backend when it is not the farm's
+    source_addr: str = ""  # SNAT: this backend's own source address (nftlb's backend source-addr)
 
     @property
     def mark(self) -> int:
@@ -94,14 +106,25 @@ class FarmSpec:
     persist_ttl: int = 60
     source_addr: str = ""  # SNAT: an address or a range "a-b"; empty = masquerade
     source_ports: tuple[int, int] | None = None
-    new_rtlimit: int = 0  # new connections per second per source address (0: off)
+    new_rtlimit: int = 0  # new connections per new_rtlimit_unit per source address (0: off)
+    new_rtlimit_unit: str = "second"
     new_rtlimit_burst: int = 0
-    rst_rtlimit: int = 0  # TCP resets per second towards the farm (0: off)
-    est_connlimit: int = 0  # established connections of the whole farm (0: off)
+    rst_rtlimit: int = 0  # TCP resets per rst_rtlimit_unit per source address (0: off)
+    rst_rtlimit_unit: str = "second"
+    rst_rtlimit_burst: int = 0
+    limits_ttl: int = 120  # seconds a source stays in a per-client rate meter
+    est_connlimit: int = 0  # established connections per source address (0: off), as nftlb
     limit_verdict: str = "drop"  # drop | reject
-    log: bool = False
-    log_prefix: str = ""
-    log_rtlimit: int = 10
+    log: bool = False  # nftlb "input": new connections as they arrive
+    log_forward: bool = False  # nftlb "forward": every forwarded packet of the farm, both ways
+    log_output: bool = False  # nftlb "output": new connections as they leave for the backend
+    log_prefix: str = ""  # nftlb's TYPE-FNAME (IN-/FWD-/OUT-<farm>) when empty
+    log_rtlimit: int = 10  # 0: every line (nftlb's default)
+    log_rtlimit_unit: str = "second"
+    log_drops: bool = True  # log what limits and policies drop (nftlb's verdict "log drop")
+    fwmark: int = 0  # nftlb's farm mark: the packet mark of the farm's connections, for policy routing
+    oface: str = ""  # DSR: the interface frames leave by (empty: the farm's interface)
+    ether_addr: str = ""  # DSR: the source MAC of forwarded frames (empty: the interface's own)
     helper: str = ""
     tcp_strict: bool = False
     intra_connect: bool = False
@@ -122,13 +145,25 @@ class FarmSpec:
         return self.id
 
     @property
+    def priority_level(self) -> int:
+        """The highest priority value that takes new connections, computed as nftlb does it.
+
+        Start at 1; every backend of the current level that cannot take connections raises the level
+        by one, and the new level is checked the same way. So a priority-2 backend comes in as soon
+        as one priority-1 backend is out, not only when all of them are.
+        """
+        level = 1
+        while True:
+            out = sum(1 for b in self.backends if b.priority == level and not b.eligible)
+            if not out:
+                return level
+            level += out
+
+    @property
     def active_backends(self) -> tuple[BackendSpec, ...]:
-        """The backends the scheduler picks from: eligible ones of the best (lowest) priority present."""
-        eligible = [b for b in self.backends if b.eligible]
-        if not eligible:
-            return ()
-        best = min(b.priority for b in eligible)
-        return tuple(sorted((b for b in eligible if b.priority == best), key=lambda b: b.id))
+        """The backends the scheduler picks from: eligible ones whose priority is within the level."""
+        level = self.priority_level
+        return tuple(sorted((b for b in self.backends if b.eligible and b.priority <= level), key=lambda b: b.id))
 
     @property
     def sticky_backends(self) -> tuple[BackendSpec, ...]:

@@ -15,7 +15,6 @@ from typing import Any
 
 from ..validation import parse_mac
 
-RATE_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
 ON_OFF = {"on": True, "off": False}
 
 
@@ -102,6 +101,10 @@ def dump_switch(value: bool) -> str:
     return "on" if value else "off"
 
 
+def dump_switch_if_on(value: bool) -> str | None:
+    return "on" if value else None
+
+
 def choice(values: dict[str, Any], unsupported: dict[str, str] | None = None) -> Parser:
     """One of ``values`` (nftlb word -> lbweb value); a word of ``unsupported`` is refused with its reason."""
 
@@ -116,31 +119,36 @@ def choice(values: dict[str, Any], unsupported: dict[str, str] | None = None) ->
     return parse
 
 
-def rate(raw: Any) -> int:
-    """``N`` or ``N/<second|minute|hour|day|week>`` as a whole number per second (lbweb's unit)."""
+def rate(raw: Any) -> dict[str, Any]:
+    """``N`` or ``N/<second|minute|hour|day|week>``: the number and its unit, both kept (the kernel limits
+    per minute or per hour exactly, so nothing is rounded)."""
     value = text(raw).lower().replace(" ", "")
     match = re.fullmatch(r"([0-9]+)(?:/(second|minute|hour|day|week))?", value)
     if not match:
-        raise BadValue(f"'{value}' is not a rate like 10/second")
-    number, seconds = int(match.group(1)), RATE_UNITS[match.group(2) or "second"]
-    if number % seconds:
-        raise BadValue(
-            f"lbweb limits per second and {value} is not a whole number per second; "
-            f"write it as N/second (e.g. {max(1, round(number / seconds))}/second)"
-        )
-    return number // seconds
+        raise BadValue(f"'{value}' is not a rate like 10/second or 600/minute")
+    return {"number": int(match.group(1)), "unit": match.group(2) or "second"}
 
 
-def dump_rate(value: int) -> str:
-    return f"{value}/second"
+def dump_rate(number: int, unit: str) -> str:
+    return f"{number}/{unit}"
 
 
-def log_rate(raw: Any) -> int | Lossy:
-    """nftlb's log rate (0: unlimited); lbweb always rate-limits its connection log."""
-    per_second = rate(raw)
-    if per_second == 0:
-        return Lossy(10, "lbweb always rate-limits connection logs; 0 (unlimited) became 10/second")
-    return per_second
+def hex_mark(raw: Any) -> int:
+    """nftlb's marks: hexadecimal (``0x200``), as nftlb reads them; a 32-bit packet mark."""
+    value = text(raw).lower()
+    if not value:
+        return 0
+    try:
+        number = int(value, 16)
+    except ValueError:
+        raise BadValue(f"'{value}' is not a hexadecimal mark like 0x200") from None
+    if not 0 <= number < 2**32:
+        raise BadValue(f"'{value}' does not fit a 32-bit packet mark")
+    return number
+
+
+def dump_hex(value: int) -> str:
+    return f"0x{value:x}"
 
 
 def word_set(allowed: dict[frozenset[str], str], words: str) -> Parser:

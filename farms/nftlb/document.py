@@ -39,6 +39,7 @@ from .schema import (
     POLICY_TYPES,
     STATE_ATTRIBUTES,
     Attribute,
+    Compound,
     Ignored,
 )
 
@@ -46,6 +47,10 @@ MISSING = object()
 FARM_BY_NAME = {a.name: a for a in FARM_ATTRIBUTES}
 BACKEND_BY_NAME = {a.name: a for a in BACKEND_ATTRIBUTES}
 TOP_LEVEL = ("farms", "policies", "addresses")
+# Where nftlb's default differs from lbweb's own (a farm left without the attribute takes nftlb's).
+NFTLB_DEFAULTS = {"log_rtlimit": 0}
+# nftlb's dump writes these with its defaults (a farm's priority is recomputed, queue -1 is none).
+NFTLB_CONSTANTS = {"priority": "1", "queue": "-1"}
 ADDRESS_ATTRIBUTES = {
     "ip-addr": FARM_BY_NAME["virtual-addr"],
     "ports": FARM_BY_NAME["virtual-ports"],
@@ -108,6 +113,15 @@ class ImportPlan:
     errors: list[dict[str, str]] = field(default_factory=list)
     unknown: list[dict[str, str]] = field(default_factory=list)
     ignored: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    differences: list[dict[str, str]] = field(default_factory=list)
+
+    def warn(self, path: str, attribute: str, message: str) -> None:
+        self.warnings.append({"path": path, "attribute": attribute, "message": message})
+
+    def differ(self, path: str, attribute: str, message: str) -> None:
+        """Where lbweb, by design, does not do exactly what nftlb does."""
+        self.differences.append({"path": path, "attribute": attribute, "message": message})
 
     def error(self, path: str, message: str) -> None:
         self.errors.append({"path": path, "message": message})
@@ -145,6 +159,14 @@ class _Reader:
             self.plan.left_out(_at(path, key), key, raw, parsed.reason)
             return parsed.value
         return parsed
+
+    def attribute(self, path: str, key: str, attr: Attribute | Compound, raw: Any, values: dict) -> None:
+        """One attribute into the fields that keep it (a refused one leaves them MISSING)."""
+        if isinstance(attr, Compound):
+            parsed = self.value(path, key, attr.parse, raw)
+            values.update(dict.fromkeys(attr.fields, MISSING) if parsed is MISSING else parsed)
+        else:
+            values[attr.field] = self.value(path, key, attr.parse, raw)
 
     def other(self, path: str, key: str, raw: Any, ignored: dict[str, Ignored]) -> None:
         """An attribute without an lbweb field: left out with its reason, refused, or unknown."""
@@ -242,6 +264,8 @@ class _Reader:
                 values["description"] = self.value(path, key, c.text, raw)
             elif key == "elements":
                 values["elements"] = self.elements(_at(path, key), raw)
+            elif key == "family":  # lbweb policies hold both families; the elements say which
+                self.value(path, key, c.choice(FAMILIES), raw)
             else:
                 self.other(path, key, raw, POLICY_IGNORED)
         if ok and MISSING not in values.values():
@@ -274,7 +298,7 @@ class _Reader:
         for key, raw in obj.items():
             attr = FARM_BY_NAME.get(key)
             if attr:
-                values[attr.field] = self.value(path, key, attr.parse, raw)
+                self.attribute(path, key, attr, raw, values)
             elif key == "family":
                 family = self.value(path, key, c.choice(FAMILIES, {"inet": _ONE_FAMILY, "dual": _ONE_FAMILY}), raw)
             elif key == "addresses":
@@ -288,7 +312,7 @@ class _Reader:
                         self.other(item_path, extra, item[extra], {})
                     if policy:
                         plan.policies.append((_at(item_path, "name"), policy))
-            elif key not in ("name", "sessions", "oface"):
+            elif key not in ("name", "sessions"):
                 self.other(path, key, raw, FARM_IGNORED)
         for required in ("virtual-addr", "mode"):
             if FARM_BY_NAME[required].field not in values:
@@ -298,6 +322,7 @@ class _Reader:
             return None
         self.farm_rules(plan, family, obj)
         plan.sessions = self.sessions(plan, obj.get("sessions"))
+        self.differences(plan, obj)
         # Refused backends and sessions are skipped one by one; a refused farm value skips the whole farm.
         own = (_at(path, "backends["), _at(path, "sessions["))
         plan.valid = not any(not e["path"].startswith(own) for e in self.plan.errors[errors_before:])
@@ -329,8 +354,15 @@ class _Reader:
         if known and ipaddress.ip_address(vip).version != family:
             self.plan.error(_at(path, "family"), f"family ipv{family} does not match virtual-addr {vip}")
         for name in FARM_FIELDS:
-            values.setdefault(name, _default_farm(name))
+            values.setdefault(name, NFTLB_DEFAULTS.get(name, _default_farm(name)))
         scheduler, mode = values["scheduler"], values["mode"]
+        if scheduler in (FarmSchedulerChoices.HASH, FarmSchedulerChoices.SYMHASH) and values["persistence"]:
+            self.plan.warn(
+                _at(path, "persistence"),
+                "persistence",
+                "a hash scheduler already sends a client to the same backend while the backends stay the same; "
+                "persistence (checked first, as in nftlb) keeps it there when they change",
+            )
         if scheduler == FarmSchedulerChoices.HASH and values["sched_param"] == "":
             values["sched_param"] = "srcip"  # nftlb hashes the source address by default
         elif scheduler not in HASHED and values["sched_param"] not in ("", MISSING):
@@ -338,25 +370,40 @@ class _Reader:
                 _at(path, "sched-param"), "sched-param", obj["sched-param"], f"not used by the {scheduler} scheduler"
             )
             values["sched_param"] = ""
-        oface = self.value(path, "oface", c.text, obj["oface"]) if "oface" in obj else ""
-        if mode == FarmModeChoices.DSR:
-            if oface and oface is not MISSING and oface != values["interface"]:
-                self.plan.error(
-                    _at(path, "oface"),
-                    "lbweb DSR sends frames back out of the interface they came in on (iface); "
-                    "oface must be empty or the same",
-                )
-        elif mode is not MISSING:
-            if values["interface"]:
-                self.plan.left_out(
-                    _at(path, "iface"), "iface", obj["iface"], "lbweb hooks non-DSR farms on every interface"
-                )
-                values["interface"] = ""
-            if oface and oface is not MISSING:
-                self.plan.left_out(_at(path, "oface"), "oface", oface, "lbweb routes replies by the routing table")
-        prefix = values["log_prefix"]
-        if prefix is not MISSING:
-            values["log_prefix"] = _log_prefix(prefix, plan.name)
+        if mode is not MISSING and mode != FarmModeChoices.DSR:
+            for key, name, reason in (
+                ("iface", "interface", "lbweb hooks non-DSR farms where the routing table says"),
+                ("oface", "oface", "lbweb routes non-DSR traffic by the routing table (marks steer it)"),
+                ("ether-addr", "ether_addr", "only DSR farms rewrite MAC addresses"),
+            ):
+                if values[name] not in ("", MISSING):
+                    self.plan.left_out(_at(path, key), key, obj[key], reason)
+                    values[name] = ""
+
+    def differences(self, plan: FarmPlan, obj: dict) -> None:
+        """Where lbweb deliberately behaves otherwise than nftlb with this farm: said, never silent."""
+        values, path = plan.values, plan.path
+        marked = values.get("mark") not in (0, MISSING, None) or any(
+            b.values.get("mark") not in (0, MISSING, None) for b in plan.backends
+        )
+        if marked:
+            self.plan.differ(
+                _at(path, "mark"),
+                "mark",
+                "lbweb sets the packet mark to the farm's mark ORed with the backend's, on every packet of the "
+                "connection both ways; nftlb adds bits of its own (0x80000000 for masquerading farms, and a "
+                "numbered mark for each backend without one): match them in ip rules with a mask",
+            )
+        if "log-prefix" in obj and "ANAME" in str(obj["log-prefix"]):
+            self.plan.differ(
+                _at(path, "log-prefix"), "log-prefix", "lbweb has no address objects: ANAME is the farm's name"
+            )
+        if any(b.values.get("est_connlimit") for b in plan.backends) and values.get("log_drops"):
+            self.plan.differ(
+                _at(path, "backends"),
+                "est-connlimit-log-prefix",
+                "a backend's connection limit logs est-connlimit-<farm>-<backend address> (nftlb: the backend's name)",
+            )
 
     def backends(self, path: str, raw: Any) -> list[BackendPlan]:
         out: list[BackendPlan] = []
@@ -367,7 +414,7 @@ class _Reader:
             for key, value in obj.items():
                 attr = BACKEND_BY_NAME.get(key)
                 if attr:
-                    values[attr.field] = self.value(item_path, key, attr.parse, value)
+                    self.attribute(item_path, key, attr, value, values)
                 elif key == "name":
                     self.plan.left_out(
                         _at(item_path, key), key, value, "lbweb backends have no name; sessions may refer to it"
@@ -417,15 +464,6 @@ def _default_backend(name: str) -> Any:
     return Backend._meta.get_field(name).get_default()
 
 
-def _log_prefix(prefix: str, farm_name: str) -> str:
-    """nftlb's default prefix becomes lbweb's; its name placeholders are filled in."""
-    if prefix in ("TYPE-FNAME", "KNAME-TYPE-FNAME"):
-        return ""
-    for word, value in (("KNAME", "lbweb"), ("FNAME", farm_name), ("ANAME", farm_name), ("TYPE", "farm")):
-        prefix = prefix.replace(word, value)
-    return prefix
-
-
 def _session_client(raw: Any) -> str:
     """nftlb writes a client as the persistence key: ``addr``, ``addr . port`` or a MAC; lbweb as addr:port."""
     value = c.text(raw)
@@ -446,10 +484,10 @@ def import_document(document: Any, *, strict: bool = False) -> ImportPlan:
 # -- export -----------------------------------------------------------------------------------------
 
 
-def _dump(obj: Any, attributes: Iterable[Attribute]) -> dict[str, str]:
+def _dump(obj: Any, attributes: Iterable[Attribute | Compound]) -> dict[str, str]:
     out = {}
     for attr in attributes:
-        value = attr.dump(getattr(obj, attr.field))
+        value = attr.dump(obj) if isinstance(attr, Compound) else attr.dump(getattr(obj, attr.field))
         if value is not None:
             out[attr.name] = value
     return out
@@ -467,6 +505,7 @@ def export_farm(farm) -> dict[str, Any]:
     """One farm (with its backends, static sessions and policy names) as an nftlb farm object."""
     family = "ipv6" if ipaddress.ip_address(farm.vip).version == 6 else "ipv4"
     doc: dict[str, Any] = {"name": farm.name, "family": family, **_dump(farm, FARM_ATTRIBUTES)}
+    doc |= NFTLB_CONSTANTS  # what nftlb's own dump writes and lbweb has no field for (their defaults)
     names = {}
     backends = []
     for index, backend in enumerate(farm.backends.all()):
@@ -485,7 +524,9 @@ def export_farm(farm) -> dict[str, Any]:
 
 
 def export_policy(policy) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": policy.name, "type": POLICY_TYPE_WORDS[policy.type]}
+    versions = {ipaddress.ip_network(e, strict=False).version for e in policy.element_list}
+    family = "ipv6" if versions == {6} else "ipv4"  # nftlb's default; a policy of both families says ipv4
+    doc: dict[str, Any] = {"name": policy.name, "family": family, "type": POLICY_TYPE_WORDS[policy.type]}
     if policy.description:
         doc["description"] = policy.description
     doc["elements"] = [{"data": network} for network in policy.element_list]

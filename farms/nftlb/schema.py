@@ -37,6 +37,17 @@ class Attribute:
 
 
 @dataclass(frozen=True)
+class Compound:
+    """An nftlb attribute kept in several lbweb fields (``log`` in three switches, a rate in its number and
+    its unit): ``parse`` returns the fields' values, ``dump`` reads them from the object."""
+
+    name: str
+    fields: tuple[str, ...]
+    parse: Callable[[Any], dict[str, Any]]
+    dump: Callable[[Any], str | None]
+
+
+@dataclass(frozen=True)
 class Ignored:
     """An nftlb attribute lbweb does not keep: reported with ``reason`` unless its value is in ``harmless``
     (nftlb's default, which changes nothing); ``blocking`` makes any other value an error instead."""
@@ -58,29 +69,50 @@ def _persistence_parser() -> Callable[[Any], str]:
     )
 
 
-def _verdict(raw: Any) -> str | c.Lossy:
+def _verdict(raw: Any) -> dict[str, Any]:
+    """nftlb's verdict for what a limit or a deny list catches: ``log`` (lbweb: log_drops), ``drop`` (or
+    lbweb's ``reject``), and ``accept``, which is what an allow list does with its members (lbweb too)."""
     words = set(c.tokens(raw)) - {"none"}
-    if not words:
-        return "drop"
-    if "accept" in words or words == {"log"}:
-        raise c.BadValue("lbweb drops or rejects what passes a limit; 'accept' and log-only are not supported")
-    action = words - {"log"}
-    if action not in ({"drop"}, {"reject"}):
-        raise c.BadValue(f"'{c.text(raw)}' is not one of drop, 'log drop', reject")
-    (value,) = action
-    if "log" in words:
-        return c.Lossy(value, "lbweb counts what a limit drops (named counters) instead of logging it")
-    return value
+    unknown = words - {"log", "drop", "reject", "accept"}
+    if unknown:
+        raise c.BadValue(f"'{c.text(raw)}' is not made of log, drop, accept (or lbweb's reject)")
+    action = words & {"drop", "reject"}
+    if len(action) > 1:
+        raise c.BadValue("drop or reject, not both")
+    if words and not action:
+        raise c.BadValue(f"'{c.text(raw)}' lets what a limit catches through; lbweb's limits drop or reject (add drop)")
+    return {"limit_verdict": (action or {"drop"}).pop(), "log_drops": "log" in words or not words}
 
 
-def _log(raw: Any) -> bool:
+def _dump_verdict(farm) -> str:
+    words = (["log"] if farm.log_drops else []) + [farm.limit_verdict, "accept"]
+    return " ".join(words)
+
+
+def _log(raw: Any) -> dict[str, bool]:
     words = set(c.tokens(raw))
-    if words <= {"none"}:
-        return False
-    unknown = words - {"input", "forward", "output"}
+    unknown = words - {"none", "input", "forward", "output"}
     if unknown:
         raise c.BadValue(f"'{c.text(raw)}' is not none or a list of input, forward, output")
-    return True
+    return {"log": "input" in words, "log_forward": "forward" in words, "log_output": "output" in words}
+
+
+def _dump_log(farm) -> str:
+    words = [w for w, on in (("input", farm.log), ("forward", farm.log_forward), ("output", farm.log_output)) if on]
+    return " ".join(words) or "none"
+
+
+def _rate(number_field: str, unit_field: str) -> Compound:
+    def parse(raw: Any) -> dict[str, Any]:
+        found = c.rate(raw)
+        return {number_field: found["number"], unit_field: found["unit"]}
+
+    return Compound(
+        number_field.replace("_", "-"),
+        (number_field, unit_field),
+        parse,
+        lambda obj: c.dump_rate(getattr(obj, number_field), getattr(obj, unit_field)),
+    )
 
 
 def _farm_state(raw: Any) -> str | c.Lossy:
@@ -115,15 +147,18 @@ def _words(choices) -> dict[str, str]:
 
 FARM_ATTRIBUTES = (
     Attribute("virtual-addr", "vip", c.ip_address, str),
-    Attribute("virtual-ports", "ports", c.text, c.omit_if_empty),
-    Attribute("source-addr", "source_addr", c.text, c.omit_if_empty),
+    Attribute("virtual-ports", "ports", c.text, str),  # nftlb writes both, empty or not
+    Attribute("source-addr", "source_addr", c.text, str),
     Attribute("source-ports", "source_ports", c.text, c.omit_if_empty),  # lbweb extension
     Attribute(
         "mode",
         "mode",
         c.choice(
             _words(FarmModeChoices),
-            {"local": "mode local (nftlb's local proxy) is not supported by lbweb; use snat or dnat"},
+            {
+                "local": "mode local (nftlb's services on the appliance itself, filtered and limited) is not "
+                "supported by lbweb yet; balance to the local service with snat or dnat"
+            },
         ),
         str,
     ),
@@ -141,18 +176,23 @@ FARM_ATTRIBUTES = (
         ),
         c.none_if_empty,
     ),
-    Attribute("log", "log", _log, lambda on: "forward" if on else "none"),
-    Attribute("log-prefix", "log_prefix", c.verbatim, c.omit_if_empty),
-    Attribute("log-rtlimit", "log_rtlimit", c.log_rate, c.dump_rate),
-    Attribute("new-rtlimit", "new_rtlimit", c.rate, c.dump_rate),
+    Compound("log", ("log", "log_forward", "log_output"), _log, _dump_log),
+    Attribute("log-prefix", "log_prefix", c.verbatim, lambda v: None if v in ("", "TYPE-FNAME ") else v),
+    _rate("log_rtlimit", "log_rtlimit_unit"),
+    Attribute("mark", "mark", c.hex_mark, c.dump_hex),
+    Attribute("limits-ttl", "limits_ttl", c.integer(1, 7 * 86400)),
+    _rate("new_rtlimit", "new_rtlimit_unit"),
     Attribute("new-rtlimit-burst", "new_rtlimit_burst", c.integer()),
-    Attribute("rst-rtlimit", "rst_rtlimit", c.rate, c.dump_rate),
+    _rate("rst_rtlimit", "rst_rtlimit_unit"),
+    Attribute("rst-rtlimit-burst", "rst_rtlimit_burst", c.integer()),
     Attribute("est-connlimit", "est_connlimit", c.integer()),
-    Attribute("verdict", "limit_verdict", _verdict, str),
+    Compound("verdict", ("limit_verdict", "log_drops"), _verdict, _dump_verdict),
     Attribute("tcp-strict", "tcp_strict", c.switch, c.dump_switch),
-    Attribute("flow-offload", "flow_offload", c.switch, c.dump_switch),
-    Attribute("intra-connect", "intra_connect", c.switch, c.dump_switch),
+    Attribute("flow-offload", "flow_offload", c.switch, c.dump_switch_if_on),  # nftlb writes them only when on
+    Attribute("intra-connect", "intra_connect", c.switch, c.dump_switch_if_on),
     Attribute("iface", "interface", c.text, c.omit_if_empty),
+    Attribute("oface", "oface", c.text, c.omit_if_empty),
+    Attribute("ether-addr", "ether_addr", c.mac, c.omit_if_empty),
     Attribute("state", "state", _farm_state, str),
     Attribute("description", "description", c.verbatim, c.omit_if_empty),  # lbweb extension
     # lbweb extensions for health checking: what new connections get when no backend is active
@@ -163,29 +203,28 @@ FARM_ATTRIBUTES = (
     Attribute("fallback-port", "fallback_port", c.optional_port, lambda v: None if v is None else str(v)),
 )
 
-LOG_PREFIX_DEFAULTS = frozenset({"", "KNAME-TYPE-FNAME", "TYPE-FNAME"})
+LOG_PREFIX_DEFAULTS = frozenset({"", "KNAME-FNAME", "KNAME-FNAME "})
+LIMIT_PREFIX = "lbweb logs what a limit drops with nftlb's default prefix (KNAME-FNAME: {kind}-<farm> )"
 FARM_IGNORED = {
     "newname": Ignored("renaming is an nftlb API action; import the farm under its new name"),
     "fqdn": Ignored("lbweb does not use a farm's FQDN"),
-    "ether-addr": Ignored("lbweb reads the MAC addresses of its own interfaces"),
-    "iether-addr": Ignored("lbweb reads the MAC addresses of its own interfaces"),
-    "oether-addr": Ignored("lbweb reads the MAC addresses of its own interfaces"),
-    "responsettl": Ignored("lbweb does not use a response TTL", frozenset({"", "0"})),
-    "mark": Ignored(
-        "lbweb does not mark a farm's packets; route by the backends' addresses instead",
-        frozenset({"", "0", "0x0", "0x00000000"}),
-    ),
+    "iether-addr": Ignored("lbweb reads the MAC addresses of its own interfaces (ether-addr sets the source MAC)"),
+    "oether-addr": Ignored("lbweb reads the MAC addresses of its own interfaces (ether-addr sets the source MAC)"),
+    "responsettl": Ignored("lbweb does not use a response TTL", frozenset({"", "0", "60"})),
     "priority": Ignored(
-        "lbweb moves to the next priority group by itself when every backend of a group is unavailable",
+        "nftlb recomputes a farm's priority from its backends' states at every start (a lower-priority "
+        "backend comes in for each one that is down); lbweb does the same, so a configured value has no effect",
         frozenset({"", "1"}),
     ),
-    "limits-ttl": Ignored("lbweb's per-client limit entries expire by themselves", frozenset({"", "120"})),
-    "rst-rtlimit-burst": Ignored("lbweb's reset limit has no burst", frozenset({"", "0"})),
-    "new-rtlimit-log-prefix": Ignored("lbweb counts limited packets instead of logging them", LOG_PREFIX_DEFAULTS),
-    "rst-rtlimit-log-prefix": Ignored("lbweb counts limited packets instead of logging them", LOG_PREFIX_DEFAULTS),
-    "est-connlimit-log-prefix": Ignored("lbweb counts limited packets instead of logging them", LOG_PREFIX_DEFAULTS),
-    "tcp-strict-log-prefix": Ignored("lbweb counts dropped packets instead of logging them", LOG_PREFIX_DEFAULTS),
-    "queue": Ignored("lbweb does not queue packets to user space", frozenset({"", "-1"}), blocking=True),
+    "new-rtlimit-log-prefix": Ignored(LIMIT_PREFIX.format(kind="new-rtlimit"), LOG_PREFIX_DEFAULTS),
+    "rst-rtlimit-log-prefix": Ignored(LIMIT_PREFIX.format(kind="rst-rtlimit"), LOG_PREFIX_DEFAULTS),
+    "est-connlimit-log-prefix": Ignored(LIMIT_PREFIX.format(kind="est-connlimit"), LOG_PREFIX_DEFAULTS),
+    "tcp-strict-log-prefix": Ignored(LIMIT_PREFIX.format(kind="tcp-strict"), LOG_PREFIX_DEFAULTS),
+    "queue": Ignored(
+        "lbweb does not send packets to a user-space queue (nftlb's queue hands SYNs to a program lbweb does not run)",
+        frozenset({"", "-1"}),
+        blocking=True,
+    ),
 }
 
 BACKEND_ATTRIBUTES = (
@@ -193,29 +232,35 @@ BACKEND_ATTRIBUTES = (
     Attribute("port", "port", c.optional_port, c.omit_if_empty),
     Attribute("weight", "weight", c.integer(1, 10000)),
     Attribute("priority", "priority", c.integer(1, 100)),
+    Attribute("mark", "mark", c.hex_mark, c.dump_hex),
     Attribute("est-connlimit", "est_connlimit", c.integer()),
     Attribute("state", "state", _backend_state, _dump_backend_state),
     Attribute("ether-addr", "mac", c.mac, c.omit_if_empty),
+    Attribute("oface", "oface", c.text, c.omit_if_empty),
+    Attribute("source-addr", "source_addr", c.text, c.omit_if_empty),
 )
 BACKEND_IGNORED = {
-    "mark": FARM_IGNORED["mark"],
-    "est-connlimit-log-prefix": FARM_IGNORED["est-connlimit-log-prefix"],
-    "source-addr": Ignored(
-        "lbweb sets the SNAT source per farm (the farm's source-addr), not per backend", blocking=True
+    "est-connlimit-log-prefix": Ignored(
+        "lbweb logs what a backend's limit drops as est-connlimit-<farm>-<backend address> ",
+        frozenset({"", "KNAME-FNAME-BNAME", "KNAME-FNAME-BNAME "}),
     ),
+    "fqdn": Ignored("lbweb does not use a backend's FQDN"),
 }
 
 POLICY_IGNORED = {
-    "family": Ignored("lbweb policies hold IPv4 and IPv6 elements together", frozenset({"", "ipv4", "ipv6", "inet"})),
     "timeout": Ignored("lbweb policy elements do not expire", frozenset({"", "0"})),
-    "priority": Ignored("lbweb checks every policy of a farm before balancing", frozenset({"", "1"})),
-    "log-prefix": Ignored("lbweb counts what policies drop instead of logging it", frozenset({""})),
+    "priority": Ignored("lbweb checks every policy of a farm on every packet", frozenset({"", "1"})),
+    "route": Ignored("lbweb checks policies where packets arrive (nftlb's route in)", frozenset({"", "in"})),
+    "log-prefix": Ignored(
+        "lbweb logs what a policy drops with nftlb's default prefix (policy-BL-<policy>-<farm> )",
+        frozenset({"", "KNAME-TYPE-PNAME-FNAME", "KNAME-TYPE-PNAME-FNAME "}),
+    ),
 }
 ELEMENT_IGNORED = {"time": Ignored("lbweb policy elements do not expire")}
 ADDRESS_IGNORED = {
     "iface": Ignored("lbweb hooks non-DSR farms on every interface"),
     "oface": Ignored("lbweb routes replies by the routing table"),
-    "ether-addr": FARM_IGNORED["ether-addr"],
+    "ether-addr": Ignored("set the MAC address on the farm (ether-addr)"),
     "verdict": Ignored("set the verdict on the farm", frozenset({"", "log drop", "drop"})),
     "log-prefix": Ignored("set the log prefix on the farm", LOG_PREFIX_DEFAULTS),
     "log-rtlimit": Ignored("set the log rate on the farm", frozenset({"", "0", "0/second"})),
@@ -225,5 +270,15 @@ POLICY_TYPES = {"blacklist": "deny", "whitelist": "allow", "deny": "deny", "allo
 POLICY_TYPE_WORDS = {"deny": "blacklist", "allow": "whitelist"}
 FAMILIES = {"ipv4": 4, "ipv6": 6}
 
-FARM_FIELD_ATTRIBUTE = {a.field: a.name for a in FARM_ATTRIBUTES} | {"name": "name", "policies": "policies"}
-BACKEND_FIELD_ATTRIBUTE = {a.field: a.name for a in BACKEND_ATTRIBUTES}
+
+def field_attributes(attributes) -> dict[str, str]:
+    """Each lbweb field and the nftlb attribute that holds it."""
+    out = {}
+    for a in attributes:
+        for name in a.fields if isinstance(a, Compound) else (a.field,):
+            out[name] = a.name
+    return out
+
+
+FARM_FIELD_ATTRIBUTE = field_attributes(FARM_ATTRIBUTES) | {"name": "name", "policies": "policies"}
+BACKEND_FIELD_ATTRIBUTE = field_attributes(BACKEND_ATTRIBUTES)

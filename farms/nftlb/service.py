@@ -34,6 +34,10 @@ class ImportResult:
     errors: list[dict[str, str]] = field(default_factory=list)
     unknown: list[dict[str, str]] = field(default_factory=list)
     ignored: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    differences: list[dict[str, str]] = field(default_factory=list)
+    partial: bool = False
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -49,6 +53,10 @@ class ImportResult:
             "errors": self.errors,
             "unknown": self.unknown,
             "ignored": self.ignored,
+            "warnings": self.warnings,
+            "differences": self.differences,
+            "partial": self.partial,
+            "skipped": self.skipped,
         }
 
     def refused(self, path: str, exc: ValidationError, attributes: dict[str, str]) -> None:
@@ -60,25 +68,78 @@ class ImportResult:
                 self.errors.append({"path": where, "message": message})
 
 
-def nftlb_import(*, document: Any, dry_run: bool = False, strict: bool = False, actor=None) -> ImportResult:
+def nftlb_import(
+    *, document: Any, dry_run: bool = False, strict: bool = False, partial: bool = False, actor=None
+) -> ImportResult:
     """Create or update, by name, the farms and policies of an nftlb document in one transaction.
 
     A farm of the document replaces the farm of that name: attributes left out take their defaults, and
     its backends (matched by address and port), static sessions and policies become the document's.
     Unknown attributes are listed and skipped, or refused with ``strict``. With any error, or ``dry_run``,
-    the transaction is rolled back. Every object written is audited with ``actor`` (the person importing).
+    the transaction is rolled back; with ``partial``, only the farms and policies that have an error are
+    left out (each in ``skipped`` with its errors) and the rest is imported. Every object written is
+    audited with ``actor`` (the person importing).
     """
     plan = import_document(document, strict=strict)
-    result = ImportResult(dry_run=dry_run, errors=list(plan.errors), unknown=plan.unknown, ignored=plan.ignored)
+    result = ImportResult(
+        dry_run=dry_run,
+        errors=list(plan.errors),
+        unknown=plan.unknown,
+        ignored=plan.ignored,
+        warnings=plan.warnings,
+        differences=plan.differences,
+        partial=partial,
+    )
     with transaction.atomic(), audit.acting(actor):
         policies = _import_policies(plan, result)
         for farm_plan in plan.farms:
-            _import_farm(farm_plan, policies, result)
+            if partial:
+                _import_farm_alone(farm_plan, policies, result)
+            else:
+                _import_farm(farm_plan, policies, result)
+        if partial:
+            _skip_refused(plan, result)
         if result.errors or dry_run:
             transaction.set_rollback(True)
     if result.errors:
         result.created, result.updated, result.policies_created, result.policies_updated = [], [], [], []
     return result
+
+
+def _import_farm_alone(plan: FarmPlan, policies: dict[str, Policy | None], result: ImportResult) -> None:
+    """Partial import: one farm whole or not at all (a savepoint), never without a refused backend."""
+    if any(_owner(e["path"]) == plan.path for e in result.errors):
+        return
+    refused = [name for _, name in plan.policies if name in policies and policies[name] is None]
+    if refused:
+        result.errors.append({"path": plan.path, "message": f"its policy '{refused[0]}' was refused"})
+        return
+    before = (len(result.errors), len(result.created), len(result.updated))
+    savepoint = transaction.savepoint()
+    _import_farm(plan, policies, result)
+    if len(result.errors) > before[0]:
+        transaction.savepoint_rollback(savepoint)
+        del result.created[before[1] :], result.updated[before[2] :]
+    else:
+        transaction.savepoint_commit(savepoint)
+
+
+def _owner(path: str) -> str:
+    """The top-level object an error belongs to: ``farms[2]`` of ``farms[2].backends[0].ip-addr``."""
+    head = path.split(".", 1)[0]
+    return head if "[" in head else path
+
+
+def _skip_refused(plan: ImportPlan, result: ImportResult) -> None:
+    """Partial import: the errors move to ``skipped``, grouped by the farm or policy they belong to."""
+    by_owner: dict[str, list[dict[str, str]]] = {}
+    for error in result.errors:
+        by_owner.setdefault(_owner(error["path"]), []).append(error)
+    names = {p.path: ("farm", p.name) for p in plan.farms} | {p.path: ("policy", p.name) for p in plan.policies}
+    for owner, errors in by_owner.items():
+        kind, name = names.get(owner, ("document", ""))
+        result.skipped.append({"path": owner, "kind": kind, "name": name, "errors": errors})
+    result.errors = []
 
 
 def _import_policies(plan: ImportPlan, result: ImportResult) -> dict[str, Policy | None]:

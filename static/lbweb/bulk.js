@@ -1,19 +1,23 @@
 /* Bulk backend states on the farm page: a box in the header selects every backend, and the bulk buttons
- * say how many are selected. The boxes and buttons work without it (one form, checkbox per row). */
+ * say how many are selected. The boxes and buttons work without it (one form, checkbox per row). The
+ * backend table may be replaced by live.js (a health change): everything is looked up again each time. */
 (function () {
   "use strict";
-  const all = document.getElementById("bulk-all");
-  const boxes = Array.from(document.querySelectorAll('input[name="backend"][form="bulk-form"]'));
-  const label = document.getElementById("bulk-label");
-  if (!all || !boxes.length || !label) return;
-  all.hidden = false;
+  const boxes = () => Array.from(document.querySelectorAll('input[name="backend"][form="bulk-form"]'));
   function count() {
-    const n = boxes.filter((b) => b.checked).length;
-    label.textContent = n ? `With the ${n} selected backend${n === 1 ? "" : "s"}:` : "With the selected backends:";
-    all.checked = n === boxes.length;
-    all.indeterminate = n > 0 && n < boxes.length;
+    const all = document.getElementById("bulk-all");
+    const label = document.getElementById("bulk-label");
+    if (!all || !label) return;
+    all.hidden = false;
+    const ticked = boxes().filter((b) => b.checked).length;
+    label.textContent = ticked ? `With the ${ticked} selected backend${ticked === 1 ? "" : "s"}:` : "With the selected backends:";
+    all.checked = ticked > 0 && ticked === boxes().length;
+    all.indeterminate = ticked > 0 && ticked < boxes().length;
   }
-  all.addEventListener("change", () => { boxes.forEach((b) => { b.checked = all.checked; }); count(); });
-  boxes.forEach((b) => b.addEventListener("change", count));
+  document.addEventListener("change", (event) => {
+    if (event.target.id === "bulk-all") boxes().forEach((b) => { b.checked = event.target.checked; });
+    if (event.target.id === "bulk-all" || event.target.name === "backend") count();
+  });
+  document.addEventListener("lbweb:backends", count);
   count();
 })();

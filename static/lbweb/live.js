@@ -67,10 +67,46 @@
     });
   }
 
+  // On a farm's page: when a backend's health or state is no longer what the page shows (healthd took it
+  // down, another operator drained it), the backend table and the farm's traffic line are fetched again as
+  // the server words them (shares, "no: down", "rejects"), never guessed here. Boxes ticked stay ticked.
+  let reloading = false;
+  async function followBackends(farm) {
+    const table = document.getElementById("backend-table");
+    if (!table || reloading || !farm.backends) return;
+    const rows = table.querySelectorAll("tbody tr[id^='backend-']");
+    const shown = new Map(Array.from(rows, (row) => [row.id, row]));
+    const moved = farm.backends.length !== shown.size || farm.backends.some((b) => {
+      const row = shown.get(`backend-${b.id}`);
+      if (!row) return true;
+      const health = row.querySelector("[data-health]");
+      const state = row.querySelector("[data-state]");
+      return (health && health.dataset.health !== b.health) || (state && state.dataset.state !== b.state);
+    });
+    if (!moved) return;
+    reloading = true;
+    try {
+      const response = await fetch(window.location.pathname, { credentials: "same-origin" });
+      if (!response.ok) return;
+      const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+      const ticked = new Set(Array.from(table.querySelectorAll("input[name=backend]:checked"), (box) => box.value));
+      for (const id of ["backend-table", "farm-traffic", "healthd-status"]) {
+        const now = document.getElementById(id);
+        const then = fresh.getElementById(id);
+        if (now && then) now.replaceWith(document.importNode(then, true));
+      }
+      document.querySelectorAll("#backend-table input[name=backend]").forEach((box) => {
+        box.checked = ticked.has(box.value);
+      });
+      document.dispatchEvent(new Event("lbweb:backends"));
+    } catch (error) { /* keep what the page shows */ } finally { reloading = false; }
+  }
+
   async function refresh() {
     try {
       const farms = await getJson(`${root.dataset.farmsApi}?id=${ids.join(",")}&limit=${ids.length}`);
       (farms.results || farms).forEach(showStatus);
+      if (root.dataset.seriesApi) (farms.results || farms).forEach(followBackends);
     } catch (error) { /* keep what the page shows */ }
     let summary = null;
     try {

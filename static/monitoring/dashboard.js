@@ -385,7 +385,31 @@
       traffic: lineChart("chart-backend-traffic", { format: (v) => bits(v / 8) }),
       states: timelineChart("chart-states"),
     };
+    // HTTP farms (HAProxy's statistics): present only on their page.
+    const http = document.getElementById("chart-http-classes") ? {
+      classes: lineChart("chart-http-classes", {}),
+      queue: lineChart("chart-http-queue", {}),
+      sessions: lineChart("chart-http-sessions", {}),
+    } : null;
     windowButtons((w) => { series.setWindow(w); tick(); });
+
+    function drawHttp(backends, none) {
+      draw(http.classes, series, ["2xx", "3xx", "4xx", "5xx"].map((c) => ({
+        label: c, value: (p) => p["responses_" + c],
+      })), none || "No requests yet.");
+      draw(http.queue, series, [
+        { label: "queue", value: (p) => p.queue },
+        { label: "response time ms", value: (p) => p.latency_ms },
+      ], none || "No requests yet.");
+      const last = (latestPoint(series) || {}).backends || {};
+      draw(http.sessions, series, backends.map((b) => {
+        const capacity = (last[b.id] || {}).capacity;
+        return {
+          label: b.address + (capacity ? " (capacity " + capacity + ")" : ""),
+          value: (p) => ((p.backends || {})[b.id] || {}).sessions,
+        };
+      }), none || (backends.length ? "No sessions yet." : "No backends yet."));
+    }
 
     function drawAll() {
       const meta = series.meta;
@@ -409,6 +433,7 @@
         label: b.address, value: (p) => b8((p.backends[b.id] || {}).bytes),
       })), none || (backends.length ? "No traffic yet." : "No backends yet."));
       drawTimeline(charts.states, series);
+      if (http) drawHttp(backends, none);
       const last = latestPoint(series) || {};
       text("card-in", bits(last.bytes_in));
       text("card-out", bits(last.bytes_out));

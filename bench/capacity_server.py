@@ -1,4 +1,4 @@
-"""A service with a capacity, for bench/http.py's capacity experiment (asyncio, HTTP/1.1 keep-alive).
+"""A service with a capacity, for bench/http_farms.py's capacity experiment (asyncio, HTTP/1.1 keep-alive).
 
     capacity_server.py PORT CAPACITY WORK_MS
 

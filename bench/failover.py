@@ -26,9 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# the repository instead of bench/ (run as a script, bench/ comes first: its http.py would shadow the standard
-# library's http, which tests/lab.py imports)
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench")]
+sys.path.insert(0, str(ROOT))
 
 from tests.lab_ha import HaLab, Traffic, analyse, failover, reachable_dir  # noqa: E402
 

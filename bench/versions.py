@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[0] = str(ROOT)  # not bench/: its http.py would shadow the standard library's http
+sys.path.insert(0, str(ROOT))
 
 
 def populate(farms: int, backends: int) -> None:

@@ -1,4 +1,4 @@
-"""Smoke test of bench/http.py (the README's command, with one-second cases): the lab with nginx backends, lbweb's
+"""Smoke test of bench/http_farms.py (the README's command, with one-second cases): the lab with nginx backends, lbweb's
 HAProxy and nginx as a reverse proxy, wrk over HTTP and HTTPS, the capacity experiment, and a sane JSON report."""
 
 from __future__ import annotations
@@ -18,7 +18,16 @@ def test_http_bench_runs_every_case_and_the_capacity_experiment(tmp_path):
     if os.geteuid() != 0:
         pytest.fail("the benchmark builds network namespaces: run the suite as root")
     out = tmp_path / "http.json"
-    command = [str(VENV_BIN / "python"), "bench/http.py", "--duration", "1", "--rounds", "1", "--connections", "8"]
+    command = [
+        str(VENV_BIN / "python"),
+        "bench/http_farms.py",
+        "--duration",
+        "1",
+        "--rounds",
+        "1",
+        "--connections",
+        "8",
+    ]
     result = subprocess.run(
         [*command, "--capacity", "2", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )

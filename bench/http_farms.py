@@ -1,7 +1,7 @@
 """HTTP and HTTPS farms: lbweb's HAProxy against the backends direct and against nginx as a reverse proxy, side by
 side in one run; then the seed's capacity experiment.
 
-    .venv/bin/python bench/http.py [--duration S] [--rounds N] [--connections C] [--capacity N] [--out FILE]
+    .venv/bin/python bench/http_farms.py [--duration S] [--rounds N] [--connections C] [--capacity N] [--out FILE]
 
 As root. It builds the namespace lab of tests/lab.py with nginx on the three backends (bench/servers.py), starts
 HAProxy in the LB namespace with the configuration lbweb's generator writes (l7/engine/: round robin over the
@@ -267,7 +267,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "http.json")
     args = parser.parse_args()
     if os.geteuid() != 0:
-        sys.exit("bench/http.py builds network namespaces: run it as root")
+        sys.exit("bench/http_farms.py builds network namespaces: run it as root")
     result = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

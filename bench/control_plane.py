@@ -47,9 +47,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-# Run as a script, Python puts bench/ first on the path, where bench/http.py would stand in for the
-# standard library's http package (tests/lab.py imports http.client).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import cp_scale  # noqa: E402

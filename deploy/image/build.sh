@@ -107,8 +107,10 @@ chroot "$tree" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-ins
 rm -f "$tree/tmp/$(basename "$deb")" "$tree/etc/resolv.conf"
 chroot "$tree" apt-get clean
 cp -a "$here/overlay/." "$tree/"
-chroot "$tree" systemctl enable lbweb-firstboot.service systemd-networkd.service qemu-guest-agent.service \
-  serial-getty@ttyS0.service >/dev/null
+chroot "$tree" systemctl enable lbweb-firstboot.service lbweb-announce.service systemd-networkd.service serial-getty@ttyS0.service \
+  >/dev/null 2>&1
+# systemd's own first-boot wizard would ask for a locale and a root password on the console: lbweb's asks instead.
+chroot "$tree" systemctl mask systemd-firstboot.service >/dev/null 2>&1
 echo lbweb >"$tree/etc/hostname"
 printf 'uninitialized\n' >"$tree/etc/machine-id"
 rm -f "$tree/var/lib/dbus/machine-id"

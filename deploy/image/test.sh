@@ -5,12 +5,12 @@
 #
 # 1. lbweb's package from this checkout (v2) and from an older commit (v1, LBWEB_UPGRADE_FROM);
 # 2. the image with v1 (deploy/image/build.sh; the base system comes from its cache after the first run);
-# 3. tests/image_vm.py: boots it (BIOS), answers the first boot through a seed disk, waits for the UI, logs in,
+# 3. tests/image_vm.py: boots it (UEFI), answers the first boot through a seed disk, waits for the UI, logs in,
 #    creates a farm through the API and sends real traffic through a second NIC (a tap in a namespace lab) to
 #    two backends; upgrades the running appliance to v2 with apt and checks that the farm, the certificate, the
 #    account and its token survived and the migrations ran; tests a flow-offload farm; checks every unit, each
 #    program's user and capabilities, and that systemd restarts each killed program; then boots the image with
-#    `lbweb.install` to write it to an empty disk, and boots that disk with UEFI.
+#    `lbweb.install` to write it to an empty disk, and boots that disk with BIOS.
 # The report (JSON: timings, image size, traffic) goes to FILE (default dist/image-test.json).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -62,7 +62,7 @@ report["build_seconds"] = {name: round(float(s), 1) for name, s in (l.split() fo
 report["base_from_cache"] = cached == "true"
 json.dump(report, open(report_path, "w"), indent=2)
 keys = ("build_seconds", "base_from_cache", "image", "boot_to_ui_seconds", "traffic_v1", "upgrade", "restart_seconds",
-        "install_seconds", "uefi_boot_to_ui_seconds", "ok", "error")
+        "install_seconds", "installed_boot_to_ui_seconds", "kvm", "ok", "error")
 print(json.dumps({k: report[k] for k in keys if k in report}, indent=2))
 PY
 exit $rc

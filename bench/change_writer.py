@@ -37,11 +37,12 @@ import dataclasses, json, statistics, sys, time
 sys.path.insert(0, ".")
 sys.path.insert(0, "bench")
 from compile import scale_farms
-from farms.nft import compiler, nfmsg
-from farms.nft.applier import Kernel
-from farms.nft.sandbox import IsolatedKernel
-from farms.nft.scratch import scratch
-from farms.nft.transcribe import transcribe
+from farms.kernel import nfmsg
+from farms.nft import compiler
+from farms.kernel.applier import Kernel
+from farms.kernel.sandbox import IsolatedKernel
+from farms.kernel.scratch import scratch
+from farms.kernel.transcribe import transcribe
 
 count, backends, changes, path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 farms = scale_farms(count, backends)

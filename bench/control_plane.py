@@ -276,7 +276,9 @@ def main() -> None:
         worker = Worker(lab.lb, env, logs["worker"]).start(timeout=60)
         gunicorn, port = start_gunicorn(env, logs["gunicorn"])
         api = Api(f"http://127.0.0.1:{port}", token)
-        wait_until(lambda: ApplyRun.objects.filter(reason__startswith="worker start").exists(), 60, "start reconcile")
+        wait_until(
+            lambda: ApplyRun.objects.filter(reason__startswith="worker start").exists(), 60, "start reconcile", 0.02
+        )
 
         def api_up() -> bool:
             try:

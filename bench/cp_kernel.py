@@ -231,7 +231,7 @@ import django
 django.setup()
 from farms.dataplane import localise, snapshot
 from farms.nft import compiler
-from farms.nft.applier import Kernel
+from farms.kernel.applier import Kernel
 
 path, repetitions = sys.argv[1], int(sys.argv[2])
 t0 = time.perf_counter()

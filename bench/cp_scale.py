@@ -127,7 +127,7 @@ def drain_queue(redis_client, since: float, cap: float) -> dict:
 
     rate = (initial - left) / (now - started)  # no-op requests per second
     purged = app.control.purge()
-    wait_until(lambda: queue_length(redis_client) == 0, 60, "the request in progress")
+    wait_until(lambda: queue_length(redis_client) == 0, 60, "the request in progress", 0.02)
     return {
         "queue_drained_s": round(now - since + left / rate, 1) if rate else None,
         "queue_estimated": True,

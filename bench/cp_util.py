@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.stack import wait_until  # noqa: F401 (the benchmarks import it from here)
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"
 STARTED = time.monotonic()
@@ -38,17 +40,6 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or not denominator:
         return None
     return round(numerator / denominator, 2)
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def next_weight(k: int, current: int) -> int:
@@ -83,4 +74,5 @@ class Api:
             lambda: (f := self.call("GET", f"farms/{farm_id}/", 200))["apply_status"]["status"] == "applied" and f,
             timeout,
             f"farm {farm_id} applied",
+            interval=0.02,
         )

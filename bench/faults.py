@@ -311,7 +311,7 @@ def main() -> None:
         try:
             wait_until(all_applied, 120, "every valid farm applied", interval=0.5)
             applied_after_s = time.monotonic() - settled_started
-        except RuntimeError:
+        except TimeoutError:
             applied_after_s = None
         time.sleep(6)  # one more reconcile period of traffic after the last fault
         traffic.finish()

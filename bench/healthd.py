@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.lab import Lab  # noqa: E402
-from tests.stack import VENV_BIN, Healthd, RedisServer, Worker  # noqa: E402
+from tests.stack import VENV_BIN, Healthd, RedisServer, Worker, wait_until  # noqa: E402
 
 SINK_PORT = 7000
 BACKEND_NET = ipaddress.ip_network("198.18.16.0/22")
@@ -143,14 +143,6 @@ def set_check(interval: float, timeout: float) -> None:
         HealthCheck.objects.update(interval=interval, timeout=min(timeout, interval))
         mark_farms_changed(Farm.objects.values_list("id", flat=True))
     time.sleep(2)  # healthd reloads its loops, which spread over the interval again
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.1)
 
 
 def all_applied() -> bool:

@@ -61,7 +61,7 @@ else
   echo "lbweb install: building $release"
   /usr/bin/python3 -m venv "$release/.venv"
   "$release/.venv/bin/pip" install -q --disable-pip-version-check -r "$release/requirements.txt"
-  (cd "$release" && npm ci --no-audit --no-fund --loglevel=error)
+  (cd "$release" && npm ci --omit=dev --no-audit --no-fund --loglevel=error)
   "$release/.venv/bin/python" -m compileall -q -x '/(node_modules|\.venv)/' "$release"
   chown -R root:root "$release"
   chmod -R u+rwX,go+rX,go-w "$release"

@@ -3,7 +3,7 @@
 
 # Debian packages lbweb runs on (python-nftables from PyPI loads libnftables1; Redis is lbweb's own on a unix socket;
 # util-linux: setpriv, for deploy/privdrop).
-LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux)
+LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy keepalived conntrackd)
 
 # lbweb_apt_install PACKAGE...: install those that are missing; apt-get runs only when one is.
 lbweb_apt_install() {
@@ -26,7 +26,8 @@ lbweb_install_packages() {
 }
 
 # lbweb_create_users HOME: the system users of deploy/PROCESSES.md, when absent: lbweb (home HOME, the state
-# directory) runs every lbweb process; lbweb-probe (own group, no home) runs only `command` health checks.
+# directory) runs every lbweb process; lbweb-probe (own group, no home) runs only `command` health checks;
+# lbweb-haproxy (own group, no home) runs HAProxy, the engine of HTTP farms.
 lbweb_create_users() {
   getent group lbweb >/dev/null || groupadd --system lbweb
   getent passwd lbweb >/dev/null ||
@@ -34,4 +35,17 @@ lbweb_create_users() {
   getent group lbweb-probe >/dev/null || groupadd --system lbweb-probe
   getent passwd lbweb-probe >/dev/null ||
     useradd --system --gid lbweb-probe --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin lbweb-probe
+  getent group lbweb-haproxy >/dev/null || groupadd --system lbweb-haproxy
+  getent passwd lbweb-haproxy >/dev/null ||
+    useradd --system --gid lbweb-haproxy --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin \
+      lbweb-haproxy
+}
+
+# lbweb_haproxy_dirs DIR: HAProxy's directories (deploy/PROCESSES.md): conf/ the worker (lbweb) writes and
+# HAProxy's group reads, sock/ where HAProxy puts its master socket for lbweb's group. Setgid: files take the
+# directory's group.
+lbweb_haproxy_dirs() {
+  install -d -o root -g root -m 0755 "$1"
+  install -d -o lbweb -g lbweb-haproxy -m 2750 "$1/conf"
+  install -d -o lbweb-haproxy -g lbweb -m 2750 "$1/sock"
 }

@@ -25,6 +25,11 @@ export LBWEB_OWN_REDIS=$([ -z "${REDIS_URL:-}" ] && echo true || echo false)
 # listens), one socket per state directory so that two checkouts running side by side keep their own.
 install -d -o lbweb-probe -g lbweb -m 2750 /run/lbweb-prober
 export LBWEB_PROBER_SOCKET=${LBWEB_PROBER_SOCKET:-/run/lbweb-prober/prober-$(printf %s "$var" | sha256sum | cut -c1-8).sock}
+# HTTP farms: HAProxy's configuration (written by the worker) and master socket, one directory per state
+# directory too (the appliance's is /run/lbweb-haproxy).
+export LBWEB_HAPROXY_DIR=${LBWEB_HAPROXY_DIR:-/run/lbweb-haproxy-$(printf %s "$var" | sha256sum | cut -c1-8)}
+. deploy/lib.sh
+lbweb_haproxy_dirs "$LBWEB_HAPROXY_DIR"
 (umask 077 && deploy/privdrop lbweb "" .venv/bin/python manage.py ensure_admin)
 (umask 077 && deploy/privdrop lbweb "" .venv/bin/python manage.py ensure_tls)  # self-signed, when var/tls/ has none
 unset LBWEB_ADMIN_PASSWORD  # the running processes never see it

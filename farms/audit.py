@@ -4,10 +4,17 @@ Services are wrapped with :func:`audited`, which adds an optional ``actor`` keyw
 the system) and writes one :class:`~farms.models.AuditEvent` inside the service's own transaction: if
 the change rolls back, so does its record. A service called by another audited service (maintenance
 calls backend_update, an import calls many) is recorded once, by the outermost call.
+
+Other apps audit their own objects with the same two pieces: decorate their services with
+:func:`audited` (or call :func:`record`), and give their models an ``audit_state()`` method (the JSON
+an operator reads as before/after) and, when they belong to a farm, a ``farm_id``. A caller that runs
+many services for one person (an import) wraps them in :func:`acting` so each is recorded with that
+person, never as "system".
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 from collections.abc import Callable
@@ -15,17 +22,35 @@ from typing import Any
 
 from django.db import models, transaction
 
-from .models import AuditEvent, Backend, Farm, Policy, StaticSession
+from .models import AuditEvent, Backend, Farm, HealthCheck, Policy, StaticSession
 
 _INSIDE = contextvars.ContextVar("lbweb_audited_service", default=False)
+# Callbacks a service asked for with after_record(), called with the event its outermost call wrote.
+_AFTER_RECORD: contextvars.ContextVar[list | None] = contextvars.ContextVar("lbweb_audit_after_record", default=None)
+_ACTOR = contextvars.ContextVar("lbweb_audit_actor", default=None)
+
+
+@contextlib.contextmanager
+def acting(actor):
+    """Service calls inside the block that name no actor are recorded with ``actor`` (an import's user)."""
+    token = _ACTOR.set(actor)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(token)
 
 
 def state_of(obj: models.Model | None) -> dict[str, Any] | None:
     """The fields of ``obj`` an operator configures, as plain JSON (what before/after show)."""
+    from .health_services import HEALTH_CHECK_FIELDS
     from .services import BACKEND_FIELDS, FARM_FIELDS, POLICY_FIELDS
 
     if obj is None:
         return None
+    if hasattr(obj, "audit_state"):  # another app's model says what it shows
+        return obj.audit_state()
+    if isinstance(obj, HealthCheck):
+        return {"farm": obj.farm.name, **{name: getattr(obj, name) for name in HEALTH_CHECK_FIELDS}}
     if isinstance(obj, Farm):
         state = {name: getattr(obj, name) for name in FARM_FIELDS}
         state["policies"] = sorted(p.name for p in obj.policies.all()) if obj.pk else []
@@ -56,7 +81,9 @@ def record(
     before: Any = None,
     after: Any = None,
 ) -> AuditEvent:
-    """Write one audit event (inside the caller's transaction)."""
+    """Write one audit event (inside the caller's transaction); no actor: the one of :func:`acting`, if any."""
+    if actor is None:
+        actor = _ACTOR.get()
     user = actor if getattr(actor, "is_authenticated", False) else None
     return AuditEvent.objects.create(
         actor=user,
@@ -78,11 +105,18 @@ def _current(obj: models.Model | None) -> models.Model | None:
     return type(obj).objects.filter(pk=obj.pk).first()
 
 
+def _made(result: Any) -> models.Model | None:
+    """The object a service returned: itself, or the first of a tuple (a token and its secret)."""
+    if isinstance(result, tuple) and result:
+        result = result[0]
+    return result if isinstance(result, models.Model) else None
+
+
 def audited(action: str, target: str | None = None) -> Callable:
     """Record a service call: ``target`` names the keyword that carries the object being changed.
 
-    The object recorded is the service's return value when it is a model instance (a create),
-    otherwise the target (an update, a delete, an action on an object).
+    The object recorded is the service's return value when it is a model instance (a create; or the
+    first item of a returned tuple), otherwise the target (an update, a delete, an action on an object).
     """
 
     def decorate(func: Callable) -> Callable:
@@ -91,6 +125,8 @@ def audited(action: str, target: str | None = None) -> Callable:
             if _INSIDE.get():
                 return func(*args, **kwargs)
             token = _INSIDE.set(True)
+            hooks: list[Callable] = []
+            hooks_token = _AFTER_RECORD.set(hooks)
             try:
                 with transaction.atomic():
                     subject = kwargs.get(target) if target else None
@@ -98,13 +134,13 @@ def audited(action: str, target: str | None = None) -> Callable:
                     before = state_of(before_obj)
                     identity = (before_obj.pk, str(before_obj), farm_ref_of(before_obj)) if before_obj else None
                     result = func(*args, **kwargs)
-                    obj = result if isinstance(result, models.Model) else subject
+                    obj = _made(result) or subject
                     after_obj = _current(obj)
                     if after_obj is not None:
                         identity = (after_obj.pk, str(after_obj), farm_ref_of(after_obj))
                     object_type = type(obj)._meta.model_name if obj is not None else ""
                     object_id, object_name, farm_ref = identity or (None, "", None)
-                    record(
+                    event = record(
                         actor=actor,
                         action=action,
                         object_type=object_type,
@@ -114,14 +150,41 @@ def audited(action: str, target: str | None = None) -> Callable:
                         before=before,
                         after=state_of(after_obj),
                     )
+                    for hook in hooks:
+                        hook(event)
                     return result
             finally:
+                _AFTER_RECORD.reset(hooks_token)
                 _INSIDE.reset(token)
 
         wrapper.audited_action = action
         return wrapper
 
     return decorate
+
+
+def after_record(callback: Callable[[AuditEvent], None]) -> None:
+    """Call ``callback`` with the audit event the running service writes (inside its transaction), e.g. to
+    hand its id to a worker task that adds what only the worker learns (how many connections a cut ended).
+    Outside an audited service it is called with None."""
+    hooks = _AFTER_RECORD.get()
+    if hooks is None:
+        callback(None)
+    else:
+        hooks.append(callback)
+
+
+def add_outcome(event_id: int | None, **outcome: Any) -> None:
+    """Add what came of a recorded change once it is known (the worker's count of connections cut) to the
+    event's ``after``: the record of the change then says what it did, not only what was asked."""
+    if event_id is None:
+        return
+    with transaction.atomic():
+        event = AuditEvent.objects.select_for_update().filter(pk=event_id).first()
+        if event is None:
+            return
+        event.after = {**(event.after if isinstance(event.after, dict) else {}), **outcome}
+        event.save(update_fields=["after"])
 
 
 def quiet():

@@ -14,11 +14,13 @@ import json
 import logging
 import time
 
+from lbweb import redis_keys as keys
+
 from .choices import FarmAllDownChoices, FarmModeChoices, LimitVerdictChoices
 
 log = logging.getLogger("lbweb.farms")
 
-REDIS_KEY = "lbweb:capabilities"
+REDIS_KEY = keys.CAPABILITIES
 CACHE_SECONDS = 5  # an import of 1,000 farms reads Redis once, not 1,000 times
 _cache: tuple[float, dict[str, bool] | None] | None = None
 

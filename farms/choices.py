@@ -15,6 +15,11 @@ class FarmModeChoices(models.TextChoices):
     DNAT = "dnat", "DNAT (backends see the client)"
     DSR = "dsr", "DSR (layer 2, backends answer the client directly)"
     STATELESS_DNAT = "stlsdnat", "Stateless DNAT (UDP, no conntrack)"
+    HTTP = "http", "HTTP (HAProxy: routing by host and path)"
+    HTTPS = "https", "HTTPS (HAProxy: TLS terminated, routing by host and path)"
+
+
+L7_MODES = (FarmModeChoices.HTTP, FarmModeChoices.HTTPS)  # served by HAProxy (l7/), not by the kernel
 
 
 class FarmSchedulerChoices(models.TextChoices):
@@ -23,6 +28,7 @@ class FarmSchedulerChoices(models.TextChoices):
     HASH = "hash", "Hash of chosen fields"
     SYMHASH = "symhash", "Symmetric hash"
     LEASTCONN = "leastconn", "Least connections"
+    MAGLEV = "maglev", "Maglev consistent hash"
 
 
 class HashFieldChoices(models.TextChoices):
@@ -75,9 +81,10 @@ class BackendStateChoices(models.TextChoices):
 
 
 class BackendHealthChoices(models.TextChoices):
-    UNKNOWN = "unknown", "Unknown (not checked yet, or no check): takes traffic"
+    # Health only: whether a backend takes traffic also depends on its state (the farm page says so apart).
+    UNKNOWN = "unknown", "Unknown (not checked yet, or no check)"
     UP = "up", "Up"
-    DOWN = "down", "Down: takes no new connection"
+    DOWN = "down", "Down"
 
 
 class FarmAllDownChoices(models.TextChoices):

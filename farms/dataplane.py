@@ -21,114 +21,23 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from . import links
 from .choices import (
+    L7_MODES,
     ApplyKindChoices,
     BackendHealthChoices,
-    FarmAllDownChoices,
     FarmModeChoices,
     FarmSchedulerChoices,
-    FarmStateChoices,
 )
+from .kernel import drift, links
+from .kernel.applier import Kernel
+from .kernel.interface import ApplyError, Interface, KernelState
+from .kernel.sandbox import IsolatedKernel, writer
+from .kernel.transcribe import Untranscribable
 from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFingerprint, KernelUnit, Policy
-from .nft import carry, compiler, drift
-from .nft.applier import ApplyError, KernelState
-from .nft.sandbox import IsolatedKernel, writer
-from .nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
-from .nft.transcribe import Untranscribable
-from .validation import parse_port_range, session_key_parts
+from .nft import carry, compiler
+from .translate import Snapshot, farm_spec, farms_queryset, policy_spec, snapshot  # noqa: F401 (re-exported)
 
 log = logging.getLogger("lbweb.dataplane")
-
-
-def farm_spec(farm: Farm) -> FarmSpec:
-    """The compiler's view of one farm row (backends, policies and sessions prefetched)."""
-    leastconn = farm.scheduler == FarmSchedulerChoices.LEASTCONN
-    backends = []
-    for b in farm.backends.all():
-        load = getattr(b, "load", None) if leastconn else None
-        backends.append(
-            BackendSpec(
-                id=b.id,
-                address=b.address,
-                port=b.port,
-                weight=load.weight if load else b.weight,
-                state=b.state,
-                priority=b.priority,
-                healthy=getattr(b, "health", "up") != "down",
-                est_connlimit=b.est_connlimit,
-                mac=b.mac or None,
-            )
-        )
-    return FarmSpec(
-        id=farm.id,
-        name=farm.name,
-        vip=farm.vip,
-        protocol=farm.protocol,
-        ports=tuple(farm.port_ranges),
-        mode=farm.mode,
-        scheduler=farm.scheduler,
-        enabled=farm.state == FarmStateChoices.UP,
-        backends=tuple(backends),
-        sched_param=tuple(farm.sched_param.split()),
-        persistence=tuple(farm.persistence.split()),
-        persist_ttl=farm.persist_ttl,
-        source_addr=farm.source_addr,
-        source_ports=parse_port_range(farm.source_ports) if farm.source_ports else None,
-        new_rtlimit=farm.new_rtlimit,
-        new_rtlimit_burst=farm.new_rtlimit_burst,
-        rst_rtlimit=farm.rst_rtlimit,
-        est_connlimit=farm.est_connlimit,
-        limit_verdict=farm.limit_verdict,
-        log=farm.log,
-        log_prefix=farm.log_prefix,
-        log_rtlimit=farm.log_rtlimit,
-        helper=farm.helper,
-        tcp_strict=farm.tcp_strict,
-        intra_connect=farm.intra_connect,
-        flow_offload=farm.flow_offload,
-        interface=farm.interface,
-        policies=tuple(policy_spec(p) for p in farm.policies.all()),
-        sessions=tuple(
-            SessionSpec(client=session_key_parts(s.client, farm), backend_id=s.backend_id)
-            for s in farm.static_sessions.all()
-        ),
-        fallback=(
-            BackendSpec(id=0, address=farm.fallback_address, port=farm.fallback_port)
-            if farm.when_all_down == FarmAllDownChoices.FALLBACK and farm.fallback_address
-            else None
-        ),
-    )
-
-
-def policy_spec(policy: Policy) -> PolicySpec:
-    return PolicySpec(id=policy.id, name=policy.name, type=policy.type, elements=tuple(policy.element_list))
-
-
-@dataclass
-class Snapshot:
-    """A consistent read of the whole configuration and its generation."""
-
-    generation: int
-    specs: list[FarmSpec]
-    policies: list[PolicySpec]
-    failures: dict[int, str] = field(default_factory=dict)  # farms that cannot be compiled here, and why
-
-    def compiled(self) -> dict[str, compiler.UnitRuleset]:
-        good = [s for s in self.specs if s.id not in self.failures]
-        return compiler.compile_units(good, self.policies)
-
-
-def farms_queryset():
-    return Farm.objects.prefetch_related("backends__load", "policies", "static_sessions").order_by("id")
-
-
-def snapshot() -> Snapshot:
-    with transaction.atomic():
-        generation = ConfigGeneration.current()
-        specs = [farm_spec(f) for f in farms_queryset()]
-        policies = [policy_spec(p) for p in Policy.objects.order_by("id")]
-    return Snapshot(generation, specs, policies)
 
 
 def localise(snap: Snapshot) -> Snapshot:
@@ -149,7 +58,7 @@ def localise(snap: Snapshot) -> Snapshot:
 
 def cut_backend_connections(backend_id: int) -> int:
     """Delete the conntrack entries of a backend that went down (unless it came back meanwhile)."""
-    from .conntrack import delete_backend_connections
+    from .kernel.conntrack import delete_backend_connections
 
     backend = Backend.objects.filter(pk=backend_id).first()
     if backend is None or backend.health != BackendHealthChoices.DOWN:
@@ -178,7 +87,7 @@ def isolated_farms() -> dict[int, str]:
 
 def pending_farms() -> bool:
     """Whether a farm waits for an apply (isolated farms wait for a change, not for the worker)."""
-    waiting = Farm.objects.filter(applied_generation__lt=F("config_generation"))
+    waiting = Farm.objects.exclude(mode__in=L7_MODES).filter(applied_generation__lt=F("config_generation"))
     return waiting.exclude(failed_generation__gte=F("config_generation"), apply_error__startswith=ISOLATED).exists()
 
 
@@ -317,10 +226,12 @@ class DriftReport:
         return "; ".join(f"{self.names.get(k, k)}: {', '.join(d)}" for k, d in sorted(self.units.items()))
 
 
-def find_drift(applied: dict[str, compiler.UnitObjects], expected: dict[str, drift.Record]) -> DriftReport:
+def find_drift(
+    applied: dict[str, compiler.UnitObjects], expected: dict[str, drift.Record], kernel: Interface | None = None
+) -> DriftReport:
     """Read lbweb's tables whole and compare every unit with what the kernel held right after lbweb
     wrote it (its fingerprint). A unit lbweb wrote but kept no fingerprint of counts as drifted."""
-    reading = drift.read_kernel(applied)
+    reading = (kernel or Kernel()).read_units(applied)
     found = {}
     for key in sorted(set(applied) | {drift.SKELETON}):
         if key not in expected:
@@ -355,7 +266,7 @@ class UnitCache:
         and why, isolated farms)."""
         with transaction.atomic():
             generation = ConfigGeneration.current()
-            farm_rows = dict(Farm.objects.values_list("id", "config_generation"))
+            farm_rows = dict(Farm.objects.exclude(mode__in=L7_MODES).values_list("id", "config_generation"))
             dynamic = set(Farm.objects.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
             stale = [fid for fid, g in farm_rows.items() if fid in dynamic or self.farms.get(fid, (None,))[0] != g]
             specs = [farm_spec(f) for f in farms_queryset().filter(id__in=stale)] if stale else []
@@ -431,8 +342,8 @@ def is_bulk(changed: int, total: int) -> bool:
 class Applier:
     """One apply or reconcile pass; records an ApplyRun and the per-farm outcome."""
 
-    def __init__(self, kernel: IsolatedKernel | None = None):
-        self.kernel = kernel or IsolatedKernel()
+    def __init__(self, kernel: Interface | None = None):
+        self.kernel: Interface = kernel or IsolatedKernel()
 
     # -- entry points ---------------------------------------------------------------
 
@@ -455,7 +366,7 @@ class Applier:
         worker's queue every 30 s. So when the kernel's ruleset generation has not moved since the
         worker last knew the kernel right (its own commit, or a comparison that matched), and no write
         came since, nothing is read. Otherwise lbweb's tables are read as netlink messages and each
-        unit's objects compared with the fingerprint kept when it was written (``nft/drift.py``); only
+        unit's objects compared with the fingerprint kept when it was written (``kernel/drift.py``); only
         the units that differ are removed and written again, in one transaction that keeps their
         counters and dynamic sets (persistence) when these are as lbweb wrote them."""
         generation_id = self.kernel.generation_id()
@@ -468,7 +379,7 @@ class Applier:
         if drift.SKELETON not in expected and not self._take_baseline():
             return self._full(localise(snapshot()), reason=f"{reason}: kernel differs")
         generation, compiled, failures, isolated = CACHE.current()
-        report = find_drift(CACHE.applied(), load_fingerprints())
+        report = find_drift(CACHE.applied(), load_fingerprints(), self.kernel)
         if not report.present:
             return self._resync(f"{reason}: table missing")
         if report.units:
@@ -595,7 +506,7 @@ class Applier:
             if is_bulk(len(rewrite), len(compiled)):
                 raise drift.CannotRepair(f"{len(rewrite)} units drifted")
             wanted = {k: compiled[k].objects for k in units if k in compiled}
-            removals, kept = drift.removal_messages(report.reading, report.reading.owners, rewrite, wanted, expected)
+            removals, kept = self.kernel.removals(report.reading, rewrite, wanted, expected)
             # DSR units own whole tables, re-made by their own creates (libnftables: lbweb does not transcribe them)
             dsr = [k for k in units if k in compiled and compiled[k].objects.tables]
             inet = [k for k in units if k in compiled and k not in dsr]
@@ -622,7 +533,7 @@ class Applier:
     def _fingerprint_all(self) -> None:
         """After a full write: lbweb's tables read whole, every unit's fingerprint replaced."""
         try:
-            reading = drift.read_kernel(CACHE.applied())
+            reading = self.kernel.read_units(CACHE.applied())
         except OSError as exc:  # the write stands; the next reconcile finds units without fingerprints
             log.warning("fingerprints not taken: %s", exc)
             return
@@ -639,7 +550,7 @@ class Applier:
         touched = owners.shared if all_maps else {e["name"] for e in elements if e}
         previous = dict(KernelFingerprint.objects.filter(key__in=list(units)).values_list("key", "record"))
         try:
-            records = drift.probe_records(owners, units, touched, previous)
+            records = self.kernel.probe_records(owners, units, touched, previous)
         except OSError as exc:
             log.warning("fingerprints not taken: %s", exc)
             KernelFingerprint.objects.filter(key__in=list(units)).delete()
@@ -768,7 +679,9 @@ class Applier:
                 writer=outcome.writer,
                 drift=outcome.drift,
             )
-            pending = Farm.objects.filter(config_generation__lte=g, applied_generation__lt=F("config_generation"))
+            pending = Farm.objects.exclude(mode__in=L7_MODES).filter(
+                config_generation__lte=g, applied_generation__lt=F("config_generation")
+            )
             pending.exclude(id__in=[*failed, *outcome.held]).update(applied_generation=g, apply_error="")
             for fid, message in failed.items():
                 Farm.objects.filter(id=fid, config_generation__lte=g).update(

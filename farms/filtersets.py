@@ -96,9 +96,20 @@ class HealthEventFilterSet(FilterSet):
 
 
 class AuditEventFilterSet(FilterSet):
+    """The audit log's filters, the same for the API and the page ``/audit-events/`` (which renders its form)."""
+
+    farm = IntegerFilter(field_name="farm_ref", label="Farm", help_text="The farm's id (kept after it is deleted).")
+    actor_name = django_filters.CharFilter(label="Who")
+    action = django_filters.CharFilter(label="Action")
+    object_type = django_filters.CharFilter(label="Object")
+    date = django_filters.DateFromToRangeFilter(
+        field_name="time__date",
+        label="Date",
+        help_text="Days, both included: date_after=2026-11-01&date_before=2026-11-30 (either may be left out).",
+    )
     since = django_filters.IsoDateTimeFilter(field_name="time", lookup_expr="gte")
     until = django_filters.IsoDateTimeFilter(field_name="time", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent
-        fields = ["actor_name", "action", "object_type", "object_id", "farm_ref", "since", "until"]
+        fields = ["actor_name", "action", "object_type", "object_id", "farm_ref", "farm", "date", "since", "until"]

@@ -1,5 +1,8 @@
 """The only code that writes health: check settings (API) and health transitions (healthd).
 
+Check settings are audited like every operator's write (:mod:`farms.audit`); health transitions are
+healthd's, recorded as :class:`HealthEvent` rows instead.
+
 A transition that changes whether a backend takes new connections bumps the
 configuration generation and asks for an apply, exactly like an operator's
 write, so the backend leaves or rejoins the scheduler through the normal
@@ -16,6 +19,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from .audit import audited
 from .choices import BackendHealthChoices, HealthCheckTypeChoices
 from .models import Backend, Farm, HealthCheck, HealthEvent
 from .services import enqueue_on_commit, mark_farms_changed, validated_save
@@ -57,6 +61,7 @@ def takes_traffic(health: str) -> bool:
     return health != BackendHealthChoices.DOWN
 
 
+@audited("create")
 @transaction.atomic
 def health_check_create(*, farm: Farm, **values) -> HealthCheck:
     """Give a farm its own health check (replacing its protocol's default)."""
@@ -66,6 +71,7 @@ def health_check_create(*, farm: Farm, **values) -> HealthCheck:
     return check
 
 
+@audited("update", "health_check")
 @transaction.atomic
 def health_check_update(*, health_check: HealthCheck, **values) -> HealthCheck:
     """Change some settings of a farm's health check."""
@@ -74,6 +80,7 @@ def health_check_update(*, health_check: HealthCheck, **values) -> HealthCheck:
     return health_check
 
 
+@audited("delete", "health_check")
 @transaction.atomic
 def health_check_delete(*, health_check: HealthCheck) -> None:
     """Remove a farm's own check: its protocol's default applies again."""

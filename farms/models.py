@@ -19,6 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from .choices import (
+    L7_MODES,
     ApplyKindChoices,
     ApplyStatusChoices,
     BackendHealthChoices,
@@ -37,6 +38,7 @@ from .choices import (
     PolicyTypeChoices,
 )
 from .fields import AddressField
+from .nft import maglev
 from .nft.limits import KERNEL_INT_MAX
 from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
 from .validation import (
@@ -202,7 +204,7 @@ class Farm(models.Model):
     @property
     def traffic(self) -> str:
         """Where new connections go now (FarmTrafficChoices), decided exactly as the compiler decides it."""
-        from .dataplane import farm_spec  # dataplane imports these models
+        from .translate import farm_spec  # translate imports these models
 
         return farm_spec(self).traffic
 
@@ -221,6 +223,8 @@ class Farm(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, str] = farm_option_errors(self)
+        if self.scheduler == FarmSchedulerChoices.MAGLEV and self.pk and self.backends.count() > maglev.MAX_BACKENDS:
+            errors["scheduler"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if self.protocol == FarmProtocolChoices.ALL:
             if self.ports:
                 errors["ports"] = "A farm for all protocols takes every port; leave the ports empty."
@@ -389,8 +393,13 @@ class Backend(models.Model):
             errors["address"] = f"{self} is the VIP and port of farm '{farm.name}' itself: connections would loop."
         if farm and self.port is not None and farm.protocol == FarmProtocolChoices.ALL:
             errors["port"] = "A farm for all protocols forwards every port unchanged; leave the port empty."
+        maglev_farm = farm and self._state.adding and farm.scheduler == FarmSchedulerChoices.MAGLEV
+        if maglev_farm and farm.backends.count() >= maglev.MAX_BACKENDS:
+            errors["farm"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.DSR:
             errors["port"] = "DSR forwards frames unchanged: the backend must listen on the virtual port."
+        if farm and self.port is None and farm.mode in L7_MODES:
+            errors["port"] = "A backend of an HTTP farm needs its port (HAProxy connects to it)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.STATELESS_DNAT:
             ranges = parse_ports(farm.ports)
             if len(ranges) != 1 or ranges[0][0] != ranges[0][1]:
@@ -625,7 +634,7 @@ class KernelUnit(models.Model):
 
 class KernelFingerprint(models.Model):
     """What the kernel held of one unit (a farm, a policy, or "skeleton") right after lbweb wrote it, as
-    normalised hashes of its objects (``farms/nft/drift.py``): the reference a reconcile compares with."""
+    normalised hashes of its objects (``farms/kernel/drift.py``): the reference a reconcile compares with."""
 
     key = models.CharField(max_length=40, primary_key=True)
     record = models.JSONField(default=dict)
@@ -699,3 +708,28 @@ class AuditEvent(models.Model):
             return []
         names = list(before) + [k for k in after if k not in before]
         return [(k, before.get(k), after.get(k)) for k in names if before.get(k) != after.get(k)]
+
+
+class ConfigVersion(models.Model):
+    """The whole configuration as the kernel held it after a successful apply (the export document).
+
+    Recorded by the worker (``farms/versions.py``) only when every farm had been applied and nothing newer
+    was saved meanwhile, and only when the document differs from the newest version: a health
+    transition or a reconcile that changes nothing adds no version. Restoring one is an import of its
+    document (the same validation, preview, audit and apply as any import).
+    """
+
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    generation = models.BigIntegerField(help_text="The configuration generation the kernel held.")
+    digest = models.CharField(max_length=64, db_index=True, help_text="SHA-256 of the canonical document.")
+    document = models.JSONField(encoder=DjangoJSONEncoder)
+    apply_run = models.ForeignKey(ApplyRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    farms = models.PositiveIntegerField(default=0)
+    backends = models.PositiveIntegerField(default=0)
+    policies = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ("-id",)
+
+    def __str__(self) -> str:
+        return f"version {self.pk} (generation {self.generation}, {self.created:%Y-%m-%d %H:%M:%S})"

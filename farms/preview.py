@@ -15,17 +15,17 @@ import difflib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db.models import Max
 
-from .choices import FarmModeChoices
-from .dataplane import farm_spec
+from farms.types import Json
+
+from .choices import L7_MODES, FarmModeChoices
 from .models import Backend, Farm, Policy
 from .nft import compiler
 from .nft.spec import FarmSpec
-
-Json = dict[str, Any]
+from .summary import summarise
+from .translate import farm_spec
 
 
 @dataclass
@@ -36,6 +36,7 @@ class Preview:
     diff: str  # unified diff of the compiled farm, pretty JSON, now -> after
     changed: bool
     notes: list[str] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)  # the change in plain words (farms/summary.py)
 
     @property
     def command_lines(self) -> str:
@@ -43,7 +44,13 @@ class Preview:
         return "\n".join(json.dumps(c, separators=(", ", ": ")) for c in self.commands["nftables"])
 
     def to_json(self) -> Json:
-        return {"changed": self.changed, "commands": self.commands, "diff": self.diff, "notes": self.notes}
+        return {
+            "changed": self.changed,
+            "summary": self.summary,
+            "commands": self.commands,
+            "diff": self.diff,
+            "notes": self.notes,
+        }
 
 
 def _next_id(model) -> int:
@@ -73,6 +80,12 @@ def _spec(farm: Farm, backends: Iterable[Backend], policies: Iterable[Policy], n
     return _localised(farm_spec(candidate), notes)
 
 
+def _with_backends(farm: Farm, backends: Iterable[Backend]) -> Farm:
+    """``farm`` (a copy) answering ``farm.backends.all()`` with ``backends``, saved or not."""
+    farm._prefetched_objects_cache = {**getattr(farm, "_prefetched_objects_cache", {}), "backends": list(backends)}
+    return farm
+
+
 def _compiled(spec: FarmSpec | None) -> compiler.UnitRuleset | None:
     return compiler.compile_farm(spec) if spec is not None else None
 
@@ -83,6 +96,24 @@ def _pretty(unit: compiler.UnitRuleset | None) -> list[str]:
     return json.dumps(unit.creates, indent=1).splitlines(keepends=True)
 
 
+def http_compare(farm_id: int, old: FarmSpec | None, candidate: Farm | None, notes: list[str]) -> Preview:
+    """An HTTP farm's edit: nothing for the kernel; the diff is HAProxy's configuration (l7/specs.py)."""
+    from django.conf import settings
+
+    from l7.specs import change_diff
+
+    diff, changed = change_diff(farm_id, candidate, settings.LBWEB_HAPROXY_CONF_DIR)
+    notes.append(
+        "HTTP farms are served by HAProxy: nothing changes in the kernel; the diff is HAProxy's configuration."
+    )
+    new = _spec(candidate, candidate.backends.all(), [], []) if candidate is not None else None
+    return Preview({"nftables": []}, diff, changed, list(dict.fromkeys(notes)), summarise(old, new))
+
+
+def _is_http(*farms: Farm | None) -> bool:
+    return any(f is not None and f.mode in L7_MODES for f in farms)
+
+
 def compare(key: str, old: FarmSpec | None, new: FarmSpec | None, notes: list[str]) -> Preview:
     """The incremental commands and the diff between two versions of one farm (None: absent)."""
     before, after = _compiled(old), _compiled(new)
@@ -90,7 +121,7 @@ def compare(key: str, old: FarmSpec | None, new: FarmSpec | None, notes: list[st
     new_units = {key: after} if after is not None else {}
     document, changed = compiler.incremental_document(old_objects, new_units)
     diff = "".join(difflib.unified_diff(_pretty(before), _pretty(after), "now", "after this change", n=3))
-    return Preview(document, diff, bool(changed), list(dict.fromkeys(notes)))
+    return Preview(document, diff, bool(changed), list(dict.fromkeys(notes)), summarise(old, new))
 
 
 def _current_spec(farm: Farm, notes: list[str]) -> FarmSpec:
@@ -113,6 +144,9 @@ def farm_change(farm: Farm | None, values: dict, policies: Iterable[Policy] | No
     for name, value in values.items():
         setattr(candidate, name, value)
     chosen = list(policies) if policies is not None else current_policies
+    if _is_http(farm, candidate):
+        _with_backends(candidate, backends)
+        return http_compare(candidate.id, old, candidate, notes)
     new = _spec(candidate, backends, chosen, notes)
     return compare(compiler.farm_key(candidate.id), old, new, notes)
 
@@ -120,6 +154,8 @@ def farm_change(farm: Farm | None, values: dict, policies: Iterable[Policy] | No
 def farm_removal(farm: Farm) -> Preview:
     """Deleting a farm: every object it owns leaves the kernel."""
     notes: list[str] = []
+    if _is_http(farm):
+        return http_compare(farm.id, _current_spec(farm, notes), None, notes)
     return compare(compiler.farm_key(farm.id), _current_spec(farm, notes), None, notes)
 
 
@@ -138,7 +174,29 @@ def backend_change(farm: Farm, backend: Backend | None, values: dict) -> Preview
     new_backends = sorted([*others, candidate], key=lambda b: b.id)
     policies = list(farm.policies.all())
     old = _current_spec(farm, notes)
+    if _is_http(farm):
+        return http_compare(farm.id, old, _with_backends(copy.copy(farm), new_backends), notes)
     new = _spec(farm, new_backends, policies, notes)
+    return compare(compiler.farm_key(farm.id), old, new, notes)
+
+
+def backends_change(farm: Farm, backends: Iterable[Backend]) -> Preview:
+    """Replacing the farm's backends by ``backends`` at once (the farm page's inline editor): changed rows
+    carry their id, new ones none (shown with the ids they will most likely get), missing ones are removed."""
+    notes: list[str] = []
+    next_id = _next_id(Backend)
+    candidates = []
+    for backend in backends:
+        if backend.pk is None:
+            backend = copy.copy(backend)
+            backend.id = next_id
+            next_id += 1
+            notes.append("New backends are shown with the ids they will most likely get.")
+        candidates.append(backend)
+    old = _current_spec(farm, notes)
+    if _is_http(farm):
+        return http_compare(farm.id, old, _with_backends(copy.copy(farm), candidates), notes)
+    new = _spec(farm, sorted(candidates, key=lambda b: b.id), farm.policies.all(), notes)
     return compare(compiler.farm_key(farm.id), old, new, notes)
 
 
@@ -147,5 +205,7 @@ def backend_removal(backend: Backend) -> Preview:
     farm = backend.farm
     notes: list[str] = []
     remaining = [b for b in farm.backends.all() if b.pk != backend.pk]
+    if _is_http(farm):
+        return http_compare(farm.id, _current_spec(farm, notes), _with_backends(copy.copy(farm), remaining), notes)
     new = _spec(farm, remaining, farm.policies.all(), [])
     return compare(compiler.farm_key(farm.id), _current_spec(farm, notes), new, notes)

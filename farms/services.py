@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from .audit import audited
+from .audit import after_record, audited
 from .choices import BackendStateChoices, FarmModeChoices
 from .models import Backend, ConfigGeneration, Farm, Policy, StaticSession
 
@@ -63,10 +63,10 @@ def _enqueue(task_name: str, **kwargs) -> None:
     """Queue a worker task after commit; if the broker is down the change stays pending, never lost."""
 
     def send() -> None:
-        from . import tasks
+        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
 
         try:
-            getattr(tasks, task_name).apply_async(kwargs=kwargs, retry=False)
+            app.send_task(f"farms.tasks.{task_name}", kwargs=kwargs, retry=False)
         except Exception as exc:  # broker down: the worker reconciles at start and periodically
             log.warning("%s%s not enqueued (%s); the change stays pending", task_name, kwargs, exc)
 
@@ -77,10 +77,10 @@ def enqueue_on_commit(task_name: str, *args: int, what: str) -> None:
     """Queue a worker task once the transaction commits; if the broker is down the saved change stays."""
 
     def enqueue() -> None:
-        from . import tasks
+        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
 
         try:
-            getattr(tasks, task_name).apply_async(args=list(args), retry=False)
+            app.send_task(f"farms.tasks.{task_name}", args=list(args), retry=False)
         except Exception as exc:  # broker down: the worker's reconcile at start picks up what is pending
             log.warning("%s not enqueued (%s)", what, exc)
 
@@ -207,8 +207,56 @@ def backend_maintenance(*, backend: Backend, mode: str) -> Backend:
     backend_update(backend=backend, state=state)
     if mode == "cut":
         backend.static_sessions.all().delete()
-        _enqueue("cut_backend", backend_id=backend.id)
+        # The worker ends the connections and adds how many it ended to this change's audit event.
+        after_record(
+            lambda event: _enqueue("cut_backend", backend_id=backend.id, audit_event_id=event.pk if event else None)
+        )
     return backend
+
+
+class BackendRowsError(ValidationError):
+    """Some rows of a backends edit were refused: ``rows`` maps each row's index to its ValidationError."""
+
+    def __init__(self, rows: dict[int, ValidationError]):
+        self.rows = rows
+        super().__init__([message for error in rows.values() for message in error.messages])
+
+
+@transaction.atomic
+def backends_edit(
+    *, farm: Farm, rows: list[tuple[Backend | None, dict]], removed: Iterable[Backend] = (), actor=None
+) -> list[Backend]:
+    """Change, add and remove several backends of ``farm`` at once (the farm page's editor), all or nothing:
+    ``rows`` are (backend, values) to update, or (None, values) to create. Each change is audited as the
+    single one is. Every row is tried, so every refusal is reported (BackendRowsError); then nothing stays."""
+    for backend in removed:
+        backend_delete(backend=backend, actor=actor)
+    saved, refused = [], {}
+    for index, (backend, values) in enumerate(rows):
+        try:
+            if backend is None:
+                saved.append(backend_create(farm=farm, actor=actor, **values))
+            else:
+                saved.append(backend_update(backend=backend, actor=actor, **values))
+        except ValidationError as exc:
+            refused[index] = exc
+    if refused:
+        raise BackendRowsError(refused)
+    return saved
+
+
+@transaction.atomic
+def backends_set_state(*, backends: Iterable[Backend], state: str, actor=None) -> list[Backend]:
+    """Put several backends in one state at once (the farm page's and the API's bulk enable, drain, disable):
+    all or nothing, each change audited as the single-backend one is. Backends already in ``state`` are left
+    alone; the ones changed are returned."""
+    if state not in BackendStateChoices.values:
+        raise ValidationError({"state": f"A backend's state is one of {', '.join(BackendStateChoices.values)}."})
+    changed = []
+    for backend in backends:
+        if backend.state != state:
+            changed.append(backend_update(backend=backend, state=state, actor=actor))
+    return changed
 
 
 @audited("create")

@@ -19,6 +19,7 @@ import json
 import time
 from dataclasses import dataclass
 
+from lbweb import redis_keys as keys
 from lbweb.redis_client import get_redis
 
 SNAPSHOT_TTL = 600  # seconds a snapshot is kept at all (a farm nobody looks at costs nothing)
@@ -27,12 +28,8 @@ DEFAULT_MAX_AGE = 5  # seconds: what a page that refreshes every few seconds can
 RETRY_AFTER = 1  # seconds: the worker reads one farm's sets in milliseconds when it is running
 
 
-def snapshot_key(farm_id: int) -> str:
-    return f"lbweb:sessions:{farm_id}"
-
-
-def asked_key(farm_id: int) -> str:
-    return f"lbweb:sessions:{farm_id}:asked"
+snapshot_key = keys.sessions
+asked_key = keys.sessions_asked
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import time
 
-from . import conntrack
 from . import session_snapshots as snapshots
 from .choices import FarmSchedulerChoices, FarmStateChoices
+from .kernel import conntrack
+from .kernel.applier import ApplyError
+from .kernel.sandbox import IsolatedKernel as Kernel
 from .models import Backend, BackendLoad, Farm, KernelUnit
 from .nft import compiler
 from .nft import fragments as f
-from .nft.applier import ApplyError
-from .nft.sandbox import IsolatedKernel as Kernel
 
 log = logging.getLogger("lbweb.sessions")
 LEASTCONN_MAX_WEIGHT = 100

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import history_views, views
 
 app_name = "farms"
 
@@ -12,10 +12,13 @@ urlpatterns = [
     path("farms/<int:pk>/delete/", views.FarmDeleteView.as_view(), name="farm_delete"),
     path("farms/<int:pk>/retry/", views.FarmRetryView.as_view(), name="farm_retry"),
     path("farms/<int:farm_pk>/backends/add/", views.BackendEditView.as_view(), name="backend_add"),
+    path("farms/<int:pk>/backends/", views.FarmBackendsEditView.as_view(), name="farm_backends"),
+    path("farms/<int:pk>/backends/state/", views.BackendBulkStateView.as_view(), name="backend_bulk_state"),
     path("farms/<int:farm_pk>/health-check/", views.HealthCheckEditView.as_view(), name="healthcheck_edit"),
     path("backends/<int:pk>/edit/", views.BackendEditView.as_view(), name="backend_edit"),
     path("backends/<int:pk>/delete/", views.BackendDeleteView.as_view(), name="backend_delete"),
     path("backends/<int:pk>/state/", views.BackendStateView.as_view(), name="backend_state"),
+    path("backends/<int:pk>/cut/", views.BackendCutView.as_view(), name="backend_cut"),
     path("policies/", views.PolicyListView.as_view(), name="policy_list"),
     path("policies/add/", views.PolicyEditView.as_view(), name="policy_add"),
     path("policies/<int:pk>/edit/", views.PolicyEditView.as_view(), name="policy_edit"),
@@ -24,4 +27,11 @@ urlpatterns = [
     path("audit-events/", views.AuditEventListView.as_view(), name="auditevent_list"),
     path("config/", views.ConfigView.as_view(), name="config"),
     path("config/export/", views.ConfigExportView.as_view(), name="config_export"),
+    path("config/versions/", history_views.ConfigVersionListView.as_view(), name="configversion_list"),
+    path("config/versions/diff/", history_views.ConfigVersionDiffView.as_view(), name="configversion_diff"),
+    path(
+        "config/versions/<int:pk>/restore/",
+        history_views.ConfigVersionRestoreView.as_view(),
+        name="configversion_restore",
+    ),
 ]

@@ -10,11 +10,12 @@ import re
 import unicodedata
 
 from . import capabilities
-from .choices import FarmAllDownChoices, HashFieldChoices, LimitVerdictChoices
+from .choices import L7_MODES, FarmAllDownChoices, HashFieldChoices, LimitVerdictChoices
 from .choices import FarmModeChoices as Mode
 from .choices import FarmProtocolChoices as Proto
 from .choices import FarmSchedulerChoices as Sched
 from .nft.limits import LOG_PREFIX_BYTES, utf8_length
+from .nft.spec import HELPER_PROTOCOL
 from .ports import PortSyntaxError, overlaps, parse_port_number, parse_ports
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
@@ -22,8 +23,6 @@ MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
 INTERFACE_RE = re.compile(r"[A-Za-z0-9_.@-]{1,15}", re.ASCII)
 # Counters a farm owns besides its own "farm-<name>": a farm named "<other>-limit" would share one.
 COUNTER_SUFFIXES = ("-limit", "-policy")
-HELPER_PROTOCOL = {"ftp": "tcp", "pptp": "tcp", "irc": "tcp", "h323": "tcp", "tftp": "udp", "snmp": "udp",
-                   "amanda": "udp", "sip": "udp"}  # fmt: skip
 
 
 def parse_mac(text: str) -> str:
@@ -181,8 +180,8 @@ def farm_option_errors(farm) -> dict[str, str]:
         e["sched_param"] = f"Unknown hash field(s) {', '.join(unknown)}; use {', '.join(HashFieldChoices.values)}."
     elif sched == Sched.HASH and not fields:
         e["sched_param"] = "The hash scheduler needs the fields to hash, e.g. 'srcip' or 'srcip srcport'."
-    elif fields and sched != Sched.HASH:
-        e["sched_param"] = "Hash fields apply only to the hash scheduler."
+    elif fields and sched not in (Sched.HASH, Sched.MAGLEV):
+        e["sched_param"] = "Hash fields apply only to the hash and maglev schedulers."
     elif proto == Proto.ALL and any(x in ("srcport", "dstport") for x in fields):
         e["sched_param"] = "A farm for all protocols has no ports to hash."
     if farm.persistence:
@@ -190,7 +189,7 @@ def farm_option_errors(farm) -> dict[str, str]:
             e["persistence"] = (
                 "Persistence cannot be combined with round robin (as in nftlb); use the weight scheduler."
             )
-        elif sched in (Sched.HASH, Sched.SYMHASH):
+        elif sched in (Sched.HASH, Sched.SYMHASH, Sched.MAGLEV):
             e["persistence"] = "A hash scheduler already sends a client to the same backend; persistence is not needed."
         elif proto == Proto.ALL and "srcport" in farm.persistence:
             e["persistence"] = "A farm for all protocols has no source port to persist on."
@@ -220,6 +219,11 @@ def farm_option_errors(farm) -> dict[str, str]:
         _dsr_errors(farm, e)
     if mode == Mode.STATELESS_DNAT:
         _stateless_errors(farm, e)
+    if mode in L7_MODES:
+        from l7.validation import l7_farm_errors  # pure: HTTP farms run on HAProxy, other rules apply
+
+        l7_farm_errors(farm, e)
+        return e
     _text_errors(farm, e)
     _capability_errors(farm, e)
     return e
@@ -274,6 +278,8 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
             "a farm for all protocols carries TCP, whose flows" if farm.protocol == Proto.ALL else "a TCP/SCTP flow"
         )
         e["scheduler"] = f"DSR keeps no connection state: {carried} must be hashed (hash or symhash)."
+    if farm.scheduler == Sched.MAGLEV:
+        e["scheduler"] = "DSR farms hash with hash or symhash; Maglev is for NAT farms."
     if farm.scheduler == Sched.LEASTCONN:
         e["scheduler"] = "DSR sees only one direction of a flow: least connections cannot be counted."
     for name, words in (

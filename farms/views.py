@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -21,15 +22,34 @@ from django.views import View
 from django.views.generic import DetailView, ListView
 
 from monitoring.health import heartbeat
+from monitoring.selectors import open_connections
+from monitoring.store import metric_store
 
-from . import config_io, health_services, preview, services
-from .choices import BackendStateChoices
-from .forms import BackendForm, ConfigImportForm, FarmForm, HealthCheckForm, PolicyForm
+from . import config_io, health_services, liveness, preview, services
+from .choices import BackendHealthChoices, BackendStateChoices, FarmTrafficChoices
+from .filtersets import AuditEventFilterSet
+from .forms import (
+    FARM_FIELD_WHEN,
+    HEALTH_CHECK_FIELD_WHEN,
+    BackendForm,
+    BackendFormSet,
+    ConfigImportForm,
+    FarmForm,
+    HealthCheckForm,
+    PolicyForm,
+    applies,
+)
 from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
-from .roles import ADMIN, OPERATOR, RoleRequiredMixin
+from .roles import ADMIN, OPERATOR, VIEWER, RoleRequiredMixin, has_role
+from .summary import shares
+from .translate import farm_spec
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
-STATE_VERBS = {"enabled": "Enable", "drain": "Drain", "disabled": "Disable"}
+STATE_VERBS = {
+    BackendStateChoices.ENABLED: "Enable",
+    BackendStateChoices.DRAIN: "Drain",
+    BackendStateChoices.DISABLED: "Disable",
+}
 PAGE_SIZE = 100
 
 
@@ -67,11 +87,14 @@ class FarmListView(RoleRequiredMixin, ListView):
         context["last_run"] = ApplyRun.objects.first()
         context["query"] = self.request.GET.get("q", "")
         context["healthd"] = heartbeat.read_status()
+        context["healthd_words"] = healthd_words(context["healthd"])
         return context
 
 
 class FarmDetailView(RoleRequiredMixin, DetailView):
-    """One farm: every option, its backends with one-click states, its apply status and its history."""
+    """One farm: what happens to new connections, its backends with their health and one-click states (one
+    by one or several at once), its health check, every option that applies, its apply status and history.
+    Admins edit the backends inline ("Add another")."""
 
     queryset = Farm.objects.prefetch_related("backends", "policies")
     template_name = "farms/farm_detail.html"
@@ -80,23 +103,136 @@ class FarmDetailView(RoleRequiredMixin, DetailView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         farm = self.object
-        form = FarmForm(instance=farm)
-        context["options"] = [
-            (title, [(f.label, _shown(farm, f.name)) for f in fields]) for title, fields in form.fieldsets()
-        ]
-        context["backends"] = [(b, state_actions(b)) for b in farm.backends.all()]
-        context["events"] = AuditEvent.objects.filter(farm_ref=farm.pk)[:10]
+        context.update(farm_page_context(farm))
+        if has_role(self.request.user, ADMIN) and "backend_formset" not in kwargs:
+            context["backend_formset"] = BackendFormSet(farm=farm)
         return context
 
 
-def _shown(farm: Farm, name: str) -> str:
+def farm_page_context(farm: Farm) -> dict:
+    """What the farm page shows besides the farm itself."""
+    form = FarmForm(instance=farm)
+    conditions = {name for when in FARM_FIELD_WHEN.values() for name in when}
+    values = {name: getattr(farm, name) for name in conditions}
+    options = []
+    for title, fields in form.fieldsets():
+        rows = [(f.label, _shown(farm, f.name)) for f in fields if applies(FARM_FIELD_WHEN.get(f.name), values)]
+        if rows:
+            options.append((title, rows))
+    spec = farm_spec(farm)
+    check = HealthCheck.effective_for(farm)
+    check_values = {name: getattr(check, name) for name in ("type",)}
+    first_port = farm.port_ranges[0][0] if farm.ports else None
+    probed = "each backend's port" + (f", else {first_port}" if first_port else "")
+    check_rows = [
+        (f.label, probed if f.name == "port" and check.port is None else _shown(check, f.name))
+        for _title, fields in HealthCheckForm(instance=check).fieldsets()
+        for f in fields
+        if f.name != "type" and applies(HEALTH_CHECK_FIELD_WHEN.get(f.name), check_values)
+    ]
+    connections, census_at = _open_connections(farm.pk)
+    return {
+        "options": options,
+        "backends": backend_rows(farm, spec, connections),
+        "events": AuditEvent.objects.filter(farm_ref=farm.pk)[:10],
+        "healthd_words": healthd_words(heartbeat.read_status()),
+        "check": check,
+        "check_is_default": check.pk is None,
+        "check_rows": check_rows,
+        "traffic_words": traffic_words(farm, spec),
+        "bulk_states": [(value, STATE_VERBS.get(value, label)) for value, label in BackendStateChoices.choices],
+        "census_at": census_at,
+    }
+
+
+def _open_connections(farm_id: int) -> tuple[dict[int, int], float | None]:
+    """Each backend's open connections from the newest census; nothing known when Redis is down."""
+    try:
+        return open_connections(metric_store(), farm_id)
+    except Exception:  # Redis down: the page says "—" or "not known", never 0
+        return {}, None
+
+
+def _clock(timestamp: float | None) -> str:
+    """A census time as the server's local clock reads it, with its age."""
+    if timestamp is None:
+        return ""
+    from datetime import datetime
+
+    from django.utils import timezone
+
+    moment = datetime.fromtimestamp(timestamp, tz=timezone.get_current_timezone())
+    age = max(0, round(timezone.now().timestamp() - timestamp))
+    return f"{moment:%H:%M:%S}, {age} s ago"
+
+
+def _shown(obj, name: str) -> str:
     if name == "policies":
-        return ", ".join(p.name for p in farm.policies.all()) or "—"
-    display = getattr(farm, f"get_{name}_display", None)
-    value = display() if display else getattr(farm, name)
+        return ", ".join(p.name for p in obj.policies.all()) or "—"
+    display = getattr(obj, f"get_{name}_display", None)
+    value = display() if display else getattr(obj, name)
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value) if value not in ("", None) else "—"
+
+
+HEALTHD_STATES = {"impaired": "impaired", "stopped": "stopped", "never_seen": "not running", "unknown": "unknown"}
+
+
+def healthd_words(status: dict) -> str:
+    """The banner of the farm list and the farm page when health checking is not running as it should."""
+    state = status.get("state")
+    if state == "running":
+        return ""
+    words = f"Health checking {HEALTHD_STATES.get(state, state)}"
+    detail = str(status.get("detail", "")).removeprefix(words.lower()).lstrip(": ")  # "stopped: stopped: ..." once
+    return f"{words}: {detail}." if detail else f"{words}."
+
+
+def traffic_words(farm: Farm, spec) -> str:
+    """What new connections to the farm get now, in the words the compiler's rules would use."""
+    traffic = spec.traffic
+    if traffic == FarmTrafficChoices.BALANCED:
+        count = len(spec.active_backends)
+        return f"New connections are balanced over {count} backend{'s' if count != 1 else ''}."
+    if traffic == FarmTrafficChoices.OFF:
+        return "The farm is off: lbweb does not serve its VIP."
+    if traffic == FarmTrafficChoices.FALLBACK:
+        return f"No backend takes new connections: they go to the fallback {farm.fallback_address}."
+    why = "It has no backend" if not spec.backends else "No backend takes new connections"
+    answer = "a TCP reset" if farm.protocol == "tcp" else "an ICMP port unreachable"
+    return f"{why}: the farm rejects new connections ({answer})."
+
+
+def backend_rows(farm: Farm, spec, connections: dict[int, int]) -> list[dict]:
+    """Each backend with its state buttons, its health in words, and whether it takes new connections."""
+    share = shares(spec)
+    active = {b.id for b in spec.active_backends}
+    eligible_priorities = [b.priority for b in spec.backends if b.eligible]
+    rows = []
+    for backend in farm.backends.all():
+        if not spec.enabled:
+            serving = "no: the farm is off"
+        elif backend.state == BackendStateChoices.DISABLED:
+            serving = "no: disabled"
+        elif backend.health == BackendHealthChoices.DOWN:
+            serving = "no: down"
+        elif backend.state == BackendStateChoices.DRAIN:
+            serving = "only clients bound by persistence (draining)"
+        elif backend.pk in active:
+            serving = f"yes: {share[backend.pk][1]} % of new connections"
+        else:
+            serving = f"standby: priority {backend.priority} waits while priority {min(eligible_priorities)} serves"
+        rows.append(
+            {
+                "backend": backend,
+                "actions": state_actions(backend),
+                "serving": serving,
+                "takes_traffic": backend.pk in active,
+                "connections": connections.get(backend.pk),
+            }
+        )
+    return rows
 
 
 class ObjectEditView(RoleRequiredMixin, View):
@@ -133,12 +269,16 @@ class ObjectEditView(RoleRequiredMixin, View):
             "form": form,
             "object": obj,
             "noun": self.noun,
-            "title": f"Edit {self.noun} {obj}" if obj is not None else f"New {self.noun}",
+            "title": self.page_title(obj),
             "preview": change_preview,
             "cancel_url": self.cancel_url(obj),
             "can_preview": type(self).preview is not ObjectEditView.preview,
+            "read_only": not has_role(self.request.user, self.write_role or self.required_role),
         }
         return render(self.request, self.template_name, context)
+
+    def page_title(self, obj) -> str:
+        return f"Edit {self.noun} {obj}" if obj is not None else f"New {self.noun}"
 
     def get(self, request, *args, **kwargs):
         obj = self.get_object()
@@ -318,10 +458,10 @@ class BackendStateView(RoleRequiredMixin, View):
     def post(self, request, pk: int):
         backend = get_object_or_404(Backend.objects.select_related("farm"), pk=pk)
         state = request.POST.get("state", "")
+        if state == "cut":  # never in one click: the confirmation page says how many connections end
+            return redirect("farms:backend_cut", pk=backend.pk)
         try:
-            if state == "cut":
-                services.backend_maintenance(backend=backend, mode="cut", actor=request.user)
-            elif state in BackendStateChoices.values:
+            if state in BackendStateChoices.values:
                 services.backend_update(backend=backend, state=state, actor=request.user)
             else:
                 return HttpResponseBadRequest(f"unknown backend state '{state}'")
@@ -330,6 +470,103 @@ class BackendStateView(RoleRequiredMixin, View):
         else:
             messages.success(request, f"Backend {backend}: {backend.get_state_display()}.")
         return redirect(reverse("farms:farm_detail", args=[backend.farm_id]) + f"#backend-{backend.pk}")
+
+
+class BackendCutView(RoleRequiredMixin, View):
+    """Cut a backend: disable it and end its established connections now, after a confirmation that shows
+    how many are open (the newest conntrack census). The worker records how many it ended in the audit."""
+
+    required_role = OPERATOR
+    template_name = "farms/backend_cut.html"
+
+    def get(self, request, pk: int):
+        backend = get_object_or_404(Backend.objects.select_related("farm"), pk=pk)
+        connections, census_at = _open_connections(backend.farm_id)
+        context = {
+            "backend": backend,
+            "farm": backend.farm,
+            "census_at": census_at,
+            "census_at_text": _clock(census_at),
+            "connections": connections.get(backend.pk, 0 if census_at is not None else None),
+        }
+        return render(request, self.template_name, context)
+
+    def post(self, request, pk: int):
+        backend = get_object_or_404(Backend.objects.select_related("farm"), pk=pk)
+        try:
+            services.backend_maintenance(backend=backend, mode="cut", actor=request.user)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            messages.success(request, f"Backend {backend}: disabled; its connections are being ended.")
+        return redirect(reverse("farms:farm_detail", args=[backend.farm_id]) + f"#backend-{backend.pk}")
+
+
+class BackendBulkStateView(RoleRequiredMixin, View):
+    """Several backends of a farm in one state at once (the checkboxes of the farm page)."""
+
+    required_role = OPERATOR
+    http_method_names = ["post"]
+
+    def post(self, request, pk: int):
+        farm = get_object_or_404(Farm, pk=pk)
+        state = request.POST.get("state", "")
+        ids = [int(i) for i in request.POST.getlist("backend") if i.isdigit()]
+        chosen = list(farm.backends.filter(pk__in=ids))
+        if not chosen:
+            messages.error(request, "Choose the backends first (the boxes of the first column).")
+            return redirect("farms:farm_detail", pk=farm.pk)
+        try:
+            changed = services.backends_set_state(backends=chosen, state=state, actor=request.user)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            label = dict(BackendStateChoices.choices).get(state, state).split(" (")[0].lower()
+            names = ", ".join(str(b) for b in changed) or "none (all were already so)"
+            messages.success(request, f"{label.capitalize()}: {names}.")
+        return redirect(reverse("farms:farm_detail", args=[farm.pk]) + "#backends-title")
+
+
+class FarmBackendsEditView(RoleRequiredMixin, View):
+    """The farm page's backend editor: change, add ("Add another") and remove backends in one save, all or
+    nothing, each change audited; "Preview" shows the kernel change of the whole edit first."""
+
+    required_role = ADMIN
+    http_method_names = ["post"]
+
+    def post(self, request, pk: int):
+        farm = get_object_or_404(Farm.objects.prefetch_related("backends", "policies"), pk=pk)
+        formset = BackendFormSet(request.POST, farm=farm)
+        if not formset.is_valid():
+            return self.render(farm, formset)
+        kept, removed, changed = [], [], []
+        for form in formset.forms:
+            if formset._should_delete_form(form):
+                if form.instance.pk is not None:
+                    removed.append(form.instance)
+            elif form.instance.pk is not None or form.has_changed():
+                kept.append(form.instance)
+                if form.instance.pk is None or form.has_changed():
+                    changed.append(form)
+        if "_preview" in request.POST:
+            return self.render(farm, formset, preview.backends_change(farm, kept))
+        rows = [(form.instance if form.instance.pk is not None else None, form.values()) for form in changed]
+        try:
+            services.backends_edit(farm=farm, rows=rows, removed=removed, actor=request.user)
+        except services.BackendRowsError as exc:
+            for index, error in exc.rows.items():
+                _add_errors(changed[index], error)
+            return self.render(farm, formset, status=400)
+        count = len(changed) + len(removed)
+        messages.success(request, f"Backends saved ({count} change{'s' if count != 1 else ''}); the kernel follows.")
+        return redirect(reverse("farms:farm_detail", args=[farm.pk]) + "#backends-title")
+
+    def render(self, farm: Farm, formset, change_preview=None, status: int | None = None):
+        farm = Farm.objects.prefetch_related("backends", "policies").get(pk=farm.pk)  # as saved
+        context = {"farm": farm, "object": farm, "backend_formset": formset, "preview": change_preview}
+        context.update(farm_page_context(farm))
+        status = status or (400 if not formset.is_valid() else 200)
+        return render(self.request, "farms/farm_detail.html", context, status=status)
 
 
 class FarmRetryView(RoleRequiredMixin, View):
@@ -396,8 +633,27 @@ class PolicyDeleteView(ObjectDeleteView):
 # -- history ------------------------------------------------------------------------------------
 
 
+FARM_LINE = re.compile(r"^farm (\d+): (.*)$")
+
+
+def error_groups(error: str, names: dict[int, str]) -> list[dict]:
+    """A run's error as the page shows it: each distinct message once, with the farms it concerns
+    (by name; a farm deleted since keeps its id). The worker writes one ``farm <id>: <message>`` line
+    per refused farm, and a bisected batch repeats the kernel's words for every farm it refused."""
+    groups: dict[str, dict] = {}
+    for line in error.splitlines():
+        match = FARM_LINE.match(line)
+        farm = (int(match.group(1)), names.get(int(match.group(1)))) if match else None
+        message = match.group(2) if match else line
+        group = groups.setdefault(message, {"message": message, "farms": []})
+        if farm and farm not in group["farms"]:
+            group["farms"].append(farm)
+    return list(groups.values())
+
+
 class ApplyRunListView(RoleRequiredMixin, ListView):
-    """Every apply of the worker: generation, kind, duration, and the kernel's words when it failed."""
+    """Every apply of the worker: generation, kind, duration, and the kernel's words when it failed,
+    under the worker's liveness (a stopped worker shows here first: nothing reaches the kernel)."""
 
     template_name = "farms/applyrun_list.html"
     context_object_name = "runs"
@@ -409,28 +665,50 @@ class ApplyRunListView(RoleRequiredMixin, ListView):
             runs = runs.filter(ok=False)
         return runs
 
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        runs = list(context["runs"])
+        ids = {int(m.group(1)) for r in runs for line in r.error.splitlines() if (m := FARM_LINE.match(line))}
+        names = dict(Farm.objects.filter(id__in=ids).values_list("id", "name"))
+        for run in runs:
+            run.error_groups = error_groups(run.error, names)
+        context["runs"] = runs
+        state = liveness.status()
+        context["worker"] = state["processes"].get("worker", {})
+        context["pending"] = state["pending"]
+        return context
+
 
 class AuditEventListView(RoleRequiredMixin, ListView):
-    """Who changed what and when, with before and after."""
+    """Who changed what and when, with before and after; filtered by the API's own filterset."""
 
     template_name = "farms/auditevent_list.html"
     context_object_name = "events"
     paginate_by = PAGE_SIZE
-    filters = ("actor_name", "object_type", "action", "farm_ref")
 
     def get_queryset(self):
-        events = AuditEvent.objects.all()
-        for name in self.filters:
-            value = self.request.GET.get(name)
-            if value:
-                events = events.filter(**{name: value})
-        return events
+        self.filterset = AuditEventFilterSet(self.request.GET or None, queryset=AuditEvent.objects.all())
+        if not self.filterset.is_bound:
+            return AuditEvent.objects.all()
+        return self.filterset.qs if self.filterset.is_valid() else AuditEvent.objects.none()
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        context["active_filters"] = {n: self.request.GET[n] for n in self.filters if self.request.GET.get(n)}
-        context["object_types"] = AuditEvent.objects.order_by().values_list("object_type", flat=True).distinct()
-        context["actors"] = AuditEvent.objects.order_by().values_list("actor_name", flat=True).distinct()
+        events = AuditEvent.objects.order_by()
+        names = dict(Farm.objects.values_list("id", "name"))
+        refs = sorted(set(events.exclude(farm_ref=None).values_list("farm_ref", flat=True)) | set(names))
+        gone = dict(  # a deleted farm keeps its name in its own events
+            events.filter(object_type="farm", object_id__in=[r for r in refs if r not in names]).values_list(
+                "object_id", "object_name"
+            )
+        )
+        context["filter"] = self.filterset
+        context["farms"] = [(r, names.get(r) or f"{gone.get(r, f'#{r}')} (deleted)") for r in refs]
+        context["actions"] = sorted(set(events.values_list("action", flat=True)))
+        context["actors"] = sorted(set(events.values_list("actor_name", flat=True)))
+        context["object_types"] = sorted(set(events.values_list("object_type", flat=True)))
+        context["active_filters"] = {k: v for k, v in self.request.GET.items() if v and k != "page"}
+        context["filter_errors"] = self.filterset.errors if self.filterset.is_bound else {}
         return context
 
 
@@ -474,10 +752,13 @@ class ConfigExportView(RoleRequiredMixin, View):
 
 
 class HealthCheckEditView(ObjectEditView):
-    """A farm's own health check (without one, its protocol's default applies)."""
+    """A farm's own health check (without one, its protocol's default applies). Every role reads it; only
+    admins change it (a ``command`` check runs a program)."""
 
     form_class = HealthCheckForm
     noun = "health check"
+    required_role = VIEWER
+    write_role = ADMIN
 
     def farm(self) -> Farm:
         return get_object_or_404(Farm, pk=self.kwargs["farm_pk"])
@@ -488,10 +769,15 @@ class HealthCheckEditView(ObjectEditView):
     def new_instance(self):
         return HealthCheck.effective_for(self.farm())
 
+    def page_title(self, obj) -> str:
+        farm = obj.farm if obj is not None else self.farm()
+        own = "" if obj is not None else f" (the {farm.protocol} default until it has its own)"
+        return f"Health check of farm {farm.name}{own}"
+
     def save(self, obj, form):
         if obj is None:
-            return health_services.health_check_create(farm=self.farm(), **form.values())
-        return health_services.health_check_update(health_check=obj, **form.values())
+            return health_services.health_check_create(farm=self.farm(), actor=self.request.user, **form.values())
+        return health_services.health_check_update(health_check=obj, actor=self.request.user, **form.values())
 
     def cancel_url(self, obj):
         return reverse("farms:farm_detail", args=[self.kwargs["farm_pk"]])

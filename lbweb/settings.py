@@ -12,7 +12,9 @@ LBWEB_PROXY_SSL_HEADER: API tokens, login lockout and HTTPS, below.
 
 import os
 import secrets
+import socket
 from datetime import timedelta
+from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF
@@ -59,6 +61,9 @@ INSTALLED_APPS = [
     "farms",
     "monitoring",
     "system",
+    "network",
+    "l7",
+    "cluster",
 ]
 
 MIDDLEWARE = [
@@ -68,6 +73,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A cluster's backup refuses writes, naming the master (cluster/middleware.py).
+    "cluster.middleware.BackupRefusesWrites",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -96,6 +103,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "farms.roles.role_context",
                 "farms.liveness.liveness_context",
+                "lbweb.navigation.navigation_context",
+                "cluster.views.cluster_context",
             ],
         },
     },
@@ -205,6 +214,17 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "farms:farm_list"
 LOGOUT_REDIRECT_URL = "login"
 
+# HTTP farms (l7/): HAProxy reads conf/ (written by the worker) and listens for its master CLI in sock/;
+# see deploy/PROCESSES.md for the owners and modes.
+LBWEB_HAPROXY_DIR = Path(os.environ.get("LBWEB_HAPROXY_DIR", "/run/lbweb-haproxy"))
+LBWEB_HAPROXY_CONF_DIR = LBWEB_HAPROXY_DIR / "conf"
+LBWEB_HAPROXY_SOCKET = os.environ.get("LBWEB_HAPROXY_SOCKET", str(LBWEB_HAPROXY_DIR / "sock" / "master.sock"))
+LBWEB_CERT_WARN_DAYS = int(os.environ.get("LBWEB_CERT_WARN_DAYS", "21"))
+# ACME (l7/acme.py): the directory URL of the CA, the account's e-mail, certbot's state.
+LBWEB_ACME_SERVER = os.environ.get("LBWEB_ACME_SERVER", "")
+LBWEB_ACME_EMAIL = os.environ.get("LBWEB_ACME_EMAIL", "")
+LBWEB_ACME_DIR = Path(os.environ.get("LBWEB_ACME_DIR", str(VAR_DIR / "acme")))
+
 REDIS_SOCKET = VAR_DIR / "redis.sock"
 REDIS_URL = os.environ.get("REDIS_URL") or f"unix://{REDIS_SOCKET}"
 _BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1) if REDIS_URL.startswith("unix://") else REDIS_URL
@@ -212,7 +232,12 @@ _BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1) if REDIS_URL.st
 CELERY_BROKER_URL = _BROKER_URL
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "dataplane"
-CELERY_TASK_ROUTES = {"farms.tasks.*": {"queue": "dataplane"}}
+CELERY_TASK_ROUTES = {
+    "farms.tasks.*": {"queue": "dataplane"},
+    "network.tasks.*": {"queue": "dataplane"},
+    "l7.tasks.*": {"queue": "dataplane"},
+    "cluster.tasks.*": {"queue": "dataplane"},
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
@@ -222,12 +247,18 @@ CELERY_BEAT_SCHEDULE = {
         "task": "farms.tasks.reconcile",
         "schedule": float(os.environ.get("LBWEB_RECONCILE_SECONDS", "30")),
     },
+    "acme-renew": {"task": "l7.tasks.acme_renew", "schedule": 12 * 3600.0},  # when 30 days or fewer are left
+    # HA pair: record this node's transitions, tell the peer our role, push the configuration if it missed some.
+    "cluster-heartbeat": {"task": "cluster.tasks.heartbeat", "schedule": 2.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # The worker waits this long after an apply before the next one, so a burst of
 # writes becomes a handful of transactions instead of one per write.
 LBWEB_APPLY_COALESCE_SECONDS = float(os.environ.get("LBWEB_APPLY_COALESCE_SECONDS", "0.2"))
+# This appliance's name in a cluster (cluster.models.Node.name); its cluster files live in VAR_DIR/cluster.
+LBWEB_NODE_NAME = os.environ.get("LBWEB_NODE_NAME") or socket.gethostname()
+LBWEB_CLUSTER_DIR = Path(os.environ.get("LBWEB_CLUSTER_DIR") or VAR_DIR / "cluster")
 # The worker makes sure the kernel forwards packets (an LB that does not route balances nothing).
 LBWEB_MANAGE_SYSCTL = os.environ.get("LBWEB_MANAGE_SYSCTL", "1") == "1"
 
@@ -282,3 +313,8 @@ LBWEB_HEALTHD_STALE_SECONDS = float(os.environ.get("LBWEB_HEALTHD_STALE_SECONDS"
 LBWEB_PROCESS_STALE_SECONDS = float(os.environ.get("LBWEB_PROCESS_STALE_SECONDS", "5"))
 # Changes waiting longer than this for the worker show as "N changes waiting for X s" on every page.
 LBWEB_APPLY_STALL_SECONDS = float(os.environ.get("LBWEB_APPLY_STALL_SECONDS", "10"))
+# Configuration versions kept (each holds the whole export document): farms/versions.py.
+LBWEB_CONFIG_VERSIONS_KEEP = int(os.environ.get("LBWEB_CONFIG_VERSIONS_KEEP", "200"))
+# Where the worker writes the network as systemd files, in /etc's layout (systemd/network/, ...):
+# /etc on the appliance, lbweb's state directory elsewhere (network/worker.py).
+LBWEB_NETWORK_DIR = os.environ.get("LBWEB_NETWORK_DIR", str(VAR_DIR / "network"))

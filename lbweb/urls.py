@@ -12,6 +12,8 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+from monitoring import views as monitoring_views
+
 urlpatterns = [
     path("", include("farms.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
@@ -20,9 +22,16 @@ urlpatterns = [
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("admin/", admin.site.urls),
     path("api/v1/metrics/", include("monitoring.api.urls")),
+    path("api/v1/network/", include("network.api.urls")),
     path("api/v1/", include("system.api_urls")),
+    path("api/v1/", include("cluster.api.urls")),
+    path("cluster/", include("cluster.urls")),
+    path("api/v1/", include("l7.urls")),
     path("api/v1/", include("farms.api.urls")),
     path("monitoring/", include("monitoring.urls")),
+    path("http/", include("l7.page_urls")),
+    path("metrics", monitoring_views.prometheus_metrics, name="prometheus-metrics"),
+    path("system/network/", include("network.urls")),
     path("system/", include("system.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from farms.choices import BackendStateChoices, FarmStateChoices
+from farms.choices import BackendStateChoices, FarmModeChoices, FarmStateChoices
 from farms.models import ConfigGeneration, Farm
 from farms.nft import compiler
 from farms.nft.spec import FarmSpec
@@ -104,7 +104,7 @@ def farm_info(farm: Farm) -> FarmInfo:
 
 
 # Only NAT farms go through conntrack (their mark) and the traffic counters; DSR and stateless farms do not.
-MEASURED_MODES = ("snat", "dnat")
+MEASURED_MODES = (FarmModeChoices.SNAT, FarmModeChoices.DNAT)
 
 
 def load_index(current: FarmIndex | None = None) -> FarmIndex:

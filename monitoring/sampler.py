@@ -16,18 +16,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyroute2 import IPRoute
 
-from farms.nft.applier import CounterValue, Kernel
+from farms.kernel import collectors, conntrack
+from farms.kernel.applier import CounterValue, Kernel
+from farms.types import Json
 
-from . import collectors
 from .farm_index import FarmIndex
+from .http_stats import HttpFarmStats
 
 log = logging.getLogger("lbweb.monitoring")
-
-Json = dict[str, Any]
 
 
 @dataclass
@@ -99,11 +98,11 @@ class CensusByMark:
     """A census regrouped so each farm reads only its own destinations."""
 
     # mark -> (destination, entries, open entries, SNAT entries)
-    destinations: dict[int, list[tuple[collectors.Destination, int, int, int]]]
+    destinations: dict[int, list[tuple[conntrack.Destination, int, int, int]]]
     port_range: int
 
 
-def group_by_mark(census: collectors.Census) -> CensusByMark:
+def group_by_mark(census: conntrack.Census) -> CensusByMark:
     grouped: dict[int, list] = {}
     for destination, count in census.connections.items():
         row = (destination, count, census.open.get(destination, 0), census.snat.get(destination, 0))
@@ -130,6 +129,7 @@ class Sampler:
         self.next_census = 0.0
         self.previous: Reading | None = None
         self._generation: int | None = None
+        self.http = HttpFarmStats()
 
     def close(self) -> None:
         self.ipr.close()
@@ -184,6 +184,7 @@ class Sampler:
                 busy.append(farm)
         rates = counter_rates(now, before, seconds, names=[n for farm in busy for n in farm.counters])
         farms = {farm.id: self._farm(farm, now, rates, by_mark, index) for farm in busy}
+        farms.update(self.http.sample(current.monotonic))
         system = self._system(current, previous, seconds, farms, idle_farms=bool(idle))
         if census is not None:
             system["census"] = {
@@ -204,12 +205,12 @@ class Sampler:
 
     # -- internals -------------------------------------------------------------------
 
-    def _census_if_due(self, now: float) -> tuple[collectors.Census, float] | None:
+    def _census_if_due(self, now: float) -> tuple[conntrack.Census, float] | None:
         if now < self.next_census:
             return None
         started = time.thread_time()
         try:
-            census = collectors.conntrack_census()
+            census = conntrack.conntrack_census()
         except OSError as exc:
             log.warning("conntrack census failed: %s", exc)
             self.next_census = now + self.max_census_interval

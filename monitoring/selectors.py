@@ -9,11 +9,13 @@ instead of drawing zeros or bridging the hole.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections import defaultdict
+from datetime import UTC, datetime
 
 from django.conf import settings
 
-from farms.models import Farm
+from farms.models import AuditEvent, Farm, HealthEvent
+from farms.types import Json
 
 from .farm_index import MEASURED_MODES
 from .store import (
@@ -26,8 +28,6 @@ from .store import (
     MetricStore,
     decode_farm_fields,
 )
-
-Json = dict[str, Any]
 
 WINDOWS = {"5m": (300, RAW), "15m": (900, RAW), "1h": (3600, RAW), "24h": (86400, MINUTES)}
 DEFAULT_WINDOW = "15m"
@@ -85,18 +85,129 @@ def system_series(store: MetricStore, window: str, since: float | None = None, n
     }
 
 
-def _idle_point(t: float, census: bool, backends: dict[str, bool]) -> Json:
+def _idle_point(t: float, census: bool, backends: dict[str, float], states: dict[str, bool]) -> Json:
+    """A sample where the farm moved nothing: zeros for the farm and for each backend that existed then."""
     point: Json = {"t": t, **dict.fromkeys(RATE_FIELDS, 0.0)}
     if census:
         point.update(dict.fromkeys(CENSUS_FIELDS, 0.0))
     point["backends"] = {}
-    for backend_id, enabled in backends.items():
+    for backend_id, created in backends.items():
+        if created > t:
+            continue  # not there yet: no zero either
         backend = dict.fromkeys(BACKEND_RATE_FIELDS, 0.0)
         if census:
             backend.update(dict.fromkeys(BACKEND_CENSUS_FIELDS, 0.0))
-        backend["enabled"] = enabled
+        if backend_id in states:  # as the collector last recorded it, never today's state
+            backend["enabled"] = states[backend_id]
         point["backends"][backend_id] = backend
     return point
+
+
+def serving_status(state: str, health: str) -> str:
+    """What a backend did with new connections, from its state and health: the words of the farm page."""
+    if state == "disabled":
+        return "disabled"
+    if health == "down":
+        return "down"
+    if state == "drain":
+        return "draining"
+    return "serving"
+
+
+def backend_history(farm: Farm, start: float, end: float) -> list[Json]:
+    """Each backend's state and health over [start, end], from what was recorded: the audit trail (its
+    creation, every state change, its deletion) and healthd's transitions (HealthEvent). Segments begin at
+    the backend's creation, not at the window's start, and a backend deleted in the window ends there.
+
+    The state at the window's start is the one the last change before it left; with none before, the
+    one the first change in the window started from (its ``before``, a health event's ``previous``);
+    with no change at all, the present one, which has held since the backend was created (every write
+    is audited). Only the window's events and one event per backend before it are read: a farm with a
+    long history costs what its window holds, every poll of the chart.
+    """
+    since = datetime.fromtimestamp(start, tz=UTC)
+    audited = AuditEvent.objects.filter(farm_ref=farm.id, object_type="backend")
+    current = {b.id: b for b in farm.backends.all()}
+    audit: dict[int, list[AuditEvent]] = defaultdict(list)
+    for event in audited.filter(time__gt=since).exclude(object_id=None).order_by("time", "id"):
+        audit[event.object_id].append(event)
+    health: dict[int, list[HealthEvent]] = defaultdict(list)
+    for event in HealthEvent.objects.filter(backend__farm=farm, time__gt=since).order_by("time", "id"):
+        health[event.backend_id].append(event)
+    before_audit, before_health = _last_before(farm, audited.exclude(action="delete"), since, current)
+    result = []
+    for backend_id in sorted(current.keys() | audit.keys()):
+        backend, events, changes = current.get(backend_id), audit[backend_id], health[backend_id]
+        created = next((e.time.timestamp() for e in events if e.action == "create"), None)
+        if created is None:
+            created = backend.created.timestamp() if backend else start  # a deleted one existed at the start
+        deleted = next((e.time.timestamp() for e in events if e.action == "delete"), None)
+        begin, finish = max(start, created), min(end, deleted) if deleted else end
+        if begin >= finish:
+            continue
+        prior, prior_health = before_audit.get(backend_id), before_health.get(backend_id)
+        states = [(e.time.timestamp(), (e.after or {}).get("state")) for e in events if e.action != "delete"]
+        states = [(t, value) for t, value in states if value]
+        state = ((prior.after or {}).get("state") if prior else None) or next(
+            ((e.before or {}).get("state") for e in events if (e.before or {}).get("state")), None
+        )
+        state = state or (states[0][1] if states else (backend.state if backend else "enabled"))
+        level = prior_health.current if prior_health else (changes[0].previous if changes else None)
+        level = level or (backend.health if backend else "unknown")
+        reason = prior_health.reason if prior_health else ""
+        moments = sorted([(t, "state", value, "") for t, value in states]
+                         + [(e.time.timestamp(), "health", e.current, e.reason) for e in changes])  # fmt: skip
+        timeline = [(created, state, level, reason)]
+        for moment, kind, value, why in moments:
+            if kind == "state":
+                state = value
+            else:
+                level, reason = value, why
+            timeline.append((moment, state, level, reason))
+        segments: list[Json] = []
+        for index, (moment, state_then, level_then, why) in enumerate(timeline):
+            upto = timeline[index + 1][0] if index + 1 < len(timeline) else finish
+            low, high = max(moment, begin), min(upto, finish)
+            if high <= low:
+                continue
+            status = serving_status(state_then, level_then)
+            last = segments[-1] if segments else None
+            if last and (last["status"], last["state"], last["health"]) == (status, state_then, level_then):
+                last["to"] = high
+                continue
+            segments.append({"from": low, "to": high, "status": status, "state": state_then, "health": level_then,
+                             "reason": why})  # fmt: skip
+        result.append(
+            {
+                "id": backend_id,
+                "address": str(backend) if backend else (events[-1].object_name if events else str(backend_id)),
+                "created": created,
+                "deleted": deleted,
+                "segments": segments,
+            }
+        )
+    return result
+
+
+def _last_before(farm: Farm, audited, since, current: dict) -> tuple[dict[int, AuditEvent], dict[int, HealthEvent]]:
+    """Per present backend, its last audit event and its last health event before ``since`` (two queries
+    of one row per backend, whatever the history's length)."""
+    from django.db.models import OuterRef, Subquery
+
+    from farms.models import Backend
+
+    last_audit = audited.filter(object_id=OuterRef("pk"), time__lte=since).order_by("-time", "-id").values("id")[:1]
+    last_health = HealthEvent.objects.filter(backend=OuterRef("pk"), time__lte=since).order_by("-time", "-id")
+    rows = Backend.objects.filter(pk__in=list(current)).annotate(
+        audit_id=Subquery(last_audit), health_id=Subquery(last_health.values("id")[:1])
+    ).values_list("pk", "audit_id", "health_id")  # fmt: skip
+    rows = list(rows)
+    audits = AuditEvent.objects.in_bulk([a for _, a, _ in rows if a])
+    healths = HealthEvent.objects.in_bulk([h for _, _, h in rows if h])
+    return (
+        {pk: audits[a] for pk, a, _ in rows if a in audits},
+        {pk: healths[h] for pk, _, h in rows if h in healths},
+    )
 
 
 def farm_series(
@@ -105,21 +216,25 @@ def farm_series(
     """One farm's points: its own entries, zeros where it was idle, gaps where the collector was not sampling."""
     now = now or time.time()
     start, resolution, step = _window(window, since, now)
+    created = farm.created.timestamp()
+    window_start = max(now - WINDOWS[window][0], created)  # the farm's history starts when it was created
+    start = max(start, created - step)
     measured = farm.mode in MEASURED_MODES
-    heartbeat = store.system_series(resolution, start) if measured else []
-    # Backend states are written only when they change: start from the last one before the window.
+    heartbeat = [b for b in store.system_series(resolution, start) if b["t"] >= created - step] if measured else []
+    # Backend flags are written only when they change: start from the last one recorded before the window.
     entries = store.farm_series(farm.id, resolution, start - STATE_LOOKBACK * step)
-    states = {str(b.id): b.state == "enabled" for b in farm.backends.all()}
+    states: dict[str, bool] = {}
     for t in sorted(t for t in entries if t <= start):
         for backend_id, backend in entries.pop(t)["backends"].items():
             if "enabled" in backend:
                 states[backend_id] = backend["enabled"]
+    born = {str(b.id): b.created.timestamp() - step for b in farm.backends.all()}
     points = []
     for beat in heartbeat:
         t = beat["t"]
         entry = entries.get(t)
         if entry is None:
-            point = _idle_point(t, bool(beat.get("census")), states)
+            point = _idle_point(t, bool(beat.get("census")), born, states)
         else:
             # A rate the collector could not compute is null (it was stored as nothing).
             point = {"t": t, **dict.fromkeys(RATE_FIELDS), **entry}
@@ -135,7 +250,16 @@ def farm_series(
     census_interval = next((b.get("census_interval") for b in reversed(heartbeat) if b.get("census_interval")), None)
     return {
         "series": f"farm:{farm.id}",
-        "farm": {"id": farm.id, "name": farm.name, "vip": farm.vip, "mode": farm.mode, "state": farm.state},
+        "farm": {
+            "id": farm.id,
+            "name": farm.name,
+            "vip": farm.vip,
+            "mode": farm.mode,
+            "state": farm.state,
+            "created": created,
+        },  # fmt: skip
+        "window_start": window_start,
+        "history": backend_history(farm, window_start, now),
         "backends": [
             {"id": b.id, "address": str(b), "state": b.state, "weight": b.weight} for b in farm.backends.all()
         ],
@@ -188,3 +312,15 @@ def summary(store: MetricStore, now: float | None = None) -> Json:
         "system": system,
         "farms": rows,
     }
+
+
+def open_connections(store: MetricStore, farm_id: int) -> tuple[dict[int, int], float | None]:
+    """Each backend's open connections (backend id -> count) from the newest conntrack census, and the
+    census's time; ({}, None) when there is no census (the collector is not running, or the farm is
+    not measured). What a person confirming a cut is shown: the web process never reads conntrack."""
+    census = store.latest_census() or {}
+    farm = (census.get("farms") or {}).get(str(farm_id))
+    if farm is None:
+        return {}, None
+    counts = {int(b): int(round(v.get("ac", 0))) for b, v in (farm.get("b") or {}).items()}
+    return counts, census.get("t")

@@ -12,6 +12,9 @@ Layout (``P`` = ``lbweb:metrics``):
   collector was not running (a gap, null). Memory grows with busy farms only.
 * ``P:latest`` -- the last sample (system, farms that moved, every farm's totals)
   and ``P:census`` -- the last conntrack census, both for the summary.
+* ``P:totals`` -- a hash, one field per farm: its counters' cumulative values and its
+  backends' (``/metrics`` exposes them as Prometheus counters). Written for the farms
+  that moved only: an idle farm's totals are the ones it has.
 
 Entry ids are the sample's time in ms, the same in every stream of one sample,
 so a farm's entries join the heartbeat exactly. Lengths are bounded with
@@ -24,23 +27,27 @@ import functools
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from django.conf import settings
 
-from .sampler import Sample
+from farms.types import Json
+from lbweb import redis_keys as keys
+
+if TYPE_CHECKING:  # the sampler reads the kernel: the web process, which reads the store, never imports it
+    from .sampler import Sample
 
 log = logging.getLogger("lbweb.monitoring")
 
-PREFIX = "lbweb:metrics"
-LATEST = f"{PREFIX}:latest"
-CENSUS = f"{PREFIX}:census"
+PREFIX = keys.METRICS
+LATEST = keys.METRICS_LATEST
+CENSUS = keys.METRICS_CENSUS
+TOTALS = keys.METRICS_TOTALS
 MINUTE = 60
 DAY_MINUTES = 1440
 RAW, MINUTES = "raw", "1m"
 
-Json = dict[str, Any]
 
 FARM_FIELDS = {
     "bytes_in": "bi",
@@ -52,6 +59,16 @@ FARM_FIELDS = {
     "tracked_conns": "tc",
     "snat_ports": "sp",
     "snat_port_use": "su",
+    # HTTP farms (l7/stats.py, from HAProxy): requests/s, responses by class /s, latency, sessions, queue
+    "requests": "rq",
+    "responses_1xx": "h1",
+    "responses_2xx": "h2",
+    "responses_3xx": "h3",
+    "responses_4xx": "h4",
+    "responses_5xx": "h5",
+    "latency_ms": "lt",
+    "sessions": "ss",
+    "queue": "q",
 }
 BACKEND_FIELDS = {
     "bytes": "b",
@@ -60,6 +77,11 @@ BACKEND_FIELDS = {
     "active_conns": "ac",
     "snat_ports": "sp",
     "enabled": "on",
+    "sessions": "ss",  # HTTP farms: sessions in use, declared capacity, queue, time in queue, latency
+    "capacity": "cap",
+    "queue": "q",
+    "queue_time_ms": "qt",
+    "latency_ms": "lt",
 }
 RATE_FIELDS = ("bytes_in", "bytes_out", "packets_in", "packets_out", "new_conns")
 BACKEND_RATE_FIELDS = ("bytes", "packets", "new_conns")
@@ -67,12 +89,8 @@ CENSUS_FIELDS = ("active_conns", "tracked_conns", "snat_ports", "snat_port_use")
 BACKEND_CENSUS_FIELDS = ("active_conns", "snat_ports")
 
 
-def system_key(resolution: str) -> str:
-    return f"{PREFIX}:system:{resolution}"
-
-
-def farm_key(farm_id: int, resolution: str) -> str:
-    return f"{PREFIX}:farm:{farm_id}:{resolution}"
+system_key = keys.metrics_system
+farm_key = keys.metrics_farm
 
 
 def client(url: str | None = None) -> redis.Redis:
@@ -95,6 +113,17 @@ def encode_farm(entry: Json) -> Json:
     if backends:
         fields["b"] = backends
     return fields
+
+
+def totals_of(entry: Json) -> Json:
+    """A farm's cumulative counters: bytes in/out ``bi``/``bo``, connections ``nc``, and per backend id
+    ``[bytes, connections]``; None where the kernel has no such counter (yet)."""
+    return {
+        "bi": entry.get("total_bytes_in"),
+        "bo": entry.get("total_bytes_out"),
+        "nc": entry.get("total_conns"),
+        "b": {bid: [b.get("total_bytes"), b.get("total_conns")] for bid, b in entry.get("backends", {}).items()},
+    }
 
 
 def pack(fields: Json) -> str:
@@ -172,6 +201,9 @@ class MetricStore:
             moved[farm_id] = fields
             key = farm_key(farm_id, RAW)
             pipe.xadd(key, {"v": pack(fields)}, id=entry_id, maxlen=self.raw_length, approximate=True)
+        totals = {farm_id: pack(totals_of(entry)) for farm_id, entry in sample.farms.items()}
+        if totals:
+            pipe.hset(TOTALS, mapping=totals)
         latest = {"t": ms / 1000, "system": system, "farms": moved, "totals": sample.totals}
         pipe.set(LATEST, pack(latest))
         if sample.census:
@@ -238,6 +270,10 @@ class MetricStore:
         """The newest census: its time, total open connections, per farm compact census fields."""
         raw = self.redis.get(CENSUS)
         return json.loads(raw) if raw else None
+
+    def totals(self) -> dict[int, Json]:
+        """Every farm's cumulative counters as last sampled (see :func:`totals_of`)."""
+        return {int(k): json.loads(v) for k, v in self.redis.hgetall(TOTALS).items()}
 
     def system_series(self, resolution: str, since: float) -> list[Json]:
         return [json.loads(fields[b"d"]) for _t, fields in self._read(system_key(resolution), int(since * 1000) + 1)]

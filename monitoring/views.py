@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import HttpResponse, HttpResponseNotAllowed
 from django.views.generic import DetailView, TemplateView
 
 from farms.models import Farm
@@ -33,3 +34,20 @@ class FarmDashboardView(LoginRequiredMixin, DashboardContextMixin, DetailView):
     queryset = Farm.objects.prefetch_related("backends")
     template_name = "monitoring/farm.html"
     context_object_name = "farm"
+
+
+def prometheus_metrics(request):
+    """``/metrics`` for Prometheus, behind a metrics token (``Authorization: Bearer <token>``) and nothing else:
+    a scraper's credential reads the figures and cannot reach the API or the pages."""
+    from .models import MetricsToken
+    from .prometheus import CONTENT_TYPE, exposition
+
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or MetricsToken.authenticate(token.strip()) is None:
+        response = HttpResponse("A metrics token is needed: Authorization: Bearer <token>.\n", status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="lbweb metrics"'
+        response["Content-Type"] = "text/plain; charset=utf-8"
+        return response
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE)

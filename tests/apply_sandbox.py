@@ -132,7 +132,7 @@ def main() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("capabilities"):
-            from farms.nft.applier import Kernel
+            from farms.kernel.applier import Kernel
 
             answer = {"capabilities": Kernel().capabilities()}
         else:

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from tests.lab import Lab
-from tests.stack import ROOT, Collector, RedisServer, Worker, database_url
+from tests.stack import ROOT, Collector, RedisServer, Worker, database_url, wait_until
 
 OUTPUT = ROOT / "test-output"
 METRICS_INTERVAL = 0.5  # the collector's sampling interval in tests (2 s in production)
@@ -89,6 +89,7 @@ def worker_env(redis_server, transactional_db):
 def worker(lab, worker_env, request):
     """The real worker in the LB namespace, starting from an LB without lbweb's table."""
     lab.ns(lab.lb, "nft", "delete", "table", "inet", "lbweb", check=False)
+    lab.ensure_servers()
     proc = Worker(lab.lb, worker_env, OUTPUT / "logs" / f"worker-{request.node.name}.log").start()
     yield proc
     proc.stop()
@@ -119,16 +120,7 @@ def collector(lab, worker, worker_env, redis_server, settings, request):
     proc.stop()
 
 
-def wait_for(predicate, timeout: float = 20, what: str = "condition"):
-    """Poll ``predicate`` until it returns something true; that value is returned."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+wait_for = wait_until  # the name the tests use
 
 
 class Api:

@@ -36,6 +36,7 @@ from farms.choices import (
     PersistenceChoices,
     PolicyTypeChoices,
 )
+from farms.nft.spec import HELPER_PROTOCOL
 
 SLUG = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 INTERFACES = ("eth1", "fz0", "a.b", "x@y", "veth-lb_1")
@@ -81,9 +82,6 @@ def _text(max_size: int) -> st.SearchStrategy[str]:
     )
 
 
-HELPER_PROTOCOL = {"tcp": ["ftp", "pptp", "irc", "h323"], "udp": ["tftp", "snmp", "amanda", "sip"]}
-
-
 @st.composite
 def farm_values(draw, index: int) -> dict:
     """Field values of one farm, leaning towards what its mode takes."""
@@ -108,7 +106,7 @@ def farm_values(draw, index: int) -> dict:
         persistence = draw(st.sampled_from(PersistenceChoices.values))
     elif plain:
         persistence = draw(mostly(st.just(""), st.sampled_from(PersistenceChoices.values)))
-    helpers = HELPER_PROTOCOL.get(protocol, [])
+    helpers = [h for h, tracked in HELPER_PROTOCOL.items() if tracked == protocol]
     values = {
         "name": draw(
             mostly(st.one_of(st.text(alphabet=SLUG, min_size=1, max_size=48), st.just(f"f{index}")), _text(50))
@@ -240,9 +238,9 @@ def build_and_apply(draw, sandbox, stats: Stats, *, keep_failures: int = 20) -> 
     Runs inside the caller's transaction, which the caller rolls back.
     """
     from farms import services
-    from farms.dataplane import farm_spec, farms_queryset, policy_spec
     from farms.models import Policy
     from farms.nft import compiler
+    from farms.translate import farm_spec, farms_queryset, policy_spec
 
     stats.examples += 1
     policies = []

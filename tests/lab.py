@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,19 @@ def enter_netns(ns: str) -> None:
             raise OSError(ctypes.get_errno(), f"setns {ns} failed")
     finally:
         os.close(fd)
+
+
+def wait_listening(ns: str, address: str, port: int, timeout: float = 10) -> None:
+    """Until a TCP connection from namespace ``ns`` to ``address``:``port`` succeeds (a server has started)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            run_in_netns(ns, lambda: socket.create_connection((address, port), timeout=1).close())
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def run_in_netns(ns: str, func: Callable[[], Any]) -> Any:
@@ -182,21 +196,19 @@ class Lab:
         self.servers.remove(proc)
 
     def ensure_servers(self) -> None:
-        """Restart any backend server a test stopped (and did not restart)."""
+        """Restart any backend server a test stopped (and did not restart), or that died: a warning names
+        the one that died, since no test should have killed it."""
         for name in self.backends:
-            if name not in self.http_servers or self.http_servers[name].poll() is not None:
+            if name not in self.http_servers:
+                self.start_server(name)
+            elif self.http_servers[name].poll() is not None:
+                code = self.http_servers[name].returncode
+                warnings.warn(f"backend {name}'s HTTP server had exited ({code})", stacklevel=2)
+                self.servers.remove(self.http_servers[name])
                 self.start_server(name)
 
     def _wait_server(self, name: str, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                run_in_netns(self.lb, lambda: socket.create_connection((backend4(name), 80), timeout=1).close())
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_listening(self.lb, backend4(name), 80, timeout)
 
     def destroy(self) -> None:
         for proc in self.servers:

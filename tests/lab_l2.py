@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Iterable
 
-from tests.lab import HERE, Lab, run_in_netns, sh
+from tests.lab import HERE, Lab, run_in_netns, sh, wait_listening
 
 BACKENDS = {"b1": 11, "b2": 12, "b3": 13}
 CLIENT4, CLIENT6 = "198.18.2.2", "2001:2:0:2::2"
@@ -152,15 +152,7 @@ class L2Lab(Lab):
             self._wait_server(name)
 
     def _wait_server(self, name: str, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                run_in_netns(self.client, lambda: socket.create_connection((backend4(name), 80), timeout=1).close())
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_listening(self.client, backend4(name), 80, timeout)
 
     def mac(self, host: str) -> str:
         """The MAC of ``host`` ('client', 'lb', 'b1', ...) on the segment."""

@@ -6,7 +6,8 @@
 Answers every GET with JSON naming itself, the port it was reached on, the
 client address it sees and the Host header it got, on IPv4 and IPv6, with
 keep-alive; optionally the same over TLS, and a UDP echo (IPv4 and IPv6).
-``GET /bytes/N`` answers N bytes instead (known traffic for the metrics tests).
+``GET /bytes/N`` answers N bytes instead (known traffic for the metrics tests); ``GET /sleep/MS/...`` answers
+after MS milliseconds (a slow service). The JSON carries the request's path and headers too (the L7 tests).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -35,12 +37,16 @@ def handler_for(name: str) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             client = self.client_address[0].removeprefix("::ffff:")
+            if self.path.startswith("/sleep/"):
+                time.sleep(int(self.path.split("/")[2]) / 1000)  # a slow service (the L7 capacity tests)
             if self.path.startswith("/bytes/"):
                 body, kind = b"x" * int(self.path.removeprefix("/bytes/")), "application/octet-stream"
             else:
                 answer = {"backend": name, "client": client, "port": self.server.server_address[1]}
                 answer["client_port"] = self.client_address[1]
                 answer["host"] = self.headers.get("Host", "")
+                answer["path"] = self.path
+                answer["headers"] = {k.lower(): v for k, v in self.headers.items()}
                 body, kind = json.dumps(answer).encode(), "application/json"
             self.send_response(200)
             self.send_header("Content-Type", kind)

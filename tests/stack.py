@@ -5,12 +5,27 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
+
+
+def wait_until(predicate, timeout: float = 20, what: str = "condition", interval: float = 0.1):
+    """Poll ``predicate`` until it returns something true, and return that; TimeoutError after ``timeout`` s.
+
+    The one polling helper of the tests and benchmarks (``tests.conftest.wait_for`` is this)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
 
 
 class RedisServer:
@@ -40,11 +55,23 @@ class RedisServer:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
-        while not self.socket.exists():
+        while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.02)
         return self
+
+    def _answers(self) -> bool:
+        """True once the server accepts a connection: its socket file appears at bind(), before listen()
+        (a busy machine showed a client refused in between)."""
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(self.socket))
+            return True
+        except OSError:
+            return False
+        finally:
+            probe.close()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from farms.dataplane import bisect
+from farms.kernel.applier import ApplyError
 from farms.nft import carry, compiler
-from farms.nft.applier import ApplyError
 from farms.nft.spec import BackendSpec, FarmSpec
 
 STICKY = FarmSpec(

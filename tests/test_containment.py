@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from farms.kernel.sandbox import CRASH_ON, CRASH_SIGNAL
 from farms.models import ApplyRun, Backend, Farm
-from farms.nft.sandbox import CRASH_ON, CRASH_SIGNAL
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import CLIENT4, vip4
 from tests.stack import Worker

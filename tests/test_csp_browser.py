@@ -51,7 +51,8 @@ def test_every_page_runs_under_the_content_security_policy(
     page.goto(f"{base}/monitoring/farms/{farm.id}/")
     page.wait_for_function("() => window.Chart && Chart.getChart('chart-throughput') !== undefined", polling=100)
 
-    for path in (f"/farms/{farm.id}/", "/policies/", "/apply-runs/", "/audit-events/", "/config/", "/system/tls/"):
+    pages = (f"/farms/{farm.id}/", "/policies/", "/apply-runs/", "/audit-events/", "/config/", "/system/tls/")
+    for path in (*pages, "/config/versions/", "/system/network/"):
         page.goto(base + path)
         assert page.locator("h1").count() == 1, path
 

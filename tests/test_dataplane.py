@@ -239,7 +239,7 @@ def test_a_farm_the_kernel_refuses_is_failed_with_its_message_and_the_others_sti
 def test_the_skeleton_digest_is_read_from_the_kernel_and_is_none_without_table_or_chain(lab):
     """``Kernel.base_digest`` reads one netlink dump of lbweb's prerouting chain. Run in the client namespace,
     where no worker can rebuild anything behind the test's back."""
-    probe = [str(VENV_BIN / "python"), "-c", "from farms.nft.applier import Kernel; print(Kernel().base_digest())"]
+    probe = [str(VENV_BIN / "python"), "-c", "from farms.kernel.applier import Kernel; print(Kernel().base_digest())"]
     nft = functools.partial(lab.ns, lab.client, "nft")
     digest_comment = f'"{compiler.BASE_DIGEST_PREFIX}abc123"'
     try:

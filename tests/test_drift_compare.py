@@ -1,6 +1,6 @@
-"""How drift is put in words (farms/nft/drift.py): pure, no kernel. The real-kernel tests are tests/test_drift.py."""
+"""How drift is put in words (farms/kernel/drift.py): pure, no kernel. The real-kernel tests are tests/test_drift.py."""
 
-from farms.nft import drift
+from farms.kernel import drift
 from farms.nft.units import UnitObjects
 
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from farms.models import ApplyRun, Farm
+from tests.conftest import wait_for
 from tests.lab import (
     CLIENT4,
     CLIENT6,
@@ -35,17 +36,6 @@ def counter(lab, name: str) -> int:
 
 def backends_of(answers) -> collections.Counter:
     return collections.Counter(a["backend"] for a in answers)
-
-
-def wait_for(predicate, timeout: float = 15, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 # -- modes x families x protocols -------------------------------------------------------
@@ -427,3 +417,34 @@ def test_traffic_during_applies_has_no_failed_connection(api, worker, lab):
     assert total[0] > 50 and failures == [], (total, failures[:3])
     ok, report = kernel_check(lab, worker)
     assert ok, report
+
+
+def test_maglev_through_the_worker_moves_only_the_flows_of_a_backend_that_leaves(api, worker, lab):
+    """API -> worker -> kernel: a maglev farm balances, and disabling one backend moves its flows alone
+    (tests/test_maglev.py compares it with the hash scheduler and two nodes)."""
+    farm = make_farm(api, "maglev", vip4(230), protocol="udp", ports="53", scheduler="maglev")
+
+    def flows() -> list[str]:
+        lab.ns(lab.lb, "conntrack", "-F", check=False)  # each round is scheduled afresh, from the same ports
+
+        def ask() -> list[str]:
+            answers = []
+            for sport in range(46000, 46090):
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind((CLIENT4, sport))
+                    s.settimeout(2)
+                    s.sendto(b"x", (vip4(230), 53))
+                    answers.append(json.loads(s.recvfrom(2048)[0])["backend"])
+            return answers
+
+        return run_in_netns(lab.client, ask)
+
+    before = flows()
+    assert set(before) == set(THREE) and min(collections.Counter(before).values()) >= 15, before
+    leaving = backend_id(farm, backend4("b2"))
+    api.patch(f"backends/{leaving}/", {"state": "disabled"})
+    api.wait_applied(farm["id"])
+    after = flows()
+    assert "b2" not in after
+    assert all(a == b for b, a in zip(before, after, strict=True) if b != "b2"), (before, after)

@@ -12,6 +12,7 @@ import redis
 from rest_framework.test import APIClient
 
 from farms import services
+from lbweb import redis_keys
 from monitoring.sampler import Sample
 from monitoring.store import MetricStore, client
 from tests.conftest import new_token
@@ -72,7 +73,7 @@ def test_idle_farm_reads_as_zeros_unknown_rates_as_null_and_missing_samples_as_a
     write(store, T0 + 4, farm, 0.0)  # idle: nothing stored for the farm ...
     write(store, T0 + 6, farm, 0.0)
     write(store, T0 + 20, farm, 500.0)  # ... and the collector was away from T0+6 to T0+20
-    assert store.redis.xlen(f"lbweb:metrics:farm:{farm.id}:raw") == 3
+    assert store.redis.xlen(redis_keys.metrics_farm(farm.id, "raw")) == 3
 
     points = series(api, f"farms/{farm.id}/", window="5m")["points"]
     by_time = {p["t"]: p for p in points if not p.get("gap")}

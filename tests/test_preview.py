@@ -7,9 +7,9 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from farms import preview, services
-from farms.dataplane import snapshot
 from farms.models import AuditEvent, Farm
 from farms.nft import compiler
+from farms.translate import snapshot
 
 pytestmark = pytest.mark.django_db
 

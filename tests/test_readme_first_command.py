@@ -48,8 +48,12 @@ PROGRAMS = {
     "healthd": (re.compile(r"manage\.py healthd"), NET_RAW),
     "collector": (re.compile(r"manage\.py collector"), NET_ADMIN),
     "prober": (re.compile(r"-m monitoring\.health\.prober"), 0),
+    "haproxy": (re.compile(r"^/usr/sbin/haproxy -W "), 1 << 10),  # CAP_NET_BIND_SERVICE
+    # HA pair (cluster/run.py): waiting for a cluster's files, with the capabilities their daemons need
+    "keepalived": (re.compile(r"-m cluster\.run keepalived"), NET_ADMIN | NET_RAW | 1 << 6),  # CAP_SETGID
+    "conntrackd": (re.compile(r"-m cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
 }
-USERS = {"prober": "lbweb-probe"}  # every other program runs as lbweb
+USERS = {"prober": "lbweb-probe", "haproxy": "lbweb-haproxy"}  # every other program runs as lbweb
 
 
 def readme_block(heading: str) -> str:
@@ -170,8 +174,8 @@ class Appliance:
         found = {}
         for p in procs:
             starting = ("supervisor.supervisord", "deploy/privdrop", "setpriv ")
-            if p.ppid != supervisor.pid or any(s in p.cmdline for s in starting):
-                continue  # not a program, or one being started (forked, dropping its privileges)
+            if p.ppid != supervisor.pid or not p.cmdline or any(s in p.cmdline for s in starting):
+                continue  # not a program, one being started (forked, dropping its privileges), or a zombie
             names = [name for name, (pattern, _cap) in PROGRAMS.items() if pattern.search(p.cmdline)]
             assert len(names) == 1, f"unknown program under supervisord: {p.cmdline}"
             found[names[0]] = p
@@ -313,6 +317,42 @@ def test_the_readmes_using_it_commands_work_as_written(appliance):
     assert answer.endswith("200"), answer
 
 
+NFTLB_DOCUMENT = {
+    "farms": [
+        {
+            "name": "lb01",
+            "family": "ipv4",
+            "virtual-addr": "198.18.100.2",
+            "virtual-ports": "80",
+            "protocol": "tcp",
+            "mode": "dnat",
+            "scheduler": "weight",
+            "state": "up",
+            "backends": [{"name": "bck0", "ip-addr": "198.18.1.12", "weight": "5", "state": "up"}],
+        }
+    ]
+}
+
+
+def test_the_readmes_health_check_and_nftlb_commands_work_as_written(appliance):
+    """The sh blocks under "Health checks" and "Moving from nftlb or SKUDONET", word for word, after the
+    "Using it" block's login line (its $TOKEN; farm 1 is the one that block created)."""
+    login = readme_block("## Using it").split("# or,")[0]
+    (appliance.checkout / "nftlb-farms.json").write_text(json.dumps(NFTLB_DOCUMENT))
+    check = in_appliance_shell(appliance, login + readme_block("## Health checks"))
+    assert check.returncode == 0, check.stdout + check.stderr
+    (made,) = json_documents(check.stdout)
+    assert made["farm"] == 1 and made["type"] == "http" and made["http_path"] == "/healthz", made
+    moved = in_appliance_shell(appliance, login + readme_block("### Moving from nftlb or SKUDONET"))
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    dry_run, imported, exported = json_documents(moved.stdout)
+    assert dry_run["dry_run"] is True and dry_run["farms_created"] == ["lb01"] and not dry_run["errors"], dry_run
+    assert imported["dry_run"] is False and imported["farms_created"] == ["lb01"], imported
+    (farm,) = exported["farms"]
+    assert farm["name"] == "lb01" and farm["virtual-addr"] == "198.18.100.2", exported
+    assert [b["ip-addr"] for b in farm["backends"]] == ["198.18.1.12"], farm
+
+
 def test_the_readmes_first_command_answers_and_applies_a_farm_in_its_namespace(appliance):
     """Item 1 of the appliance-trust issue: up, log in, a farm through the API, its rule in the kernel."""
     client = Client(appliance)
@@ -373,7 +413,7 @@ def test_every_process_holds_only_its_privilege(appliance):
         if proc.own_userns:
             # The worker's scratch process: root of a user namespace it made itself, which gives nothing on the
             # host; seen from here it is lbweb.
-            assert name == "worker" and "farms.nft.scratch" in proc.cmdline, proc.cmdline
+            assert name == "worker" and "farms.kernel.scratch" in proc.cmdline, proc.cmdline
             continue
         assert proc.cap_eff & ~PROGRAMS[name][1] == 0, f"{proc.cmdline} (of {name}) holds CapEff {proc.cap_eff:#x}"
 

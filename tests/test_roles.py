@@ -150,7 +150,9 @@ UI_CASES = {
     "add backend": ("post", "/farms/{farm}/backends/add/", {**BACKEND_FORM, "_save": "1"}, "admin", 302),
     "edit backend form": ("get", "/backends/{backend}/edit/", None, "admin", 200),
     "drain backend": ("post", "/backends/{backend}/state/", {"state": "drain"}, "operator", 302),
-    "cut backend": ("post", "/backends/{backend}/state/", {"state": "cut"}, "operator", 302),
+    "cut backend page": ("get", "/backends/{backend}/cut/", None, "operator", 200),
+    "cut backend": ("post", "/backends/{backend}/cut/", {}, "operator", 302),
+    "health check page": ("get", "/farms/{farm}/health-check/", None, "viewer", 200),
     "retry farm": ("post", "/farms/{farm}/retry/", {}, "operator", 302),
     "delete backend": ("post", "/backends/{backend}/delete/", {}, "admin", 302),
     "policies": ("get", "/policies/", None, "viewer", 200),
@@ -213,7 +215,7 @@ def test_an_account_in_no_role_group_can_only_read(django_user_model, objects):
 
 
 @pytest.mark.django_db
-def test_health_check_settings_page_saves_through_the_service_and_refuses_viewers(django_user_model):
+def test_health_check_settings_page_saves_through_the_service_and_shows_viewers_a_read_only_page(django_user_model):
     from django.contrib.auth.models import Group
     from django.test import Client
 
@@ -226,7 +228,9 @@ def test_health_check_settings_page_saves_through_the_service_and_refuses_viewer
     viewer.groups.add(Group.objects.get(name="viewer"))
     web = Client()
     web.force_login(viewer)
-    assert web.get(f"/farms/{farm.pk}/health-check/").status_code == 403
+    read_only = web.get(f"/farms/{farm.pk}/health-check/").content.decode()
+    assert "<fieldset disabled>" in read_only and 'name="_save"' not in read_only and "Read only" in read_only
+    assert web.post(f"/farms/{farm.pk}/health-check/", {"type": "icmp", "_save": "1"}).status_code == 403
     web.force_login(admin)
     page = web.get(f"/farms/{farm.pk}/health-check/")
     assert page.status_code == 200 and "http_path" in page.content.decode()

@@ -91,7 +91,8 @@ def test_hardening(name):
     }.items():
         assert one(unit, key) == value, key
     assert unit["SystemCallFilter"][0] == "@system-service"
-    assert "AF_PACKET" not in one(unit, "RestrictAddressFamilies")
+    # Only keepalived sends raw frames: VRRP's gratuitous ARP, and its transition handler's for the farms' VIPs.
+    assert ("AF_PACKET" in one(unit, "RestrictAddressFamilies")) == (name == "keepalived")
     # Only the worker writes kernel tunables (forwarding) and makes namespaces (its scratch network namespace).
     assert one(unit, "ProtectKernelTunables") == ("no" if name == "worker" else "yes")
     assert one(unit, "RestrictNamespaces") == ("user net" if name == "worker" else "yes")
@@ -105,7 +106,8 @@ def test_hardening(name):
 @pytest.mark.parametrize("name", LBWEB_SERVICES)
 def test_lbweb_processes_write_only_the_state_directory(name):
     unit = service(name)
-    assert unit["ReadWritePaths"] == [STATE_DIR]
+    # The worker also writes HAProxy's configuration (deploy/PROCESSES.md).
+    assert unit["ReadWritePaths"] == ([f"{STATE_DIR} /run/lbweb-haproxy/conf"] if name == "worker" else [STATE_DIR])
     assert one(unit, "StateDirectory") == os.path.basename(STATE_DIR)
     assert one(unit, "StateDirectoryMode") == "0700"
     assert f"LBWEB_VAR_DIR={STATE_DIR}" in unit["Environment"]
@@ -135,6 +137,11 @@ def test_tmpfiles_makes_the_probers_directory_as_the_contract_says(tmp_path):
     # Owner lbweb-probe, group lbweb, 0750; setgid, so the socket the prober makes gets group lbweb too.
     assert (pwd.getpwuid(made.st_uid).pw_name, grp.getgrgid(made.st_gid).gr_name) == ("lbweb-probe", "lbweb")
     assert stat.S_IMODE(made.st_mode) == 0o2750
+    # HAProxy's: conf/ the worker writes for HAProxy's group, sock/ HAProxy's master socket for lbweb's group.
+    for sub, owner, group in (("conf", "lbweb", "lbweb-haproxy"), ("sock", "lbweb-haproxy", "lbweb")):
+        made = (tmp_path / "run" / "lbweb-haproxy" / sub).stat()
+        assert (pwd.getpwuid(made.st_uid).pw_name, grp.getgrgid(made.st_gid).gr_name) == (owner, group)
+        assert stat.S_IMODE(made.st_mode) == 0o2750
 
 
 def test_setup_runs_the_contracts_steps_before_the_programs():

@@ -21,7 +21,7 @@ from tests.test_compiler import ALL_FARMS, ALLOW, DENY, FEATURES, WEB, WEB_REWEI
 
 APPLY = """
 import json, sys
-from farms.nft.applier import ApplyError, Kernel
+from farms.kernel.applier import ApplyError, Kernel
 job = json.load(sys.stdin)
 kernel = Kernel()
 kernel.apply(job["full"])

@@ -89,7 +89,12 @@ def test_backend_state_buttons_come_from_the_choices_and_change_the_state(admin_
     page = admin_client.get(f"/farms/{farm.id}/").content.decode()
     enabled, disabled = farm.backends.order_by("address")
     offered = re.findall(rf'backends/{enabled.id}/state/.*?name="state" value="(\w+)"', page, re.S)
-    assert set(offered) == (set(BackendStateChoices.values) - {"enabled"}) | {"cut"}
+    assert set(offered) == set(BackendStateChoices.values) - {"enabled"}
+    assert f"/backends/{enabled.id}/cut/" in page  # cut: a confirmation page first, never one click
+    assert admin_client.post(f"/backends/{enabled.id}/state/", {"state": "cut"})["Location"] == (
+        f"/backends/{enabled.id}/cut/"
+    )
+    assert Backend.objects.get(id=enabled.id).state == "enabled"
     assert admin_client.post(f"/backends/{enabled.id}/state/", {"state": "drain"}).status_code == 302
     assert Backend.objects.get(id=enabled.id).state == "drain"
     assert admin_client.post(f"/backends/{enabled.id}/state/", {"state": "bogus"}).status_code == 400

@@ -103,7 +103,12 @@ class NftlbImportView(APIView):
         examples=[OpenApiExample("A DNAT farm", value=EXAMPLE, request_only=True)],
     )
     def post(self, request):
-        result = nftlb_import(document=request.data, dry_run=_flag(request, "dry_run"), strict=_flag(request, "strict"))
+        result = nftlb_import(
+            document=request.data,
+            dry_run=_flag(request, "dry_run"),
+            strict=_flag(request, "strict"),
+            actor=request.user,
+        )
         code = status.HTTP_200_OK if result.ok else status.HTTP_400_BAD_REQUEST
         return Response(result.as_dict(), status=code)
 

@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import health_services, services
-from ..choices import FarmTrafficChoices
+from ..choices import ApplyStatusChoices, BackendStateChoices, FarmTrafficChoices
 from ..fields import AddressField
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
 from .fields import StrictIntegerField, StrictIPAddressField
@@ -72,7 +72,7 @@ def _cleaned(instance, attrs: dict) -> dict:
 
 
 class ApplyStatusSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["applied", "pending", "failed"])
+    status = serializers.ChoiceField(choices=ApplyStatusChoices.values)
     config_generation = serializers.IntegerField()
     applied_generation = serializers.IntegerField()
     error = serializers.CharField(allow_blank=True)
@@ -214,11 +214,11 @@ class HealthCheckSerializer(ModelCleanMixin, StrictModelSerializer):
         return farm
 
     def create(self, validated_data: dict) -> HealthCheck:
-        return health_services.health_check_create(**validated_data)
+        return health_services.health_check_create(actor=_actor(self), **validated_data)
 
     def update(self, instance: HealthCheck, validated_data: dict) -> HealthCheck:
         validated_data.pop("farm", None)
-        return health_services.health_check_update(health_check=instance, **validated_data)
+        return health_services.health_check_update(health_check=instance, actor=_actor(self), **validated_data)
 
 
 class HealthEventSerializer(StrictModelSerializer):
@@ -365,8 +365,28 @@ class MaintenanceSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=["drain", "cut"])
 
 
+class BulkStateSerializer(serializers.Serializer):
+    """Several backends (of any farms) put in one state at once, all or nothing."""
+
+    backends = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), min_length=1, max_length=10000, help_text="Backend ids."
+    )
+    state = serializers.ChoiceField(choices=BackendStateChoices.choices)
+
+
+class BulkStateResultSerializer(serializers.Serializer):
+    changed = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The backends whose state changed (the others already had it)."
+    )
+    state = serializers.CharField()
+
+
 class PreviewSerializer(serializers.Serializer):
     changed = serializers.BooleanField(help_text="False when the edit changes nothing in the kernel.")
+    summary = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The change in plain words, one line each (e.g. '+ VIP 198.18.50.1 tcp/80,443').",
+    )
     commands = serializers.JSONField(
         help_text='The nftables JSON transaction the worker would send: {"nftables": [...]}.'
     )
@@ -405,4 +425,9 @@ class ImportResultSerializer(serializers.Serializer):
     counts = serializers.DictField(
         child=serializers.DictField(child=serializers.IntegerField()),
         help_text="Per kind (farms, backends, policies): created, updated, deleted, unchanged.",
+    )
+    changes = serializers.DictField(
+        child=serializers.DictField(child=serializers.ListField(child=serializers.CharField())),
+        help_text="Per kind, the names created, updated and deleted (a backend as farm/address:port); "
+        "a dry run lists what the import would do.",
     )

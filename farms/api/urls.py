@@ -2,6 +2,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from .nftlb import NftlbExportView, NftlbImportView
+from .versions import ConfigVersionViewSet
 from .views import (
     ApplyRunViewSet,
     AuditEventViewSet,
@@ -29,6 +30,7 @@ router.register("apply-runs", ApplyRunViewSet)
 router.register("health-checks", HealthCheckViewSet)
 router.register("health-events", HealthEventViewSet)
 router.register("audit-events", AuditEventViewSet)
+router.register("config-versions", ConfigVersionViewSet)
 
 urlpatterns = [
     path("health-status/", HealthStatusView.as_view(), name="health-status"),

@@ -25,6 +25,8 @@ from .serializers import (
     ApplyRunSerializer,
     AuditEventSerializer,
     BackendSerializer,
+    BulkStateResultSerializer,
+    BulkStateSerializer,
     DetailSerializer,
     FarmSerializer,
     HealthCheckSerializer,
@@ -145,7 +147,7 @@ class BackendViewSet(viewsets.ModelViewSet):
 
     def role_needed(self, request) -> str | None:
         """Operators may change a backend's state (PATCH with only those fields) and put it in maintenance."""
-        if self.action == "maintenance":
+        if self.action in ("maintenance", "bulk_state"):
             return OPERATOR
         if self.action in ("partial_update", "preview_update"):
             fields = set(request.data) if hasattr(request.data, "keys") else set()
@@ -190,6 +192,26 @@ class BackendViewSet(viewsets.ModelViewSet):
         )
         return Response(BackendSerializer(backend, context={"request": request}).data)
 
+    @extend_schema(
+        request=BulkStateSerializer,
+        responses={200: BulkStateResultSerializer, 400: OpenApiResponse(description="Unknown backend ids.")},
+        operation_id="backends_bulk_state",
+    )
+    @action(detail=False, methods=["post"], url_path="bulk-state", url_name="bulk-state")
+    def bulk_state(self, request):
+        """Put several backends in one state at once (enable, drain, disable), all or nothing; each change is
+        audited as a single one is. Backends already in the state are left alone."""
+        body = BulkStateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ids = list(dict.fromkeys(body.validated_data["backends"]))
+        backends = {b.id: b for b in Backend.objects.select_related("farm").filter(id__in=ids)}
+        missing = [i for i in ids if i not in backends]
+        if missing:
+            return Response({"backends": [f"No backend with id {', '.join(map(str, missing))}."]}, status=400)
+        state = body.validated_data["state"]
+        changed = services.backends_set_state(backends=[backends[i] for i in ids], state=state, actor=request.user)
+        return Response({"changed": [b.id for b in changed], "state": state})
+
 
 class PolicyViewSet(viewsets.ModelViewSet):
     queryset = Policy.objects.prefetch_related("farms")
@@ -227,7 +249,7 @@ class HealthCheckViewSet(viewsets.ModelViewSet):
         return None if request.method in ("GET", "HEAD", "OPTIONS") else ADMIN
 
     def perform_destroy(self, instance: HealthCheck) -> None:
-        health_services.health_check_delete(health_check=instance)
+        health_services.health_check_delete(health_check=instance, actor=self.request.user)
 
 
 class HealthEventViewSet(viewsets.ReadOnlyModelViewSet):

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from farms.types import Json
+
 from .fragments import TABLE_FAMILY, TABLE_NAME
 
-Json = dict[str, Any]
 ELEMENT_KEYS = {"val", "timeout", "expires"}  # an element with more (a limiter, a counter) holds state
 
 

@@ -60,10 +60,12 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
-from . import dsr
+from farms.types import Json
+
+from . import dsr, maglev
 from . import fragments as f
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
-from .spec import TCP_HELPERS, BackendSpec, FarmSpec, PolicySpec
+from .spec import HELPER_PROTOCOL, BackendSpec, FarmSpec, PolicySpec
 from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, canonical, digest_of
 from .units import Builder as _Builder
 
@@ -81,7 +83,6 @@ REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when 
 REUSE_ALTERNATIVES = 8  # backends tried after the scheduler's pick when another client holds the port there
 NUMGEN_SCHEDULERS = ("rr", "weight", "leastconn")  # the others hash the flow: a reused port meets the same backend
 
-Json = dict[str, Any]
 FarmObjects = UnitObjects  # a farm's objects are a unit's objects
 FarmRuleset = UnitRuleset
 __all__ = ["canonical", "digest_of", "DIGEST_PREFIX", "UnitObjects", "UnitRuleset"]
@@ -209,6 +210,27 @@ def _weighted_vmap(make_key: Callable[[int], Json], backends: tuple[BackendSpec,
     return f.vmap(make_key(low), {"set": elems})
 
 
+def maglev_fields(farm: FarmSpec) -> tuple[str, ...]:
+    """What a maglev farm hashes: its hash fields, else the client's address and port (its address
+    alone for protocol 'all'), so each connection of a client is placed on its own."""
+    return farm.sched_param or (("srcip",) if farm.protocol == "all" else ("srcip", "srcport"))
+
+
+def _maglev_vmap(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable) -> Json:
+    """``jhash`` of the flow modulo the Maglev table's size, looked up in the table itself: slot -> backend.
+
+    The table is an anonymous map inside the rule: nftables 1.0.6 cannot declare a named map keyed by a
+    hash's integer from JSON (that needs ``typeof``), so a change replaces the rule, in the same one
+    transaction; what the packets see changes only in the slots Maglev moved."""
+    keys = [(f"{b.address} {b.port or ''}", b.weight) for b in backends]
+    # Sized by every backend of the farm, not the active ones: a backend going down must not resize the
+    # table (a resize moves nearly every flow); only adding backends past 40, 163 or 655 does.
+    table = maglev.lookup_table(keys, maglev.table_size(len(farm.backends)))
+    expr = _hash_expr(farm, maglev_fields(farm))
+    key = {"jhash": {"mod": len(table), "seed": HASH_SEED, "offset": 0, "expr": expr}}
+    return f.vmap(key, {"set": [[slot, f.jump(target(backends[i]))] for slot, i in enumerate(table)]})
+
+
 def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None) -> Json:
     """The verdict map that picks one backend for a new connection: it jumps to ``target(backend)``,
     the backend's chain unless told otherwise."""
@@ -223,6 +245,8 @@ def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Cal
         )
     if farm.scheduler == "symhash":
         return _weighted_vmap(lambda total: {"symhash": {"mod": total, "offset": 0}}, backends, target)
+    if farm.scheduler == "maglev":
+        return _maglev_vmap(farm, backends, target)
     # weight, and leastconn (whose weights the worker derives from live connection counts)
     return _weighted_vmap(lambda total: f.numgen("random", total), backends, target)
 
@@ -353,7 +377,7 @@ def _farm_guards(b: _Builder, farm: FarmSpec, chain: str) -> None:
         b.rule(chain, [{"limit": {"rate": farm.log_rtlimit or 10, "per": "second"}}, {"log": {"prefix": prefix}}])
     if farm.helper:
         helper = f"helper-{farm.name}-{farm.helper}"
-        protocol = "tcp" if farm.helper in TCP_HELPERS else "udp"
+        protocol = HELPER_PROTOCOL[farm.helper]
         b.obj("ct helper", {**f.counter(helper), "type": farm.helper, "protocol": protocol, "l3proto": "inet"})
         b.rule(chain, [{"ct helper": helper}])
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from farms.types import Json
+
 from . import fragments as f
 from .spec import FarmSpec
 from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, digest_of
@@ -24,7 +26,6 @@ from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, di
 HASH_SEED = 0x6C627765
 # Hash fields every fragment of a datagram carries; the ports are only in the first fragment.
 WHOLE_DATAGRAM_FIELDS = {"srcip", "dstip", "srcmac", "dstmac"}
-Json = dict[str, Any]
 
 
 def table_name(farm: FarmSpec) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from farms.types import Json
+
 TABLE_FAMILY = "inet"
 TABLE_NAME = "lbweb"
-
-Json = dict[str, Any]
 
 
 def _ref(**extra: Any) -> Json:

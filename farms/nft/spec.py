@@ -11,13 +11,19 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-PROTOCOLS = ("tcp", "udp", "sctp", "all")
-MODES = ("snat", "dnat", "dsr", "stlsdnat")
-SCHEDULERS = ("rr", "weight", "hash", "symhash", "leastconn")
-HASH_FIELDS = ("srcip", "dstip", "srcport", "dstport", "srcmac", "dstmac")
-PERSISTENCE = ("srcip", "srcport", "srcmac")
-HELPERS = ("ftp", "tftp", "sip", "pptp", "snmp", "irc", "amanda", "h323")
-TCP_HELPERS = ("ftp", "pptp", "irc", "h323")  # the others track UDP
+# The protocol each conntrack helper tracks: the compiler's ct helper objects, the worker's capability
+# probe and the models' validation all read it here. The choices offered (with their labels) are
+# farms.choices.HelperChoices; tests/test_vocabulary.py keeps the two the same set.
+HELPER_PROTOCOL = {
+    "ftp": "tcp",
+    "pptp": "tcp",
+    "irc": "tcp",
+    "h323": "tcp",
+    "tftp": "udp",
+    "snmp": "udp",
+    "amanda": "udp",
+    "sip": "udp",
+}
 
 
 @dataclass(frozen=True)

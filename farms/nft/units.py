@@ -7,12 +7,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from farms.types import Json
+
 from . import fragments as f
 
 COMPILER_VERSION = "2"
 DIGEST_PREFIX = "lbweb:"
-
-Json = dict[str, Any]
 
 
 def canonical(document: Any) -> str:

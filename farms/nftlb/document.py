@@ -52,6 +52,8 @@ ADDRESS_ATTRIBUTES = {
     "protocol": FARM_BY_NAME["protocol"],
 }
 
+HASHED = (FarmSchedulerChoices.HASH, FarmSchedulerChoices.MAGLEV)  # the schedulers that read sched-param
+
 
 @dataclass
 class BackendPlan:
@@ -331,7 +333,7 @@ class _Reader:
         scheduler, mode = values["scheduler"], values["mode"]
         if scheduler == FarmSchedulerChoices.HASH and values["sched_param"] == "":
             values["sched_param"] = "srcip"  # nftlb hashes the source address by default
-        elif scheduler != FarmSchedulerChoices.HASH and values["sched_param"] not in ("", MISSING):
+        elif scheduler not in HASHED and values["sched_param"] not in ("", MISSING):
             self.plan.left_out(
                 _at(path, "sched-param"), "sched-param", obj["sched-param"], f"not used by the {scheduler} scheduler"
             )

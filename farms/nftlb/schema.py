@@ -3,7 +3,7 @@
 One table per object (farm, backend, policy) drives both import and export. Attributes nftlb has and
 lbweb does not keep are listed with the reason they are left out; an unknown attribute is neither.
 ``description`` and ``source-ports`` are lbweb extensions (written only when set), as are the values
-``leastconn`` (scheduler), ``reject`` (verdict) and ``drain`` (backend state).
+``leastconn`` and ``maglev`` (schedulers), ``reject`` (verdict) and ``drain`` (backend state).
 """
 
 from __future__ import annotations

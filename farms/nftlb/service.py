@@ -13,7 +13,7 @@ from typing import Any
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 
-from .. import services
+from .. import audit, services
 from ..models import Farm, Policy
 from .document import FarmPlan, ImportPlan, import_document
 from .schema import BACKEND_FIELD_ATTRIBUTE, FARM_FIELD_ATTRIBUTE
@@ -60,17 +60,17 @@ class ImportResult:
                 self.errors.append({"path": where, "message": message})
 
 
-def nftlb_import(*, document: Any, dry_run: bool = False, strict: bool = False) -> ImportResult:
+def nftlb_import(*, document: Any, dry_run: bool = False, strict: bool = False, actor=None) -> ImportResult:
     """Create or update, by name, the farms and policies of an nftlb document in one transaction.
 
     A farm of the document replaces the farm of that name: attributes left out take their defaults, and
     its backends (matched by address and port), static sessions and policies become the document's.
     Unknown attributes are listed and skipped, or refused with ``strict``. With any error, or ``dry_run``,
-    the transaction is rolled back.
+    the transaction is rolled back. Every object written is audited with ``actor`` (the person importing).
     """
     plan = import_document(document, strict=strict)
     result = ImportResult(dry_run=dry_run, errors=list(plan.errors), unknown=plan.unknown, ignored=plan.ignored)
-    with transaction.atomic():
+    with transaction.atomic(), audit.acting(actor):
         policies = _import_policies(plan, result)
         for farm_plan in plan.farms:
             _import_farm(farm_plan, policies, result)

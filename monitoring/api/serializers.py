@@ -44,7 +44,17 @@ class SeriesSerializer(StalenessSerializer):
 
 
 class FarmSeriesSerializer(SeriesSerializer):
-    farm = serializers.DictField(help_text="id, name, vip, mode, state.")
+    farm = serializers.DictField(help_text="id, name, vip, mode, state, created (epoch seconds).")
+    window_start = serializers.FloatField(
+        help_text="Where the window begins: its length back from now, or the farm's creation if that is later."
+    )
+    history = serializers.ListField(
+        child=serializers.DictField(),
+        help_text=(
+            "Per backend (id, address, created, deleted): segments {from, to, status, state, health, reason} over "
+            "the window, from the audit trail and the health events; status is serving, draining, down or disabled."
+        ),
+    )
     backends = serializers.ListField(child=serializers.DictField(), help_text="id, address, state, weight.")
     measured = serializers.BooleanField(help_text="False for DSR and stateless farms: they bypass conntrack.")
     census_interval = serializers.FloatField(

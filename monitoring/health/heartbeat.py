@@ -24,14 +24,15 @@ from typing import Any
 import redis
 from django.conf import settings
 
+from lbweb import redis_keys as keys
+
 PROCESSES = ("worker", "beat", "collector", "healthd")
 BEAT_SECONDS = 1.0
 KEEP_SECONDS = 7 * 24 * 3600  # a dead process's last heartbeat stays readable this long
 log = logging.getLogger("lbweb.heartbeat")
 
 
-def key_of(process: str) -> str:
-    return f"lbweb:{process}:heartbeat"
+key_of = keys.heartbeat
 
 
 KEY = key_of("healthd")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-UP, DOWN, UNKNOWN = "up", "down", "unknown"
+from farms.choices import BackendHealthChoices
+
+UP, DOWN, UNKNOWN = BackendHealthChoices.UP, BackendHealthChoices.DOWN, BackendHealthChoices.UNKNOWN
 
 
 @dataclass

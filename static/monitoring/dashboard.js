@@ -82,7 +82,8 @@
             beginAtZero: true,
             suggestedMax: options.suggestedMax,
             max: options.max,
-            ticks: { callback: options.format || ((v) => number(v)) },
+            // Whole steps: "0.1 bit/s" or "0.2 connections" are no reading of anything.
+            ticks: { callback: options.format || ((v) => number(v)), precision: 0 },
           },
         },
         plugins: {
@@ -98,15 +99,34 @@
     });
   }
 
+  /* A chart with nothing to show says so in words over an empty plot (no axis of made-up ticks):
+   * "No traffic yet" rather than a flat line on a 0-1 scale. */
+  function emptyState(chart, empty, message) {
+    const figure = chart.canvas.closest("figure");
+    let note = figure.querySelector(".chart-empty");
+    if (!note) {
+      note = document.createElement("p");
+      note.className = "chart-empty";
+      figure.appendChild(note);
+    }
+    note.textContent = message;
+    note.hidden = !empty;
+    figure.classList.toggle("is-empty", empty);
+    chart.options.scales.y.ticks.display = !empty;
+    chart.options.scales.y.grid = Object.assign(chart.options.scales.y.grid || {}, { display: !empty });
+  }
+
   /* datasets: [{label, value(point) -> number|null|undefined, sparse?: true, dash?, color?, stepped?}]
    * A value of undefined means "not measured at this point" (e.g. no census): sparse datasets skip it,
    * a gap point is always null. */
-  function draw(chart, series, datasets) {
+  function draw(chart, series, datasets, empty) {
     if (!chart || !series.meta) return;
     const now = series.meta.now * 1000;
-    // The whole window, or from a little before the first point when the data is younger than the window.
+    // The whole window, or from where the data starts when it is younger than the window: a farm's
+    // charts begin when it was created (window_start), never before.
     const first = series.points.length ? series.points[0].t * 1000 - 5000 * series.meta.step : -Infinity;
-    chart.options.scales.x.min = Math.max(now - WINDOW_SECONDS[series.window] * 1000, first);
+    const start = series.meta.window_start ? series.meta.window_start * 1000 : -Infinity;
+    chart.options.scales.x.min = Math.max(now - WINDOW_SECONDS[series.window] * 1000, first, start);
     chart.options.scales.x.max = now;
     chart.data.datasets = datasets.map((d, i) => {
       const data = [];
@@ -122,6 +142,64 @@
         borderDash: d.dash || [], stepped: d.stepped || false,
       };
     });
+    if (empty) {
+      const moved = chart.data.datasets.some((d) => d.data.some((p) => p.y !== null && p.y > 0));
+      emptyState(chart, !moved, empty);
+    }
+    chart.update("none");
+  }
+
+  /* Each backend's state over time as bars from the recorded history (audit trail and health events):
+   * one row per backend, a bar per period, coloured by what it did with new connections. */
+  const STATUS_COLORS = { serving: "#16a34a", draining: "#d97706", down: "#dc2626", disabled: "#6b7280" };
+  function timelineChart(canvasId) {
+    const canvas = document.getElementById(canvasId);
+    if (!canvas) return null;
+    return new Chart(canvas, {
+      type: "bar",
+      data: { labels: [], datasets: [] },
+      options: {
+        animation: false, responsive: true, maintainAspectRatio: false, indexAxis: "y",
+        datasets: { bar: { grouped: false, barPercentage: 0.7, categoryPercentage: 0.9 } },
+        scales: {
+          x: { type: "linear", ticks: { callback: clock, maxTicksLimit: 7 } },
+          y: { type: "category", ticks: { autoSkip: false } },
+        },
+        plugins: {
+          legend: { labels: { boxWidth: 12 } },
+          tooltip: {
+            callbacks: {
+              title: (items) => (items.length ? items[0].label : ""),
+              label: (item) => {
+                const seg = item.raw.segment;
+                return seg.status + " (state " + seg.state + ", health " + seg.health + (seg.reason ? ": " + seg.reason : "")
+                  + ") " + clock(seg.from * 1000) + "–" + clock(seg.to * 1000);
+              },
+            },
+          },
+        },
+      },
+    });
+  }
+  function drawTimeline(chart, series) {
+    if (!chart || !series.meta) return;
+    const meta = series.meta;
+    const history = meta.history || [];
+    const now = meta.now * 1000;
+    chart.options.scales.x.min = Math.max(now - WINDOW_SECONDS[series.window] * 1000, (meta.window_start || 0) * 1000);
+    chart.options.scales.x.max = now;
+    const label = (b) => b.address + (b.deleted ? " (removed)" : "");
+    chart.data.labels = history.map(label);
+    chart.data.datasets = Object.keys(STATUS_COLORS).map((status) => ({
+      label: status,
+      backgroundColor: STATUS_COLORS[status],
+      borderWidth: 0,
+      data: history.flatMap((b) => b.segments.filter((s) => s.status === status)
+        .map((s) => ({ x: [s.from * 1000, s.to * 1000], y: label(b), segment: s }))),
+    }));
+    const figure = chart.canvas.closest("figure");
+    if (figure) figure.style.height = Math.max(140, 70 + 34 * history.length) + "px";
+    emptyState(chart, history.length === 0, "No backends yet.");
     chart.update("none");
   }
 
@@ -186,11 +264,12 @@
     windowButtons((w) => { series.setWindow(w); tick(); });
 
     function drawAll() {
-      draw(charts.conns, series, [{ label: "new connections/s", value: (p) => p.new_conns }]);
+      const none = series.meta && series.meta.last_sample === null ? "No data yet: is the collector running?" : null;
+      draw(charts.conns, series, [{ label: "new connections/s", value: (p) => p.new_conns }], none || "No connections yet.");
       draw(charts.throughput, series, [
         { label: "in (client → backend)", value: (p) => (p.bytes_in == null ? p.bytes_in : p.bytes_in * 8) },
         { label: "out (backend → client)", value: (p) => (p.bytes_out == null ? p.bytes_out : p.bytes_out * 8) },
-      ]);
+      ], none || "No traffic yet.");
       const cores = Math.max(0, ...series.points.filter((p) => p.cpu).map((p) => p.cpu.length));
       draw(charts.cpu, series, Array.from({ length: cores }, (_, i) => ({
         label: "cpu" + i, value: (p) => (p.cpu ? p.cpu[i] : undefined),
@@ -304,7 +383,7 @@
       conns: lineChart("chart-conns", {}),
       active: lineChart("chart-active", {}),
       traffic: lineChart("chart-backend-traffic", { format: (v) => bits(v / 8) }),
-      states: lineChart("chart-states", { max: 1.2, format: (v) => (v === 1 ? "up" : v === 0 ? "down" : "") }),
+      states: timelineChart("chart-states"),
     };
     windowButtons((w) => { series.setWindow(w); tick(); });
 
@@ -313,25 +392,23 @@
       if (!meta) return;
       const backends = meta.backends;
       const b8 = (v) => (v == null ? v : v * 8);
+      const none = meta.last_sample === null ? "No data yet: is the collector running?" : null;
       draw(charts.throughput, series, [
         { label: "in (client → backend)", value: (p) => b8(p.bytes_in) },
         { label: "out (backend → client)", value: (p) => b8(p.bytes_out) },
-      ]);
+      ], none || "No traffic yet.");
       draw(charts.conns, series, [
         { label: "farm", value: (p) => p.new_conns, color: "#111827" },
         ...backends.map((b) => ({ label: b.address, value: (p) => (p.backends[b.id] || {}).new_conns })),
-      ]);
+      ], none || "No connections yet.");
       draw(charts.active, series, backends.map((b) => ({
         label: b.address, sparse: true,
         value: (p) => ("active_conns" in p ? ((p.backends[b.id] || {}).active_conns ?? null) : undefined),
-      })));
+      })), none || (backends.length ? "No open connections." : "No backends yet."));
       draw(charts.traffic, series, backends.map((b) => ({
         label: b.address, value: (p) => b8((p.backends[b.id] || {}).bytes),
-      })));
-      draw(charts.states, series, backends.map((b) => ({
-        label: b.address + " (" + b.state + ")", stepped: true,
-        value: (p) => { const e = (p.backends[b.id] || {}).enabled; return e === undefined ? undefined : (e ? 1 : 0); },
-      })));
+      })), none || (backends.length ? "No traffic yet." : "No backends yet."));
+      drawTimeline(charts.states, series);
       const last = latestPoint(series) || {};
       text("card-in", bits(last.bytes_in));
       text("card-out", bits(last.bytes_out));

@@ -11,9 +11,10 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from farms import dataplane
+from farms.kernel import drift
+from farms.kernel.applier import Kernel
 from farms.models import KernelUnit
-from farms.nft import compiler, drift
-from farms.nft.applier import Kernel
+from farms.nft import compiler
 from farms.nft.units import UnitObjects
 
 

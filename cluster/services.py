@@ -1,0 +1,154 @@
+"""The only writers of the cluster's tables; each write is audited in its own transaction (``farms.audit.record``).
+
+- :func:`cluster_update`: the operator's settings and the two nodes (validated by the models' ``clean()``).
+- :func:`ingest_journal`: the transitions this node's handler wrote to its journal become :class:`Transition`
+  rows and audit events (the handler itself never touches the database).
+- :func:`apply_sync`: the configuration the master pushed replaces this node's (``cluster.sync``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from farms.audit import record
+
+from .models import Cluster, Node, Transition
+
+log = logging.getLogger("lbweb.cluster")
+
+CLUSTER_FIELDS = (
+    "enabled",
+    "vrid",
+    "vrrp_version",
+    "advert_interval",
+    "auth_pass",
+    "preempt_delay",
+    "interface",
+    "sync_interface",
+    "track_interfaces",
+    "track_conntrackd",
+    "management_address",
+    "extra_addresses",
+    "token",
+)
+NODE_FIELDS = ("name", "address", "sync_address", "api_url", "tls_fingerprint", "priority")
+
+
+def cluster_state(cluster: Cluster) -> dict:
+    """What the audit trail shows (the token never: only whether one is set)."""
+    state = {name: getattr(cluster, name) for name in CLUSTER_FIELDS if name != "token"}
+    state["token_set"] = bool(cluster.token)
+    state["nodes"] = [{name: getattr(n, name) for name in NODE_FIELDS} for n in Node.objects.order_by("name")]
+    return state
+
+
+def request_deploy() -> None:
+    """The worker rewrites keepalived's and conntrackd's files after this commits."""
+
+    def send() -> None:
+        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
+
+        try:
+            app.send_task("cluster.tasks.deploy", retry=False)
+        except Exception as exc:  # broker down: the heartbeat deploys when it comes back
+            log.warning("cluster deploy not enqueued (%s)", exc)
+
+    transaction.on_commit(send)
+
+
+@transaction.atomic
+def cluster_update(*, actor=None, nodes: list[dict] | None = None, **values) -> Cluster:
+    """Change the cluster's settings and, when given, its two nodes (matched by name; others removed)."""
+    unknown = set(values) - set(CLUSTER_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown field(s): {', '.join(sorted(unknown))}")
+    cluster = Cluster.load()
+    before = cluster_state(cluster) if cluster.pk and Cluster.objects.filter(pk=1).exists() else None
+    for name, value in values.items():
+        setattr(cluster, name, value)
+    cluster.full_clean()
+    cluster.save()
+    if nodes is not None:
+        if len(nodes) != 2:
+            raise ValidationError({"nodes": "A cluster is two nodes."})
+        names = [n.get("name") for n in nodes]
+        if len(set(names)) != 2:
+            raise ValidationError({"nodes": "The two nodes need different names."})
+        Node.objects.exclude(name__in=names).delete()
+        for i, data in enumerate(nodes):
+            node = Node.objects.filter(name=data.get("name")).first() or Node()
+            for name, value in data.items():
+                if name not in NODE_FIELDS:
+                    raise ValidationError({f"nodes[{i}]": f"unknown field {name}"})
+                setattr(node, name, value)
+            try:
+                node.full_clean()
+            except ValidationError as exc:
+                raise ValidationError({f"nodes[{i}].{k}": v for k, v in exc.message_dict.items()}) from exc
+            node.save()
+    if cluster.enabled:
+        local = Node.objects.filter(name=settings.LBWEB_NODE_NAME).exists()
+        if Node.objects.count() != 2 or not local:
+            raise ValidationError(
+                {"nodes": f"An enabled cluster has two nodes, one of them this one ({settings.LBWEB_NODE_NAME})."}
+            )
+        a, b = Node.objects.all()
+        if a.priority == b.priority:
+            raise ValidationError({"nodes": "Give the nodes different priorities: the higher one is preferred."})
+    record(
+        actor=actor, action="update", object_type="cluster", object_id=1, object_name=str(cluster),
+        before=before, after=cluster_state(cluster),
+    )  # fmt: skip
+    request_deploy()
+    return cluster
+
+
+def _state_word(state: str) -> str:
+    return {"MASTER": "master", "BACKUP": "backup", "FAULT": "fault", "STOP": "stop"}.get(state, "unknown")
+
+
+@transaction.atomic
+def ingest_journal() -> int:
+    """Record the handler's new journal lines (transitions) with their audit events; returns how many."""
+    path = settings.LBWEB_CLUSTER_DIR / "transitions.jsonl"
+    cluster = Cluster.objects.select_for_update().filter(pk=1).first()
+    if cluster is None or not path.exists():
+        return 0
+    size = path.stat().st_size
+    if size < cluster.journal_offset:  # a new journal (the state directory was reset)
+        cluster.journal_offset = 0
+    count = 0
+    with open(path, "rb") as journal:
+        journal.seek(cluster.journal_offset)
+        for raw in journal:
+            if not raw.endswith(b"\n"):
+                break  # being written: next time
+            cluster.journal_offset += len(raw)
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            count += 1
+            up = next((s for s in entry.get("steps", []) if s["step"] == "addresses"), None)
+            transition = Transition.objects.create(
+                node=entry["node"][:64],
+                at=datetime.fromtimestamp(entry["at"], tz=UTC),
+                from_state=_state_word(entry.get("from", "")),
+                to_state=_state_word(entry["state"]),
+                reason=entry.get("reason", "")[:300],
+                steps=entry.get("steps", []),
+                addresses_up_ms=(up["ended"] - entry["at"]) * 1000 if up and entry["state"] == "MASTER" else None,
+            )
+            record(
+                actor=None, action="transition", object_type="cluster-node", object_name=transition.node,
+                before={"state": transition.from_state},
+                after={"state": transition.to_state, "reason": transition.reason, "ok": transition.ok},
+            )  # fmt: skip
+    cluster.save(update_fields=["journal_offset"])
+    return count

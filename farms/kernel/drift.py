@@ -1,0 +1,620 @@
+"""Drift: what lbweb's tables hold, unit by unit (the skeleton, a farm, a policy), as fingerprints.
+
+Why fingerprints of the kernel's own answers: the kernel and libnftables rewrite what they are
+given (a set gets flags of its own, a ``ct count`` or a ``jhash`` is stored in the kernel's
+form, an anonymous map gets a name like ``__map12``), so comparing the kernel with the
+compiler's JSON would see differences everywhere or nowhere. Instead, right after lbweb writes
+a unit, it reads that unit back as netlink messages and keeps a short hash of each of its
+objects (:func:`unit_record`); a reconcile later reads the same objects again and compares
+hash with hash. Everything is normalised the same way both times: handles, use counts,
+counter values and the elements of dynamic sets (persistence entries, rate-limit meters,
+learnt ports: the kernel's own state) are left out; an anonymous set counts by its
+definition and elements, not by its name.
+
+A record is a flat dict: ``"chain farm-web"`` (the chain's definition), ``"rules farm-web"``
+(one hash per rule, in order), ``"set persist-web-3-ab12cd"``, ``"elements dispatch4"`` (the
+unit's elements of a map, sorted), ``"counter farm-web"``; a DSR unit's names carry its
+table (``"chain netdev lbweb-dsr-web:farm"``). Elements of the skeleton's shared maps belong
+to the unit whose chain they jump to. Whatever lbweb's tables hold that no unit owns is the
+skeleton's, so an extra chain or element is drift too.
+
+The repair of drifted units (:func:`removal_messages`) removes what the kernel holds of them,
+read from the same dump, and keeps their counters and dynamic sets when their definitions did
+not change, so their state survives; the applier then adds them again as compiled.
+"""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import hashlib
+import re
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from farms.nft.compiler import skeleton_objects
+from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
+from farms.nft.units import UnitObjects
+
+from . import netlink, nfmsg
+
+SKELETON = "skeleton"
+DSR_PREFIX = "lbweb-"  # lbweb's netdev tables (one per DSR farm)
+
+RULE_COMPAT, RULE_USERDATA = 5, 7
+ELEM_DATA, DATA_VERDICT, VERDICT_CHAIN = 2, 2, 2
+OBJ_DATA = 4
+COUNTER = 1
+OBJECT_KINDS = {"counter", "quota", "ct helper", "limit"}
+
+Record = dict[str, Any]
+
+
+class CannotRepair(Exception):
+    """The drift touches what only a full rebuild can restore (the skeleton's base chains or maps)."""
+
+
+def _hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def _table_attr(table: str) -> bytes:
+    return netlink.attr(1, nfmsg.string(table))  # NFTA_{CHAIN,RULE,SET,OBJ,SET_ELEM_LIST}_TABLE
+
+
+# -- who owns what ------------------------------------------------------------------------
+
+
+@dataclass
+class Owners:
+    """Which unit owns each name of ``table inet lbweb`` (and each DSR table), as lbweb wrote them."""
+
+    chains: dict[str, str] = field(default_factory=dict)
+    sets: dict[str, str] = field(default_factory=dict)
+    dynamic: set[str] = field(default_factory=set)  # sets whose elements are the kernel's state
+    objects: dict[str, str] = field(default_factory=dict)
+    tables: dict[tuple[str, str], str] = field(default_factory=dict)
+    shared: set[str] = field(default_factory=set)  # the skeleton's maps: their elements belong to units
+
+    @property
+    def units(self) -> set[str]:
+        return {*self.chains.values(), *self.sets.values(), *self.objects.values(), *self.tables.values(), SKELETON}
+
+
+def owners_of(units: Mapping[str, UnitObjects]) -> Owners:
+    chains, maps = skeleton_objects()
+    owners = Owners(shared=set(maps))
+    owners.chains = dict.fromkeys(chains, SKELETON)
+    owners.sets = dict.fromkeys(maps, SKELETON)
+    for key, objects in units.items():
+        for name in objects.chains:
+            owners.chains[name] = key
+        for _kind, name in objects.volatile:
+            owners.sets[name] = key
+        for kind, name in objects.objects:
+            if kind in ("set", "map"):
+                owners.sets[name] = key
+                owners.dynamic.add(name)
+            elif kind in OBJECT_KINDS:
+                owners.objects[name] = key
+        for family, name in objects.tables:
+            owners.tables[(family, name)] = key
+    return owners
+
+
+# -- reading the kernel: the whole table, or one unit's objects by name ---------------------
+
+
+RULE_BODY = (nfmsg.RULE_EXPRESSIONS, RULE_COMPAT, RULE_USERDATA)  # what a rule is, less where it is
+
+
+def rule_body(rule: nfmsg.Obj) -> bytes:
+    return b"".join(whole for kind, whole, _p in rule.attrs if kind in RULE_BODY)
+
+
+def read_rule_bodies(family: str, table: str, sock: socket.socket | None = None) -> dict[str, list[bytes]]:
+    """Every rule of a table as its chain and :func:`rule_body`, in order: one dump, parsed in one tight
+    loop (most of a table is rules: 21 per farm here, and ``nfmsg.Obj`` for each cost seconds)."""
+    unpack = netlink.ATTR_HEADER.unpack_from
+    message_type = (nfmsg.NFNL_SUBSYS_NFTABLES << 8) | nfmsg.GETRULE
+    found: dict[str, list[bytes]] = {}
+    chunks = netlink.dump_chunks(
+        netlink.NETLINK_NETFILTER, message_type, nfmsg.FAMILIES[family], _table_attr(table), sock=sock
+    )
+    for data, spans in chunks:
+        for start, end in spans:
+            position, chain, body = start, b"", []
+            while position + 4 <= end:
+                length, kind = unpack(data, position)
+                if length < 4:
+                    break
+                kind &= netlink.NLA_TYPE_MASK
+                following = position + ((length + 3) & ~3)
+                if kind == nfmsg.RULE_CHAIN:
+                    chain = data[position + 4 : position + length].rstrip(b"\0")
+                elif kind in RULE_BODY:
+                    body.append(data[position:following])
+                position = following
+            found.setdefault(chain.decode(), []).append(b"".join(body))
+    return found
+
+
+class FullView:
+    """Lookups in one table read whole (``nfmsg.read_table``; rules by :func:`read_rule_bodies`)."""
+
+    def __init__(self, dump: nfmsg.TableDump, rules: dict[str, list[bytes]] | None = None):
+        self.dump = dump
+        self._rules = rules if rules is not None else {c: [rule_body(r) for r in rs] for c, rs in dump.rules.items()}
+
+    def chain(self, name: str) -> nfmsg.Obj | None:
+        return self.dump.chains.get(name)
+
+    def rules(self, chain: str) -> list[bytes]:
+        return self._rules.get(chain, [])
+
+    def set(self, name: str) -> nfmsg.Obj | None:
+        return self.dump.sets.get(name)
+
+    def elements(self, name: str) -> list[nfmsg.Element]:
+        return self.dump.elements.get(name, [])
+
+    def object(self, kind: str, name: str) -> nfmsg.Obj | None:
+        obj = self.dump.objects.get(name)
+        if obj is None or obj.get(nfmsg.OBJ_TYPE) != nfmsg.U32.pack(nfmsg.OBJECT_TYPES[kind]):
+            return None
+        return obj
+
+
+class ProbeView:
+    """Lookups by name, each one small request, so reading one unit back costs the same whatever the
+    number of farms (a chain's rules and a set's elements are dumps the kernel filters itself)."""
+
+    def __init__(self, family: str = TABLE_FAMILY, table: str = TABLE_NAME, sock: socket.socket | None = None):
+        self.family, self.table = family, table
+        self.sock = sock or nfmsg.shared_socket()
+        self._sets: dict[str, nfmsg.Obj | None] = {}
+        self._elements: dict[str, list[nfmsg.Element]] = {}
+
+    def chain(self, name: str) -> nfmsg.Obj | None:
+        payload = _table_attr(self.table) + netlink.attr(nfmsg.CHAIN_NAME, nfmsg.string(name))
+        return nfmsg.get_one(nfmsg.GETCHAIN, self.family, payload, self.sock)
+
+    def rules(self, chain: str) -> list[bytes]:
+        payload = _table_attr(self.table) + netlink.attr(nfmsg.RULE_CHAIN, nfmsg.string(chain))
+        try:
+            return [rule_body(r) for r in nfmsg.dump_objects(nfmsg.GETRULE, self.family, payload, self.sock)]
+        except netlink.NetlinkError as exc:
+            if exc.errno == errno.ENOENT:
+                return []
+            raise
+
+    def set(self, name: str) -> nfmsg.Obj | None:
+        if name not in self._sets:
+            payload = _table_attr(self.table) + netlink.attr(nfmsg.SET_NAME, nfmsg.string(name))
+            self._sets[name] = nfmsg.get_one(nfmsg.GETSET, self.family, payload, self.sock)
+        return self._sets[name]
+
+    def elements(self, name: str) -> list[nfmsg.Element]:
+        if name not in self._elements:
+            self._elements[name] = read_elements(self.family, self.table, name, self.sock)
+        return self._elements[name]
+
+    def object(self, kind: str, name: str) -> nfmsg.Obj | None:
+        payload = _table_attr(self.table) + netlink.attr(nfmsg.OBJ_NAME, nfmsg.string(name))
+        payload += netlink.attr(nfmsg.OBJ_TYPE, nfmsg.U32.pack(nfmsg.OBJECT_TYPES[kind]))
+        return nfmsg.get_one(nfmsg.GETOBJ, self.family, payload, self.sock)
+
+
+def read_elements(family: str, table: str, name: str, sock: socket.socket | None = None) -> list[nfmsg.Element]:
+    request = _table_attr(table) + netlink.attr(nfmsg.ELEM_LIST_SET, nfmsg.string(name))
+    found: list[nfmsg.Element] = []
+    try:
+        for message in nfmsg.dump_objects(nfmsg.GETSETELEM, family, request, sock):
+            for kind, _whole, payload in message.attrs:
+                if kind == nfmsg.ELEM_LIST_ELEMENTS:
+                    found += [nfmsg.Element(list(nfmsg.raw_attrs(item))) for _k, _w, item in nfmsg.raw_attrs(payload)]
+    except netlink.NetlinkError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+    return found
+
+
+# -- normalised hashes ----------------------------------------------------------------------
+
+
+def element_hash(element: nfmsg.Element) -> str:
+    return _hash(element.for_add())
+
+
+def set_hash(set_: nfmsg.Obj) -> str:
+    return _hash(set_.request(nfmsg.GETSET, dropped={nfmsg.SET_NAME}))
+
+
+SET_HANDLE = 16
+ANONYMOUS_NAME = re.compile(rb"__[a-z]+[0-9]+\x00")
+
+
+def anonymous_hash(view: Any, name: str) -> str:
+    """An anonymous set by its definition and its handle, not by its name (the kernel reuses names).
+    A bound anonymous set cannot be changed (the kernel refuses), and any new one gets a handle never
+    used before, so a rule whose map was replaced shows; and no element is read: a dump per set costs
+    the kernel a walk of the table's sets, which at 10,000 farms made the read take minutes."""
+    set_ = view.set(name)
+    if set_ is None:
+        return "missing"
+    return _hash(set_.request(nfmsg.GETSET, dropped={nfmsg.SET_NAME}) + (set_.get(SET_HANDLE) or b""))
+
+
+def rule_hash(body: bytes, view: Any) -> str:
+    """A rule's expressions and comment (:func:`rule_body`); anonymous sets by :func:`anonymous_hash`,
+    inline counters without their values."""
+
+    def anonymous(match: re.Match) -> bytes:
+        return anonymous_hash(view, match.group()[:-1].decode()).encode()
+
+    if b"counter\x00" not in body and b"quota\x00" not in body:  # lbweb writes neither: the usual case
+        return _hash(ANONYMOUS_NAME.sub(anonymous, body))
+    out = b""
+    for kind, whole, payload in nfmsg.raw_attrs(body):
+        if kind != nfmsg.RULE_EXPRESSIONS:
+            out += whole
+            continue
+        for _k, item_whole, expression in nfmsg.raw_attrs(payload):
+            parts = list(nfmsg.raw_attrs(expression))
+            name = next((p for k, _w, p in parts if k == nfmsg.EXPR_NAME), b"").rstrip(b"\0")
+            out += name if name in (b"counter", b"quota") else ANONYMOUS_NAME.sub(anonymous, item_whole)
+    return _hash(out)
+
+
+def object_hash(obj: nfmsg.Obj) -> str:
+    """A counter by its existence (its values move with the packets); other objects by definition."""
+    counter = obj.get(nfmsg.OBJ_TYPE) == nfmsg.U32.pack(COUNTER)
+    return _hash(obj.request(nfmsg.GETOBJ, dropped={OBJ_DATA} if counter else ()))
+
+
+def verdict_chain(element: nfmsg.Element) -> str | None:
+    """The chain a verdict-map element jumps to (None for other verdicts and for sets)."""
+    for kind, _whole, payload in element.attrs:
+        if kind != ELEM_DATA:
+            continue
+        for k, _w, data in nfmsg.raw_attrs(payload):
+            if k == DATA_VERDICT:
+                for vk, _vw, value in nfmsg.raw_attrs(data):
+                    if vk == VERDICT_CHAIN:
+                        return value.rstrip(b"\0").decode(errors="replace")
+    return None
+
+
+# -- records ----------------------------------------------------------------------------------
+
+
+def _chain_entries(view: Any, name: str, prefix: str = "") -> Record:
+    chain = view.chain(name)
+    if chain is None:
+        return {}
+    return {
+        f"chain {prefix}{name}": _hash(chain.request(nfmsg.GETCHAIN)),
+        f"rules {prefix}{name}": [rule_hash(r, view) for r in view.rules(name)],
+    }
+
+
+def unit_record(view: Any, objects: UnitObjects) -> Record:
+    """What the kernel holds of one farm or policy of ``table inet lbweb`` (shared-map elements apart)."""
+    record: Record = {}
+    for name in objects.chains:
+        record.update(_chain_entries(view, name))
+    for kind, name in (*objects.volatile, *objects.objects):
+        if kind in ("set", "map"):
+            set_ = view.set(name)
+            if set_ is not None:
+                record[f"set {name}"] = set_hash(set_)
+                if (kind, name) in objects.volatile:
+                    record[f"elements {name}"] = sorted(element_hash(e) for e in view.elements(name))
+        elif kind in OBJECT_KINDS:
+            obj = view.object(kind, name)
+            if obj is not None:
+                record[f"{kind} {name}"] = object_hash(obj)
+    return record
+
+
+def skeleton_record(view: Any) -> Record:
+    chains, maps = skeleton_objects()
+    record: Record = {}
+    for name in chains:
+        record.update(_chain_entries(view, name))
+    for name in maps:
+        set_ = view.set(name)
+        if set_ is not None:
+            record[f"set {name}"] = set_hash(set_)
+    return record
+
+
+def table_record(dump: nfmsg.TableDump) -> Record:
+    """A whole table a unit owns (DSR): every chain, rule, set and object in it."""
+    if dump.table is None:
+        return {}
+    view = FullView(dump)
+    prefix = f"{dump.family} {dump.name}:"
+    record: Record = {f"table {dump.family} {dump.name}": "present"}
+    for name in dump.chains:
+        record.update(_chain_entries(view, name, prefix))
+    for name, set_ in dump.sets.items():
+        if not nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS:
+            record[f"set {prefix}{name}"] = set_hash(set_)
+            record[f"elements {prefix}{name}"] = sorted(element_hash(e) for e in view.elements(name))
+    for name, obj in dump.objects.items():
+        record[f"object {prefix}{name}"] = object_hash(obj)
+    return record
+
+
+def add_shared_elements(
+    records: dict[str, Record], view: Any, maps: Iterable[str], owners: Owners, only: set[str] | None = None
+) -> None:
+    """File each element of the shared maps under the unit whose chain it jumps to (the skeleton's
+    when no unit owns that chain). ``only``: fill in these units alone."""
+    for name in maps:
+        for key in only or ():
+            records.setdefault(key, {}).pop(f"elements {name}", None)
+        by_unit: dict[str, list[str]] = {}
+        for element in view.elements(name):
+            owner = owners.chains.get(verdict_chain(element) or "", SKELETON)
+            if only is None or owner in only:
+                by_unit.setdefault(owner, []).append(element_hash(element))
+        for owner, hashes in by_unit.items():
+            records.setdefault(owner, {})[f"elements {name}"] = sorted(hashes)
+
+
+@dataclass
+class Reading:
+    """lbweb's tables as read whole from the kernel, and every unit's record."""
+
+    present: bool
+    owners: Owners
+    dump: nfmsg.TableDump
+    records: dict[str, Record]
+    dsr_tables: dict[tuple[str, str], nfmsg.TableDump]
+
+
+def lbweb_netdev_tables(sock: socket.socket | None = None) -> list[str]:
+    tables = nfmsg.dump_objects(nfmsg.GETTABLE, "netdev", b"", sock)
+    return [t.name(nfmsg.TABLE_NAME) for t in tables if t.name(nfmsg.TABLE_NAME).startswith(DSR_PREFIX)]
+
+
+def read_kernel(units: Mapping[str, UnitObjects], sock: socket.socket | None = None) -> Reading:
+    """Read lbweb's tables whole (netlink dumps, no libnftables cache) and make the record of every
+    unit lbweb wrote (``units``: what it wrote of each) and of the skeleton."""
+    sock = sock or nfmsg.shared_socket()
+    owners = owners_of(units)
+
+    def compared(dump: nfmsg.TableDump) -> list[str]:  # static sets only (see anonymous_hash)
+        return [n for n in dump.sets if n in owners.sets and n not in owners.dynamic]
+
+    dump = nfmsg.read_table(TABLE_FAMILY, TABLE_NAME, compared, sock, rules=False)
+    view = FullView(dump, read_rule_bodies(TABLE_FAMILY, TABLE_NAME, sock) if dump.table is not None else {})
+    records: dict[str, Record] = {key: {} for key in owners.units | set(units)}
+    if dump.table is not None:
+        for key, objects in units.items():
+            if not objects.tables:
+                records[key] = unit_record(view, objects)
+        skeleton = skeleton_record(view)
+        for name in dump.chains.keys() - owners.chains.keys():  # chains nobody owns
+            skeleton.update(_chain_entries(view, name))
+        for name, set_ in dump.sets.items():
+            if name not in owners.sets and not nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS:
+                skeleton[f"set {name}"] = set_hash(set_)
+        for name, obj in dump.objects.items():
+            if name not in owners.objects:
+                skeleton[f"object {name}"] = object_hash(obj)
+        records[SKELETON] = skeleton
+        add_shared_elements(records, view, sorted(owners.shared), owners)
+    dsr_tables = {}
+    for name in lbweb_netdev_tables(sock):
+        table = nfmsg.read_table("netdev", name, None, sock)
+        dsr_tables[("netdev", name)] = table
+        owner = owners.tables.get(("netdev", name))
+        if owner is None:
+            records[SKELETON][f"table netdev {name}"] = "present"
+        else:
+            records[owner] = table_record(table)
+    return Reading(dump.table is not None, owners, dump, records, dsr_tables)
+
+
+def probe_records(
+    owners: Owners, units: Mapping[str, UnitObjects], maps: Iterable[str], previous: Mapping[str, Record]
+) -> dict[str, Record]:
+    """The records of a few units just written, read back by name. Elements of the shared ``maps``
+    (those the write touched) are read again; the units' entries in the other maps are kept."""
+    view = ProbeView()
+    records: dict[str, Record] = {}
+    for key, objects in units.items():
+        if key == SKELETON:
+            records[key] = skeleton_record(view)
+        elif objects.tables:
+            records[key] = {}
+            for family, name in objects.tables:
+                records[key].update(table_record(nfmsg.read_table(family, name, None, view.sock)))
+        else:
+            records[key] = unit_record(view, objects)
+            kept = {k: v for k, v in previous.get(key, {}).items() if k.startswith("elements ")}
+            records[key].update({k: v for k, v in kept.items() if k.removeprefix("elements ") in owners.shared})
+    add_shared_elements(records, view, sorted(set(maps) & owners.shared), owners, only=set(units))
+    return records
+
+
+# -- what differs -----------------------------------------------------------------------------
+
+
+def differences(expected: Record, actual: Record) -> list[str]:
+    """What differs between what lbweb wrote and what the kernel holds, in words."""
+    found = []
+    for key in sorted(expected.keys() | actual.keys()):
+        want, have = expected.get(key), actual.get(key)
+        if want == have or (key.startswith("elements ") and not want and not have):
+            continue
+        kind, _, name = key.partition(" ")
+        if kind == "rules" and want is not None and have is not None:
+            found += _rule_changes(name, want, have)
+        elif kind == "elements":
+            want_n, have_n = list(want or ()), list(have or ())
+            missing = sum(max(0, want_n.count(h) - have_n.count(h)) for h in set(want_n))
+            added = sum(max(0, have_n.count(h) - want_n.count(h)) for h in set(have_n))
+            parts = [f"{missing} missing"] * bool(missing) + [f"{added} added"] * bool(added)
+            found.append(f"elements of {name}: {', '.join(parts)}")
+        elif kind == "rules":
+            continue  # the chain itself is missing or added: said once, below
+        elif want is None:
+            found.append(f"{kind} {name} added")
+        elif have is None:
+            found.append(f"{kind} {name} missing")
+        else:
+            found.append(f"{kind} {name} changed")
+    return found
+
+
+def _rule_changes(chain: str, want: list[str], have: list[str]) -> list[str]:
+    found = []
+    matcher = difflib.SequenceMatcher(a=want, b=have, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "delete":
+            found.append(f"chain {chain}: rule {_span(i1, i2)} of {len(want)} deleted")
+        elif tag == "insert":
+            found.append(f"chain {chain}: {j2 - j1} rule(s) added at position {j1 + 1}")
+        elif tag == "replace":
+            found.append(f"chain {chain}: rule {_span(i1, i2)} of {len(want)} changed")
+    return found
+
+
+def _span(start: int, end: int) -> str:
+    return str(start + 1) if end - start == 1 else f"{start + 1}-{end}"
+
+
+# -- repair -------------------------------------------------------------------------------------
+
+
+def _attr(kind: int, text: str) -> bytes:
+    return netlink.attr(kind, nfmsg.string(text))
+
+
+def _message(kind: int, what: str, payload: bytes, family: str = TABLE_FAMILY) -> nfmsg.Message:
+    return nfmsg.Message(kind, family, 0, payload, what)
+
+
+def removal_messages(
+    reading: Reading,
+    owners: Owners,
+    rewrite: set[str],
+    wanted: Mapping[str, UnitObjects],
+    expected: Mapping[str, Record],
+) -> tuple[list[nfmsg.Message], set[tuple[str, str]]]:
+    """Messages that remove what the kernel holds of the units in ``rewrite`` (as the dump shows it,
+    so a missing object is no error), and the objects kept because they are as lbweb wrote them:
+    counters and dynamic sets keep their state, and a static set is emptied rather than removed.
+    ``wanted`` are the units' new versions (absent: the unit goes)."""
+    dump = reading.dump
+    table = TABLE_NAME
+    out: list[nfmsg.Message] = []
+    kept: set[tuple[str, str]] = set()
+    repair_skeleton = SKELETON in rewrite
+    actual = reading.records
+
+    def owner(name: str, names: Mapping[str, str]) -> str | None:
+        return names.get(name)
+
+    def unchanged(key: str, entry: str) -> bool:
+        want = expected.get(key, {}).get(entry)
+        return want is None or want == actual.get(key, {}).get(entry)
+
+    new_chains = {c: k for k, o in wanted.items() for c in o.chains}
+    new_sets = {
+        n: (k, kind) for k, o in wanted.items() for kind, n in (*o.volatile, *o.objects) if kind in ("set", "map")
+    }
+    new_objects = {n: (k, kind) for k, o in wanted.items() for kind, n in o.objects if kind in OBJECT_KINDS}
+
+    # 1. elements of the shared maps that jump to a rewritten unit's chains (or that nobody owns)
+    for name in sorted(owners.shared):
+        gone = [
+            e
+            for e in dump.elements.get(name, [])
+            if owners.chains.get(verdict_chain(e) or "", SKELETON) in rewrite
+            and (repair_skeleton or owners.chains.get(verdict_chain(e) or "", SKELETON) != SKELETON)
+        ]
+        payload = _attr(nfmsg.ELEM_LIST_TABLE, table) + _attr(nfmsg.ELEM_LIST_SET, name)
+        for chunk in nfmsg.elements_payloads(gone, adding=False):
+            out.append(_message(nfmsg.DELSETELEM, f"delete elements of map {name}", payload + chunk))
+
+    # 2. chains: emptied; removed when no longer wanted or not as lbweb wrote them
+    flushed, deleted = [], []
+    for name in dump.chains:
+        key = owner(name, owners.chains)
+        mine = key in rewrite or name in new_chains or (key is None and repair_skeleton)
+        if not mine:
+            continue
+        flushed.append(name)
+        unit = key or SKELETON
+        if unit == SKELETON and key is not None:  # a base chain
+            if not unchanged(SKELETON, f"chain {name}"):
+                raise CannotRepair(f"base chain {name} changed")
+            continue
+        if name not in new_chains or not unchanged(unit, f"chain {name}"):
+            deleted.append(name)
+    for name in flushed:
+        payload = _attr(nfmsg.RULE_TABLE, table) + _attr(nfmsg.RULE_CHAIN, name)
+        out.append(_message(nfmsg.DELRULE, f"flush chain {name}", payload))
+
+    # 3. sets: dynamic ones and static ones kept when unchanged (static ones emptied), else removed
+    for name, set_ in dump.sets.items():
+        if nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS:
+            continue
+        key = owner(name, owners.sets)
+        if key == SKELETON:
+            if repair_skeleton and not unchanged(SKELETON, f"set {name}"):
+                raise CannotRepair(f"map {name} changed")
+            if name in owners.shared:
+                kept.add(("map", name))
+            continue
+        if not (key in rewrite or name in new_sets or (key is None and repair_skeleton)):
+            continue
+        payload = _attr(nfmsg.SET_TABLE, table) + _attr(nfmsg.SET_NAME, name)
+        if name in new_sets and unchanged(key or new_sets[name][0], f"set {name}"):
+            kept.add((new_sets[name][1], name))
+            if name not in owners.dynamic:
+                out.append(_message(nfmsg.DELSETELEM, f"flush set {name}", payload))
+        else:
+            out.append(_message(nfmsg.DELSET, f"delete set {name}", payload))
+
+    for name in deleted:
+        payload = _attr(nfmsg.CHAIN_TABLE, table) + _attr(nfmsg.CHAIN_NAME, name)
+        out.insert(len(out), _message(nfmsg.DELCHAIN, f"delete chain {name}", payload))
+
+    # 4. counters and other named objects
+    for name, obj in dump.objects.items():
+        key = owner(name, owners.objects)
+        if not (key in rewrite or name in new_objects or (key is None and repair_skeleton)):
+            continue
+        if name in new_objects and unchanged(key or new_objects[name][0], f"{new_objects[name][1]} {name}"):
+            kept.add((new_objects[name][1], name))
+            continue
+        payload = _attr(nfmsg.OBJ_TABLE, table) + _attr(nfmsg.OBJ_NAME, name)
+        payload += netlink.attr(nfmsg.OBJ_TYPE, obj.get(nfmsg.OBJ_TYPE) or nfmsg.U32.pack(COUNTER))
+        out.append(_message(nfmsg.DELOBJ, f"delete object {name}", payload))
+
+    # 5. DSR tables of units that go, and lbweb tables nobody owns (the others are re-made whole)
+    for (family, name), _dump in reading.dsr_tables.items():
+        key = owners.tables.get((family, name))
+        if (key in rewrite and key not in wanted) or (key is None and repair_skeleton):
+            out.append(_message(nfmsg.DELTABLE, f"delete table {family} {name}", _attr(nfmsg.TABLE_NAME, name), family))
+    return out, kept
+
+
+def without_kept(creates: list[dict], kept: set[tuple[str, str]]) -> list[dict]:
+    """A unit's creates less the objects that stay in the kernel as they are."""
+    out = []
+    for command in creates:
+        ((verb, body),) = command.items()
+        ((kind, obj),) = body.items()
+        if verb == "add" and kind not in ("rule", "element", "chain", "table") and (kind, obj.get("name")) in kept:
+            continue
+        out.append(command)
+    return out

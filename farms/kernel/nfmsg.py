@@ -1,0 +1,413 @@
+"""nf_tables netlink messages: read objects out of a kernel, write them into another in one batch.
+
+The vocabulary is the kernel's own (include/uapi/linux/netfilter/nf_tables.h). Objects are
+kept as their raw attributes, flags and all, so that what one kernel dumped can be sent to
+another as it is, minus the attributes that only describe one kernel's copy (handles, use
+counts, expirations). Nothing here knows nftables syntax: that is libnftables' job.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import socket
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from . import netlink, steps
+
+NFNL_SUBSYS_NFTABLES = 10
+NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE, NLM_F_APPEND = 0x1, 0x4, 0x400, 0x800
+NLA_F_NESTED = 0x8000
+NLA_TYPE_MASK = 0x3FFF
+SO_SNDBUFFORCE = 32
+
+# NFT_MSG_*
+NEWTABLE, GETTABLE, DELTABLE = 0, 1, 2
+NEWCHAIN, GETCHAIN, DELCHAIN = 3, 4, 5
+NEWRULE, GETRULE, DELRULE = 6, 7, 8
+NEWSET, GETSET, DELSET = 9, 10, 11
+NEWSETELEM, GETSETELEM, DELSETELEM = 12, 13, 14
+NEWOBJ, GETOBJ, DELOBJ = 18, 19, 20
+
+FAMILIES = {"ip": 2, "ip6": 10, "inet": 1, "arp": 3, "bridge": 7, "netdev": 5}
+OBJECT_TYPES = {"counter": 1, "quota": 2, "ct helper": 3, "limit": 4}
+
+# Attributes by kind: the one naming the table, the one naming the object, and those a NEW
+# message may carry. A dump says more (handles, use counts, element counts, backend names;
+# newer kernels add more), so what is sent is chosen from a list of what a request may say.
+TABLE_NAME = 1
+CHAIN_TABLE, CHAIN_NAME = 1, 3
+RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS = 1, 2, 4
+SET_TABLE, SET_NAME, SET_FLAGS, SET_ID = 1, 2, 3, 10
+ELEM_LIST_TABLE, ELEM_LIST_SET, ELEM_LIST_ELEMENTS, ELEM_LIST_SET_ID = 1, 2, 3, 4
+ELEM_KEY, ELEM_FLAGS, ELEM_KEY_END = 1, 3, 10
+OBJ_TABLE, OBJ_NAME, OBJ_TYPE = 1, 2, 3
+LIST_ELEM = 1
+EXPR_NAME, EXPR_DATA = 1, 2
+SET_ANONYMOUS = 0x1
+
+# Expressions that name a set: (expression, attribute with the set's name, attribute with its batch id)
+SET_REFERENCES = {b"lookup": (1, 4), b"dynset": (1, 2), b"objref": (4, 5)}
+
+REQUEST_ATTRIBUTES = {
+    GETTABLE: {1, 2, 6},  # name, flags, userdata
+    GETCHAIN: {1, 3, 4, 5, 7, 10, 12},  # table, name, hook, policy, type, flags, userdata
+    GETRULE: {1, 2, 4, 5, 7},  # table, chain, expressions, compat, userdata
+    # table, name, flags, key type/len, data type/len, policy, desc, timeout, gc interval, userdata,
+    # object type, expr, expressions
+    GETSET: {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 17, 18},
+    GETOBJ: {1, 2, 3, 4, 8},  # table, name, type, data, userdata
+}
+# key, data, flags, timeout, userdata, expr, objref, key end, expressions
+ELEMENT_REQUEST_ATTRIBUTES = {1, 2, 3, 4, 6, 7, 9, 10, 11}
+ELEMENT_IDENTITY = (ELEM_KEY, ELEM_KEY_END, ELEM_FLAGS)
+
+U32 = struct.Struct(">I")
+_sequence = itertools.count(int.from_bytes(os.urandom(2)) << 8)
+
+
+def string(value: str) -> bytes:
+    return value.encode() + b"\0"
+
+
+def raw_attrs(data: bytes, start: int = 0, end: int | None = None) -> list[tuple[int, bytes, bytes]]:
+    """(type without flags, the whole attribute as sent, its payload) of each attribute in a span.
+    A list built in one loop: this runs for every attribute of every object a table dump returns."""
+    end = len(data) if end is None else end
+    unpack = netlink.ATTR_HEADER.unpack_from
+    found = []
+    while start + 4 <= end:
+        length, kind = unpack(data, start)
+        if length < 4:
+            break
+        following = start + ((length + 3) & ~3)
+        found.append((kind & NLA_TYPE_MASK, data[start:following], data[start + 4 : start + length]))
+        start = following
+    return found
+
+
+def nested(kind: int, payload: bytes) -> bytes:
+    return netlink.attr(kind | NLA_F_NESTED, payload)
+
+
+@dataclass
+class Obj:
+    """One kernel object as dumped: its raw attributes in the kernel's order."""
+
+    attrs: list[tuple[int, bytes, bytes]]
+
+    def get(self, kind: int) -> bytes | None:
+        return next((payload for k, _whole, payload in self.attrs if k == kind), None)
+
+    def name(self, kind: int) -> str:
+        value = self.get(kind)
+        return value.rstrip(b"\0").decode() if value is not None else ""
+
+    def only(self, kept: Iterable[int]) -> bytes:
+        kept = set(kept)
+        return b"".join(whole for kind, whole, _payload in self.attrs if kind in kept)
+
+    def request(self, dump_kind: int, dropped: Iterable[int] = ()) -> bytes:
+        """The attributes a NEW request for this object may carry (those in ``dropped`` left out)."""
+        return self.only(REQUEST_ATTRIBUTES[dump_kind] - set(dropped))
+
+
+@dataclass
+class Element:
+    """One set element, as its raw attributes."""
+
+    attrs: list[tuple[int, bytes, bytes]]
+
+    def identity(self) -> bytes:
+        return b"".join(whole for kind, whole, _payload in self.attrs if kind in ELEMENT_IDENTITY)
+
+    def for_add(self) -> bytes:
+        return b"".join(whole for kind, whole, _payload in self.attrs if kind in ELEMENT_REQUEST_ATTRIBUTES)
+
+    def for_delete(self) -> bytes:
+        return self.identity()
+
+
+ELEMENTS_PER_ATTRIBUTE = 60000  # bytes: a netlink attribute's length is 16 bits
+
+
+def elements_payloads(elements: Iterable[Element], adding: bool) -> Iterator[bytes]:
+    """The elements as ELEMENTS attributes, as many as their size needs (one message each)."""
+    body = b""
+    for e in elements:
+        item = nested(LIST_ELEM, e.for_add() if adding else e.for_delete())
+        if body and len(body) + len(item) > ELEMENTS_PER_ATTRIBUTE:
+            yield nested(ELEM_LIST_ELEMENTS, body)
+            body = b""
+        body += item
+    if body:
+        yield nested(ELEM_LIST_ELEMENTS, body)
+
+
+@dataclass
+class TableDump:
+    """Everything one table holds, read with a handful of dumps."""
+
+    family: str
+    name: str
+    table: Obj | None = None
+    chains: dict[str, Obj] = field(default_factory=dict)
+    sets: dict[str, Obj] = field(default_factory=dict)
+    objects: dict[str, Obj] = field(default_factory=dict)
+    rules: dict[str, list[Obj]] = field(default_factory=dict)  # chain -> rules in order
+    elements: dict[str, list[Element]] = field(default_factory=dict)  # set -> elements
+
+
+def _dump(message: int, family: str, payload: bytes, sock: socket.socket | None) -> Iterator[Obj]:
+    message_type = (NFNL_SUBSYS_NFTABLES << 8) | message
+    answers = netlink.dump(netlink.NETLINK_NETFILTER, message_type, FAMILIES[family], payload, sock=sock)
+    for data, start, end in answers:
+        yield Obj(list(raw_attrs(data, start, end)))
+
+
+def dump_objects(message: int, family: str, payload: bytes, sock: socket.socket | None = None) -> list[Obj]:
+    """Every object one dump answers (the caller's payload names the table, chain or set)."""
+    return list(_dump(message, family, payload, sock))
+
+
+def get_one(message: int, family: str, payload: bytes, sock: socket.socket | None = None) -> Obj | None:
+    """One object asked for by name (a GET without DUMP): the kernel answers with that object alone,
+    whatever the size of the table; None when it has no such object."""
+    sock = sock or shared_socket()
+    header = netlink.MESSAGE_HEADER
+    sequence = next(_sequence) & 0x7FFFFFFF
+    body = struct.pack("=BBH", FAMILIES[family], 0, 0) + payload
+    kind = (NFNL_SUBSYS_NFTABLES << 8) | message
+    sock.settimeout(10)
+    sock.send(header.pack(header.size + len(body), kind, NLM_F_REQUEST, sequence, 0) + body)
+    while True:
+        data = sock.recv(1 << 20)
+        for answer, seq, start, end in netlink.messages(data):
+            if seq != sequence:
+                continue
+            if answer == netlink.NLMSG_ERROR:
+                (code,) = netlink.ERROR_CODE.unpack_from(data, start)
+                if -code == errno.ENOENT:
+                    return None
+                raise netlink.NetlinkError(-code, os.strerror(-code))
+            return Obj(list(raw_attrs(data, start + netlink.NFGEN_HEADER_SIZE, end)))
+
+
+def read_table(
+    family: str,
+    name: str,
+    elements_of: Callable[[TableDump], Iterable[str]] | None = None,
+    sock: socket.socket | None = None,
+    rules: bool = True,
+) -> TableDump:
+    """One table of the current network namespace (raises NetlinkError): its chains, rules (unless
+    ``rules`` is false: the caller reads them its own way), sets and named objects, and the elements
+    of the sets ``elements_of`` names (all without it)."""
+    table_attr = netlink.attr(1, string(name))  # NFTA_{CHAIN,RULE,SET,OBJ}_TABLE are all 1
+    dump = TableDump(family, name)
+    for table in _dump(GETTABLE, family, b"", sock):
+        if table.name(TABLE_NAME) == name:
+            dump.table = table
+    if dump.table is None:
+        return dump
+    for chain in _dump(GETCHAIN, family, table_attr, sock):
+        if chain.name(CHAIN_TABLE) == name:
+            dump.chains[chain.name(CHAIN_NAME)] = chain
+            dump.rules[chain.name(CHAIN_NAME)] = []
+    for rule in _dump(GETRULE, family, table_attr, sock) if rules else ():
+        dump.rules.setdefault(rule.name(RULE_CHAIN), []).append(rule)
+    for set_ in _dump(GETSET, family, table_attr, sock):
+        dump.sets[set_.name(SET_NAME)] = set_
+    for obj in _dump(GETOBJ, family, table_attr, sock):
+        dump.objects[obj.name(OBJ_NAME)] = obj
+    wanted = dump.sets if elements_of is None else [n for n in elements_of(dump) if n in dump.sets]
+    for set_name in wanted:
+        request = table_attr + netlink.attr(ELEM_LIST_SET, string(set_name))
+        found: list[Element] = []
+        for message in _dump(GETSETELEM, family, request, sock):
+            for kind, _whole, payload in message.attrs:
+                if kind == ELEM_LIST_ELEMENTS:
+                    found += [Element(list(raw_attrs(item))) for _k, _w, item in raw_attrs(payload)]
+        dump.elements[set_name] = found
+    return dump
+
+
+def set_flags(set_: Obj) -> int:
+    value = set_.get(SET_FLAGS)
+    return U32.unpack(value)[0] if value else 0
+
+
+def rule_set_references(rule: Obj) -> list[str]:
+    """The sets a rule's expressions name, in order."""
+    names = []
+    for _kind, _whole, expressions in (a for a in rule.attrs if a[0] == RULE_EXPRESSIONS):
+        for _k, _w, expression in raw_attrs(expressions):
+            parts = {k: p for k, _w2, p in raw_attrs(expression)}
+            reference = SET_REFERENCES.get(parts.get(EXPR_NAME, b"").rstrip(b"\0"))
+            if reference and EXPR_DATA in parts:
+                for k, _w3, p in raw_attrs(parts[EXPR_DATA]):
+                    if k == reference[0]:
+                        names.append(p.rstrip(b"\0").decode())
+    return names
+
+
+def rename_set_references(rule_attrs: bytes, renames: dict[str, tuple[str, int]]) -> bytes:
+    """A rule's attributes with references to the sets in ``renames`` given a new name and a batch id."""
+    out = b""
+    for kind, whole, payload in raw_attrs(rule_attrs):
+        if kind != RULE_EXPRESSIONS:
+            out += whole
+            continue
+        expressions = b""
+        for _k, item_whole, expression in raw_attrs(payload):
+            parts = list(raw_attrs(expression))
+            expr_name = next((p for k, _w, p in parts if k == EXPR_NAME), b"").rstrip(b"\0")
+            reference = SET_REFERENCES.get(expr_name)
+            if not reference:
+                expressions += item_whole
+                continue
+            name_attr, id_attr = reference
+            body = b""
+            for k, w, p in parts:
+                if k != EXPR_DATA:
+                    body += w
+                    continue
+                data = b""
+                for dk, dw, dp in raw_attrs(p):
+                    target = renames.get(dp.rstrip(b"\0").decode()) if dk == name_attr else None
+                    if target:
+                        data += netlink.attr(name_attr, string(target[0])) + netlink.attr(id_attr, U32.pack(target[1]))
+                    elif dk != id_attr:
+                        data += dw
+                body += nested(EXPR_DATA, data)
+            expressions += nested(LIST_ELEM, body)
+        out += nested(RULE_EXPRESSIONS, expressions)
+    return out
+
+
+@dataclass
+class Message:
+    """One request of a batch and what to call it if the kernel refuses it."""
+
+    kind: int
+    family: str
+    flags: int
+    payload: bytes
+    what: str
+
+
+class BatchRefused(Exception):
+    """The kernel refused a batch: nothing of it was committed."""
+
+    def __init__(self, message: Message, code: int):
+        self.message, self.code = message, code
+        super().__init__(f"the kernel refused {message.what}: {os.strerror(code)}")
+
+
+_sockets: dict[tuple[int, int], socket.socket] = {}
+
+
+def shared_socket() -> socket.socket:
+    """A netfilter netlink socket kept open for this process and network namespace: closing one
+    that sent a batch costs the kernel ~10 ms, more than a whole small change."""
+    key = (os.getpid(), os.stat("/proc/thread-self/ns/net").st_ino)
+    sock = _sockets.get(key)
+    if sock is None:
+        sock = _sockets[key] = netlink.open_socket(netlink.NETLINK_NETFILTER)
+    return sock
+
+
+def commit(messages: list[Message]) -> None:
+    """Send the messages as one nf_tables transaction: all of it is committed, or nothing and
+    :class:`BatchRefused` names the first message the kernel refused.
+
+    Only the last message asks for an acknowledgement: the kernel reports every refused message
+    anyway, in order, before that last answer, so one answer per batch is read whatever its size
+    (an acknowledgement per message could overflow the socket on a big batch)."""
+    if not messages:
+        return
+    first = next(_sequence) & 0x7FFFFFFF
+    header = netlink.MESSAGE_HEADER
+    subsystem = struct.pack("=BBH", 0, 0, socket.htons(NFNL_SUBSYS_NFTABLES))
+    chunks = [header.pack(header.size + 4, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, first, 0) + subsystem]
+    by_sequence = {}
+    for offset, message in enumerate(messages, start=1):
+        sequence = first + offset
+        body = struct.pack("=BBH", FAMILIES[message.family], 0, 0) + message.payload
+        flags = message.flags | NLM_F_REQUEST | (NLM_F_ACK if offset == len(messages) else 0)
+        kind = (NFNL_SUBSYS_NFTABLES << 8) | message.kind
+        chunks += [header.pack(header.size + len(body), kind, flags, sequence, 0), body]
+        by_sequence[sequence] = message
+    last = first + len(messages)
+    chunks.append(header.pack(header.size + 4, NFNL_MSG_BATCH_END, NLM_F_REQUEST, last + 1, 0) + subsystem)
+    batch = b"".join(chunks)
+    sock = shared_socket()
+    # The kernel takes a batch from one datagram, which must fit the send buffer.
+    size = max(len(batch) * 2, 1 << 20)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+    sock.settimeout(30)
+    try:
+        sock.send(batch)
+        steps.enter(steps.ANSWERS, None)
+        refused = _answers(sock, by_sequence, first, last)
+    except OSError:  # a socket in an unknown state is not used again
+        _sockets.pop(next(k for k, v in _sockets.items() if v is sock), None)
+        sock.close()
+        raise
+    if refused:
+        raise BatchRefused(*refused)
+
+
+def _answers(sock: socket.socket, by_sequence: dict[int, Message], first: int, last: int) -> tuple[Message, int] | None:
+    """Read the batch's answers up to the last message's acknowledgement; the first refusal, if any.
+    Answers to earlier requests on this socket (other sequence numbers) are skipped."""
+    refused = None
+    while True:
+        try:
+            data = sock.recv(1 << 20)
+        except TimeoutError:
+            if refused:  # a batch cut short by its error may leave the last message unanswered
+                return refused
+            raise
+        for kind, sequence, start, _end in netlink.messages(data):
+            if kind == netlink.NLMSG_ERROR and first <= sequence <= last + 1:
+                (code,) = netlink.ERROR_CODE.unpack_from(data, start)
+                if code and sequence in by_sequence and refused is None:
+                    refused = (by_sequence[sequence], -code)
+                    sock.settimeout(1)
+                elif code and sequence not in by_sequence:
+                    raise OSError(-code, f"nf_tables batch: {os.strerror(-code)}")
+                if sequence == last:
+                    return refused
+
+
+GETGEN, NEWGEN, GEN_ID = 16, 15, 1
+
+
+def generation_id() -> int:
+    """This network namespace's ruleset generation: the kernel moves it with every nf_tables
+    transaction it commits, whoever sends it (one small request, whatever the ruleset's size)."""
+    header = netlink.MESSAGE_HEADER
+    sequence = next(_sequence) & 0x7FFFFFFF
+    body = struct.pack("=BBH", 0, 0, 0)
+    request = header.pack(header.size + len(body), (NFNL_SUBSYS_NFTABLES << 8) | GETGEN, NLM_F_REQUEST, sequence, 0)
+    sock = shared_socket()
+    sock.settimeout(10)
+    sock.send(request + body)
+    while True:
+        data = sock.recv(1 << 16)
+        for kind, seq, start, end in netlink.messages(data):
+            if seq == sequence and kind == netlink.NLMSG_ERROR:
+                (code,) = netlink.ERROR_CODE.unpack_from(data, start)
+                raise OSError(-code, f"nf_tables generation: {os.strerror(-code)}")
+            if seq == sequence and kind == (NFNL_SUBSYS_NFTABLES << 8) | NEWGEN:
+                for attr_kind, _whole, payload in raw_attrs(data, start + netlink.NFGEN_HEADER_SIZE, end):
+                    if attr_kind == GEN_ID:
+                        return U32.unpack(payload)[0]

@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class L7Config(AppConfig):
+    """HTTP and HTTPS farms on HAProxy."""
+
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "l7"
+    verbose_name = "HTTP farms"

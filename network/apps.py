@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class NetworkConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "network"
+    verbose_name = "System network"

@@ -1,0 +1,257 @@
+"""The Applier's own logic against an in-memory kernel (farms/kernel/fake.py): no root, no namespace.
+
+Coalescing, incremental or bulk, isolating a refused farm by bisection, a crash, an uncertain outcome,
+drift repair and the ApplyRun bookkeeping, each in a few milliseconds. Nothing here may reach a kernel:
+a netlink socket or a kernel writer fails the test. The same behaviour on the real kernel, with real
+packets, is tests/test_dataplane.py, test_transcribe.py, test_drift.py and test_containment.py.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+
+import pytest
+
+from farms import dataplane, services
+from farms.choices import ApplyKindChoices
+from farms.kernel import sandbox
+from farms.kernel.fake import FakeKernel
+from farms.kernel.interface import Interface
+from farms.models import ApplyRun, ConfigGeneration, Farm, KernelFingerprint
+
+pytestmark = pytest.mark.django_db
+
+TABLE = {"family": "inet", "table": "lbweb"}
+
+
+class NoNetlink(socket.socket):
+    def __init__(self, family=-1, *args, **kwargs):
+        if family == socket.AF_NETLINK:
+            raise AssertionError("a netlink socket was opened: this test must not reach the kernel")
+        super().__init__(family, *args, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def no_kernel(monkeypatch, settings):
+    monkeypatch.setattr(socket, "socket", NoNetlink)
+    monkeypatch.setattr(sandbox, "writer", lambda: pytest.fail("the kernel writer was started"))
+    settings.LBWEB_APPLY_COALESCE_SECONDS = 0
+    dataplane.CACHE.reset()
+    yield
+    dataplane.CACHE.reset()
+
+
+@pytest.fixture
+def kernel():
+    return FakeKernel(capabilities={"flowtable": True})
+
+
+def applier(kernel) -> dataplane.Applier:
+    return dataplane.Applier(kernel)
+
+
+def farm(name: str, octet: int, backends: int = 2, **fields) -> Farm:
+    values = {"vip": f"198.18.100.{octet}", "ports": "80", "mode": "dnat", "scheduler": "rr", **fields}
+    created = services.farm_create(name=name, **values)
+    for i in range(backends):
+        services.backend_create(farm=created, address=f"198.18.{octet}.{i + 10}")
+    return created
+
+
+def applied(*farms: Farm) -> bool:
+    rows = Farm.objects.filter(pk__in=[f.pk for f in farms])
+    return all(r.applied_generation >= r.config_generation and not r.apply_error for r in rows)
+
+
+def rules(kernel: FakeKernel, chain: str) -> list:
+    return kernel.tables[("inet", "lbweb")].rules[chain]
+
+
+def test_the_fake_is_a_kernel_interface(kernel):
+    assert isinstance(kernel, Interface)
+    assert isinstance(sandbox.IsolatedKernel(), Interface)  # made, never called
+
+
+def test_a_first_apply_builds_the_table_in_one_transaction_and_fingerprints_it(kernel):
+    web, api = farm("web", 1), farm("api", 2)
+    run = applier(kernel).apply_pending()
+    assert (run.kind, run.ok, run.writer, run.farms_changed) == (ApplyKindChoices.FULL, True, "libnftables", 2)
+    assert run.generation == ConfigGeneration.current() and applied(web, api)
+    assert [c.method for c in kernel.writes()] == ["apply"]
+    assert run.commands == len(kernel.writes()[0].commands)
+    assert {"farm-web", "farm-api", "prerouting"} <= set(kernel.tables[("inet", "lbweb")].chains)
+    assert set(KernelFingerprint.objects.values_list("key", flat=True)) == {
+        "skeleton",
+        f"farm:{web.pk}",
+        f"farm:{api.pk}",
+    }
+
+
+def test_one_backend_change_is_one_netlink_transaction_of_that_farm_alone(kernel):
+    web, api = farm("web", 1), farm("api", 2)
+    applier(kernel).apply_pending()
+    services.backend_create(farm=web, address="198.18.1.99")
+    run = applier(kernel).apply_pending()
+    assert (run.kind, run.ok, run.writer, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, True, "netlink", 1)
+    write = kernel.writes()[-1]
+    assert (write.method, write.writer) == ("apply_incremental", "netlink")
+    assert "198.18.1.99" in str(write.commands) and "farm-api" not in str(write.commands)
+    assert applied(web, api)
+    assert applier(kernel).apply_pending().kind == ApplyKindChoices.NOOP  # nothing left: no write
+    assert len(kernel.writes()) == 2
+
+
+def test_a_change_of_most_farms_goes_through_libnftables_and_a_small_one_does_not(kernel, monkeypatch):
+    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    farms = [farm(f"f{i}", i) for i in range(1, 5)]
+    applier(kernel).apply_pending()
+    for f in farms[:3]:
+        services.backend_create(farm=f, address=f"198.18.{f.pk}.99")
+    assert applier(kernel).apply_pending().writer == "libnftables"  # 3 of 4 farms: over BULK_UNITS, >= a quarter
+    services.backend_create(farm=farms[3], address="198.18.4.98")
+    assert applier(kernel).apply_pending().writer == "netlink"
+    assert [c.method for c in kernel.writes()] == ["apply", "apply", "apply_incremental"]
+    assert applied(*farms)
+
+
+def test_a_burst_of_writes_costs_one_apply_and_the_requests_it_covered_are_skipped(kernel, monkeypatch, settings):
+    web = farm("web", 1)
+    applier(kernel).apply_pending()
+    requested = []
+    for i in range(5):
+        backend = services.backend_create(farm=web, address=f"198.18.1.{50 + i}")
+        requested.append(backend.farm.config_generation)
+    slept = []
+    monkeypatch.setattr(dataplane.time, "sleep", slept.append)
+    settings.LBWEB_APPLY_COALESCE_SECONDS = 60  # long: however slow this machine, the writes fall in it
+    runs = [applier(kernel).apply_pending(requested=g) for g in requested]  # one task per write, in order
+    assert [r is not None for r in runs] == [True, False, False, False, False]
+    assert runs[0].generation == requested[-1] and runs[0].farms_changed == 1
+    assert len(kernel.writes()) == 2 and ApplyRun.objects.count() == 2
+    assert len(slept) == 1 and 0 < slept[0] <= 60  # the first waited for writes still coming, once
+
+
+def test_a_refused_farm_is_found_by_bisection_isolated_and_the_others_applied(kernel):
+    farms = [farm(f"f{i}", i) for i in range(1, 9)]
+    bad = farms[5]
+    applier(kernel).apply_pending()
+    before = list(rules(kernel, f"farm-{bad.name}"))
+    kernel.refuse(f"farm-{bad.name}", "Error: Could not process rule: Operation not supported")
+    for f in farms:
+        services.backend_create(farm=f, address=f"198.18.{f.pk}.99")
+    run = applier(kernel).apply_pending()
+    attempts = kernel.writes()[1:]
+    assert len(attempts) <= 2 + 2 * math.ceil(math.log2(len(farms)))  # the whole, halves, the retry alone
+    assert (run.kind, run.ok, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, False, len(farms) - 1)
+    assert run.error.startswith(f"farm {bad.pk}: {dataplane.ISOLATED}Error: Could not process rule: Operation not")
+    assert applied(*[f for f in farms if f != bad])
+    bad.refresh_from_db()
+    assert bad.apply_error.startswith(dataplane.ISOLATED) and bad.failed_generation == run.generation
+    assert rules(kernel, f"farm-{bad.name}") == before  # what the kernel held of it stays as it was
+    for f in farms:
+        if f != bad:
+            assert f"198.18.{f.pk}.99" in str(rules(kernel, f"be-{f.name}-{f.backends.last().pk}"))
+
+    # isolated: later applies and reconciles leave it out, without a new attempt or a rebuild
+    writes = len(kernel.writes())
+    assert applier(kernel).reconcile() is None
+    assert applier(kernel).apply_pending() is not None and len(kernel.writes()) == writes
+    assert not dataplane.pending_farms()
+
+    # until it is retried (refused again: isolated again), or fixed
+    services.farm_retry(farm=bad)
+    assert not applier(kernel).apply_pending().ok
+    kernel._refusals.clear()
+    services.farm_retry(farm=bad)
+    run = applier(kernel).apply_pending()
+    assert run.ok and run.writer == "netlink" and applied(*farms)
+
+
+def test_a_crash_of_the_kernel_writer_isolates_the_farm_without_trying_it_alone(kernel):
+    web, api = farm("web", 1), farm("api", 2)
+    applier(kernel).apply_pending()
+    kernel.crash_on("198.18.2.66")
+    services.backend_create(farm=web, address="198.18.1.66")
+    services.backend_create(farm=api, address="198.18.2.66")
+    run = applier(kernel).apply_pending()
+    api.refresh_from_db()
+    assert api.apply_error.startswith(dataplane.ISOLATED + "crashed: the kernel writer died by SIGABRT")
+    assert applied(web) and not run.ok
+    assert [c.ok for c in kernel.writes()[1:]] == [False, True, False]  # both, web alone, api alone: no retry
+    assert not any(c.method == "capabilities" for c in kernel.calls)  # a crash needs no explanation
+
+
+def test_a_refusal_is_explained_when_the_kernel_lacks_the_capability(kernel, monkeypatch):
+    monkeypatch.setattr(dataplane.links, "forwarding_devices", lambda: ["eth0"])  # read from the kernel: links.py
+    kernel._capabilities["flowtable"] = False
+    web = farm("web", 1)
+    applier(kernel).apply_pending()
+    kernel.refuse("flowtable", "Error: Could not process rule: Operation not supported")
+    services.farm_update(farm=web, flow_offload=True)
+    applier(kernel).apply_pending()
+    web.refresh_from_db()
+    assert "flow offload needs flowtable support in the kernel" in web.apply_error
+
+
+def test_an_answer_lost_after_commit_rebuilds_the_table_and_carries_counters_and_learnt_entries(kernel):
+    web = farm("web", 1, scheduler="weight", persistence="srcip", persist_ttl=600)
+    applier(kernel).apply_pending()
+    persist = next(n for n in kernel.tables[("inet", "lbweb")].sets if n.startswith("persist-web-"))
+    kernel.learn(persist, "198.18.0.7")
+    kernel.count("farm-web", 10, 1000)
+    kernel.lose_answer()
+    services.backend_create(farm=web, address="198.18.1.99")
+    run = applier(kernel).apply_pending()
+    assert (run.kind, run.reason, run.ok) == (ApplyKindChoices.FULL, "change: outcome unknown", True)
+    assert kernel.read_counters()["farm-web"] == (10, 1000)
+    assert '"198.18.0.7"' in str(kernel.tables[("inet", "lbweb")].elements[persist])
+    assert applied(web)
+
+
+def test_drift_in_one_farm_is_repaired_alone_and_keeps_its_counters(kernel):
+    web, api = farm("web", 1), farm("api", 2)
+    applier(kernel).apply_pending()
+    wanted = list(rules(kernel, "farm-web"))
+    kernel.count("farm-web", 10, 1000)
+    kernel.tamper({"nftables": [{"flush": {"chain": {**TABLE, "name": "farm-web"}}}]})
+    run = applier(kernel).reconcile()
+    assert (run.kind, run.ok, run.writer, run.farms_changed) == (ApplyKindChoices.REPAIR, True, "netlink", 1)
+    deleted = f"chain farm-web: rule 1-{len(wanted)} of {len(wanted)} deleted"
+    assert run.drift == [{"unit": f"farm:{web.pk}", "name": "web", "differences": [deleted]}]
+    repair = kernel.writes()[-1]
+    assert repair.method == "repair" and "farm-api" not in str(repair.commands)
+    assert rules(kernel, "farm-web") == wanted
+    assert kernel.read_counters()["farm-web"] == (10, 1000)  # kept: not deleted and re-made
+    assert applier(kernel).reconcile() is None  # the kernel is verified: nothing read, nothing written
+    assert len(kernel.writes()) == 2 and applied(web, api)
+
+
+def test_a_chain_added_by_hand_in_lbwebs_table_is_removed(kernel):
+    farm("web", 1)
+    applier(kernel).apply_pending()
+    assert applier(kernel).reconcile() is None
+    kernel.tamper({"nftables": [{"add": {"chain": {**TABLE, "name": "intruder"}}}]})
+    run = applier(kernel).reconcile()
+    assert run.kind == ApplyKindChoices.REPAIR and run.drift[0]["unit"] == "skeleton"
+    assert "chain intruder added" in run.drift[0]["differences"]
+    assert "intruder" not in kernel.tables[("inet", "lbweb")].chains
+
+
+def test_a_table_deleted_by_hand_is_rebuilt(kernel):
+    web = farm("web", 1)
+    applier(kernel).apply_pending()
+    kernel.tamper({"nftables": [{"delete": {"table": {"family": "inet", "name": "lbweb"}}}]})
+    run = applier(kernel).reconcile()
+    assert (run.kind, run.reason, run.ok) == (ApplyKindChoices.FULL, "reconcile: table missing", True)
+    assert "farm-web" in kernel.tables[("inet", "lbweb")].chains and applied(web)
+
+
+def test_a_deleted_farm_leaves_the_kernel(kernel):
+    web, api = farm("web", 1), farm("api", 2)
+    applier(kernel).apply_pending()
+    services.farm_delete(farm=api)
+    run = applier(kernel).apply_pending()
+    assert (run.kind, run.writer, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, "netlink", 1)
+    assert not any("api" in name for name in kernel.tables[("inet", "lbweb")].chains)
+    assert not KernelFingerprint.objects.filter(key=f"farm:{api.pk}").exists() and applied(web)

@@ -1,0 +1,107 @@
+"""The worker's side of the cluster (``cluster.engine.deploy``), run inside a throw-away network namespace that has
+the node's interfaces: the files are written (keepalived's only once ``keepalived -t`` accepts it, a refused one
+leaves the file in use as it was), the node's conntrack tunable is set there, and while this node is master a
+farm added or deleted adds or removes its VIP at once; a backup adds nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster import engine
+from cluster.engine import CheckFailed
+from cluster.services import cluster_update
+from farms import services
+from tests.lab import run_in_netns
+from tests.test_cluster_api import body
+
+pytestmark = pytest.mark.django_db(transaction=True)  # deploy runs in a thread (in the namespace): its own connection
+
+
+@pytest.fixture
+def node_ns():
+    if os.geteuid() != 0:
+        pytest.fail("needs root (a network namespace)")
+    name = f"lbt-cle-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        _interfaces(name)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def _interfaces(name: str) -> None:
+    for dev in ("eth0", "back0", "sync0"):
+        subprocess.run(["ip", "-n", name, "link", "add", dev, "type", "veth", "peer", "name", f"{dev}p"], check=True)
+        subprocess.run(["ip", "-n", name, "link", "set", dev, "up"], check=True)
+
+
+@pytest.fixture
+def cluster_dir(settings, tmp_path):
+    """n1's cluster directory, readable by lbweb (keepalived -t runs as keepalived's user)."""
+    for directory in (tmp_path, *tmp_path.parents):
+        if directory == Path("/tmp"):
+            break
+        os.chmod(directory, 0o755)
+    settings.LBWEB_NODE_NAME = "n1"
+    settings.LBWEB_CLUSTER_DIR = tmp_path / "cluster"
+    return settings.LBWEB_CLUSTER_DIR
+
+
+def addresses(ns: str) -> str:
+    return subprocess.run(["ip", "-n", ns, "-o", "addr"], capture_output=True, text=True, check=True).stdout
+
+
+def role(directory: Path, state: str) -> None:
+    (directory / "role").write_text(json.dumps({"state": state, "since": time.time(), "node": "n1"}))
+
+
+def test_deploy_writes_checked_files_and_follows_the_farms_while_master(node_ns, cluster_dir):
+    values = body()
+    nodes = values.pop("nodes")
+    cluster_update(nodes=nodes, **values)
+    web = services.farm_create(name="web", vip="198.18.2.101", protocol="tcp", ports="80", mode="dnat", scheduler="rr")
+    services.backend_create(farm=web, address="198.18.1.11")
+    cluster_dir.mkdir(mode=0o700)
+    role(cluster_dir, "MASTER")
+
+    result = run_in_netns(node_ns, engine.deploy)
+    assert set(result["changed"]) == {"keepalived.conf", "conntrackd.conf", "plan.json"}
+    assert "198.18.2.101/32" in " ".join(result["added"])
+    held = addresses(node_ns)
+    assert "198.18.2.101/32" in held and "198.18.1.1/24" in held and "198.18.2.100" not in held  # keepalived's own
+    liberal = "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"
+    assert (
+        subprocess.run(["ip", "netns", "exec", node_ns, "cat", liberal], capture_output=True, text=True).stdout == "1\n"
+    )
+    assert run_in_netns(node_ns, engine.deploy)["changed"] == []  # nothing moved: nothing written
+
+    api = services.farm_create(name="api", vip="198.18.2.102", protocol="tcp", ports="443", mode="dnat", scheduler="rr")
+    run_in_netns(node_ns, engine.deploy)
+    assert "198.18.2.102/32" in addresses(node_ns)
+    services.farm_delete(farm=api)
+    assert run_in_netns(node_ns, engine.deploy)["removed"] == ["198.18.2.102/32"]
+    assert "198.18.2.102/32" not in addresses(node_ns) and "198.18.2.101/32" in addresses(node_ns)
+
+    role(cluster_dir, "BACKUP")  # the master's job only
+    services.farm_create(name="ftp", vip="198.18.2.103", protocol="tcp", ports="21", mode="dnat", scheduler="rr")
+    run_in_netns(node_ns, engine.deploy)
+    assert "198.18.2.103" not in addresses(node_ns)
+
+    before = (cluster_dir / "keepalived.conf").read_text()
+    cluster_update(**{**values, "track_interfaces": "eth9"})  # not on this node: keepalived -t refuses it
+    with pytest.raises(CheckFailed, match="eth9"):
+        run_in_netns(node_ns, engine.deploy)
+    assert (cluster_dir / "keepalived.conf").read_text() == before
+    assert not (cluster_dir / "keepalived.conf.new").exists()
+
+    cluster_update(**{**values, "enabled": False})
+    assert run_in_netns(node_ns, engine.deploy) == {
+        "enabled": False, "removed": ["keepalived.conf", "conntrackd.conf", "plan.json"]
+    }  # fmt: skip

@@ -1,0 +1,149 @@
+"""Import contracts: the compiler is pure, and the web process never loads kernel code.
+
+Two views of the same rule. ``lint-imports`` (contracts in pyproject.toml, also run by deploy/test.sh)
+reads every import statement, those inside functions included, so an import that only runs on some
+request is caught before it runs. A static graph cannot follow what Django loads by name (the URLconf's
+``include("farms.urls")``, INSTALLED_APPS), so the contracts list the web's modules one by one; the
+probe below loads the web process as gunicorn does, resolves every URL (which imports every view) and
+looks at what really got imported. Each check is shown to fail on a planted import.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.stack import ROOT, VENV_BIN
+
+# What the web process must never load: kernel I/O and the worker's own modules.
+FORBIDDEN_IN_WEB = (
+    "farms.kernel",
+    "farms.dataplane",
+    "farms.tasks",
+    "farms.sessions",
+    "monitoring.sampler",
+    "network.kernel",
+    "network.worker",
+    "network.tasks",
+    "cluster.engine",
+    "cluster.tasks",
+    "cluster.transition",
+    "cluster.run",
+    "l7.dataplane",
+    "l7.tasks",
+    "l7.acme",
+    "l7.engine.engine",
+    "l7.engine.runtime",
+)
+FORBIDDEN_EXTERNAL = ("nftables", "pyroute2")
+
+WEB_PROBE = """
+import json, os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lbweb.settings")
+from lbweb.wsgi import application  # django.setup(): every app, its models and admin
+from django.urls import URLResolver, get_resolver
+
+def walk(patterns):
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            walk(pattern.url_patterns)  # imports the included URLconf and its views
+
+walk(get_resolver().url_patterns)
+for extra in sys.argv[1:]:  # a planted import, to show the probe notices it
+    __import__(extra)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+COMPILER_PROBE = """
+import json, pkgutil, sys
+import farms.nft
+for module in pkgutil.iter_modules(farms.nft.__path__):
+    __import__(f"farms.nft.{module.name}")
+for extra in sys.argv[1:]:
+    __import__(extra)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def loaded(probe: str, *extra: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", probe, *extra], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
+    return json.loads(result.stdout)
+
+
+def offending(modules: list[str], forbidden: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden)]
+
+
+def test_the_web_process_loads_no_kernel_code():
+    modules = loaded(WEB_PROBE)
+    assert "farms.views" in modules and "farms.preview" in modules and "farms.api.views" in modules
+    assert "farms.translate" in modules  # the preview's row -> spec translation, free of kernel I/O
+    assert offending(modules, FORBIDDEN_IN_WEB + FORBIDDEN_EXTERNAL) == []
+
+
+def test_the_web_probe_notices_a_kernel_import():
+    modules = loaded(WEB_PROBE, "farms.dataplane")
+    assert "farms.kernel.applier" in offending(modules, FORBIDDEN_IN_WEB)
+    assert "nftables" in offending(modules, FORBIDDEN_EXTERNAL)
+
+
+def test_the_compiler_loads_no_django_and_no_kernel_code():
+    modules = loaded(COMPILER_PROBE)
+    assert "farms.nft.compiler" in modules and "farms.nft.carry" in modules
+    assert offending(modules, ("django", "farms.models", "farms.kernel", *FORBIDDEN_EXTERNAL)) == []
+    assert offending(loaded(COMPILER_PROBE, "farms.kernel.applier"), ("farms.kernel",)) != []
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    command = [str(VENV_BIN / "lint-imports"), "--no-cache"]
+    return subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120)
+
+
+def test_the_import_contracts_hold():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    kept = len(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"])
+    assert f"{kept} kept, 0 broken" in result.stdout
+
+
+def plant(tmp_path: Path, module: str, line: str) -> Path:
+    """A copy of the project's packages with one more import in ``module``."""
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
+    for package in packages:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    path = tmp_path / (module.replace(".", "/") + ".py")
+    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
+    return tmp_path
+
+
+def test_the_contracts_fail_on_a_kernel_import_in_a_lazy_web_function(tmp_path):
+    # inside a function: it would only run on some request, and lint-imports still sees it
+    root = plant(tmp_path, "farms.forms", "def later():\n    from farms.kernel import conntrack")
+    result = lint_imports(root)
+    assert result.returncode != 0
+    assert "farms.forms -> farms.kernel.conntrack" in result.stdout
+
+
+def test_the_contracts_fail_on_django_in_the_haproxy_generator(tmp_path):
+    result = lint_imports(plant(tmp_path, "l7.engine.config", "from django.conf import settings"))
+    assert result.returncode != 0
+    assert "l7.engine.config -> django" in result.stdout
+
+
+def test_the_contracts_fail_on_worker_code_in_the_http_farm_api(tmp_path):
+    result = lint_imports(plant(tmp_path, "l7.api", "def later():\n    from l7 import dataplane"))
+    assert result.returncode != 0
+    assert "l7.api -> l7.dataplane" in result.stdout
+
+
+def test_the_contracts_fail_on_django_in_the_compiler(tmp_path):
+    result = lint_imports(plant(tmp_path, "farms.nft.limits", "from django.conf import settings"))
+    assert result.returncode != 0
+    assert "farms.nft.limits -> django" in result.stdout

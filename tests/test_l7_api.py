@@ -1,0 +1,218 @@
+"""HTTP farms through the REST API (no HAProxy here): validation with field-level errors, certificates refused with
+the field to fix and nothing saved, capacity declared by a backend's own token (audited), the preview's diff."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from rest_framework.test import APIClient
+
+from farms.models import AuditEvent, ConfigGeneration
+from l7.models import Certificate
+from tests import certs
+from tests.conftest import new_token
+
+pytestmark = pytest.mark.django_db
+
+
+def http_farm(client, **overrides) -> dict:
+    data = {"name": "web", "vip": "198.18.100.1", "protocol": "tcp", "ports": "80", "mode": "http", **overrides}
+    response = client.post("/api/v1/farms/", data, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def backend(client, farm: dict, address: str = "198.18.1.11", port: int | None = 80) -> dict:
+    response = client.post("/api/v1/backends/", {"farm": farm["id"], "address": address, "port": port}, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def test_vip_port_clash_between_l4_and_l7_farms_is_refused(client):
+    http_farm(client)
+    response = client.post(
+        "/api/v1/farms/",
+        {"name": "l4", "vip": "198.18.100.1", "protocol": "tcp", "ports": "70-90", "mode": "dnat"},
+        format="json",
+    )
+    assert response.status_code == 400 and "already belong to farm 'web'" in response.json()["ports"][0]
+    response = client.post(
+        "/api/v1/farms/", {"name": "web2", "vip": "198.18.100.1", "ports": "80", "mode": "https"}, format="json"
+    )
+    assert response.status_code == 400 and "ports" in response.json()
+
+
+@pytest.mark.parametrize(
+    ("fields", "key"),
+    [({"protocol": "udp"}, "protocol"), ({"scheduler": "hash", "sched_param": "srcip"}, "scheduler"),
+     ({"source_addr": "198.18.1.1"}, "source_addr"), ({"flow_offload": True}, "flow_offload")],
+)  # fmt: skip
+def test_kernel_only_options_refused_on_http_farms(client, fields, key):
+    data = {"name": "web", "vip": "198.18.100.1", "protocol": "tcp", "ports": "80", "mode": "http", **fields}
+    response = client.post("/api/v1/farms/", data, format="json")
+    assert response.status_code == 400 and key in response.json(), response.content
+
+
+def test_http_backend_needs_a_port(client):
+    farm = http_farm(client)
+    response = client.post("/api/v1/backends/", {"farm": farm["id"], "address": "198.18.1.11"}, format="json")
+    assert response.status_code == 400 and "port" in response.json()
+
+
+def test_services_and_options_validated_by_field(client):
+    farm = http_farm(client)
+    bad = client.post("/api/v1/http-services/", {"farm": farm["id"], "name": "x", "host_regex": "(a"}, format="json")
+    assert bad.status_code == 400 and "host_regex" in bad.json()
+    bad = client.post("/api/v1/http-services/", {"farm": farm["id"], "name": "x", "hosts": "a b!"}, format="json")
+    assert bad.status_code == 400 and "hosts" in bad.json()
+    good = client.post(
+        "/api/v1/http-services/",
+        {"farm": farm["id"], "name": "api", "hosts": "API.example.com *.example.org", "path_prefix": "/v1"},
+        format="json",
+    )
+    assert good.status_code == 201 and good.json()["hosts"] == "api.example.com *.example.org"
+    response = client.patch(
+        f"/api/v1/farms/{farm['id']}/http/", {"headers": [{"direction": "request", "name": "X a"}]}, format="json"
+    )
+    assert response.status_code == 400 and "headers" in response.json()
+    response = client.patch(
+        f"/api/v1/farms/{farm['id']}/http/", {"redirect_ports": "8080"}, format="json"
+    )  # only HTTPS farms redirect ports to themselves
+    assert response.status_code == 400 and "redirect_ports" in response.json()
+    response = client.patch(
+        f"/api/v1/farms/{farm['id']}/http/",
+        {"headers": [{"direction": "response", "name": "Server"}], "error_pages": {"503": "<h1>later</h1>"}},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert AuditEvent.objects.filter(object_type="l7farm", farm_ref=farm["id"]).exists()
+
+
+def upload(client, name: str, cert: str, key: str, chain: str = ""):
+    data = {"name": name, "certificate": cert, "chain": chain, "private_key": key}
+    return client.post("/api/v1/certificates/", data, format="json")
+
+
+def test_certificate_upload_checked_with_field_errors_and_nothing_saved(client):
+    root = certs.issue("root", ca=True)
+    inter = certs.issue("intermediate", root, ca=True)
+    leaf = certs.issue("www.example.com", inter, names=("www.example.com",))
+    other = certs.issue("other.example.com", inter, names=("other.example.com",))
+    now = datetime.datetime.now(datetime.UTC)
+    expired = certs.issue(
+        "old.example.com", root, names=("old.example.com",), not_after=now - datetime.timedelta(days=1)
+    )
+    before = Certificate.objects.count(), ConfigGeneration.current()
+    cases = [
+        (dict(cert=leaf.pem, key=other.key_pem, chain=inter.pem), "private_key", "not the certificate's key"),
+        (dict(cert=leaf.pem, key=leaf.key_pem, chain=root.pem + inter.pem), "chain", "Out of order"),
+        (dict(cert=expired.pem, key=expired.key_pem), "certificate", "Expired on"),
+        (dict(cert="not a pem", key=leaf.key_pem), "certificate", "Not a PEM certificate"),
+        (dict(cert=leaf.pem, key="garbage"), "private_key", "Not an unencrypted PEM private key"),
+    ]
+    for kwargs, field, words in cases:
+        response = upload(client, "bad", **kwargs)
+        assert response.status_code == 400, response.content
+        assert words in response.json()[field][0], response.json()
+    assert (Certificate.objects.count(), ConfigGeneration.current()) == before
+    assert not AuditEvent.objects.filter(object_type="certificate").exists()
+    good = upload(client, "www", leaf.pem, leaf.key_pem, inter.pem + root.pem)
+    assert good.status_code == 201, good.content
+    body = good.json()
+    assert body["names"] == ["www.example.com"] and "private_key" not in body
+    assert body["expiry_status"] == "ok" and body["days_left"] >= 364
+
+
+def test_certificate_expiring_soon_is_a_warning(client):
+    now = datetime.datetime.now(datetime.UTC)
+    soon = certs.issue("soon.example.com", names=("soon.example.com",), not_after=now + datetime.timedelta(days=5))
+    body = upload(client, "soon", soon.pem, soon.key_pem).json()
+    assert body["expiry_status"] == "warning" and body["days_left"] in (4, 5)
+
+
+def test_self_signed_certificate_and_https_farm_options(client):
+    response = client.post(
+        "/api/v1/certificates/self-signed/",
+        {"name": "self", "names": ["a.example.com", "b.example.com"]},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    cert = response.json()
+    assert cert["source"] == "selfsigned" and cert["names"] == ["a.example.com", "b.example.com"]
+    farm = http_farm(client, mode="https", ports="443")
+    response = client.patch(
+        f"/api/v1/farms/{farm['id']}/http/",
+        {"certificates": [cert["id"]], "default_certificate": cert["id"], "redirect_ports": "80", "hsts_max_age": 60},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert client.delete(f"/api/v1/certificates/{cert['id']}/").status_code == 400  # in use
+
+
+def test_capacity_declared_with_the_backends_own_token(client, role_users):
+    farm = http_farm(client)
+    mine, other = backend(client, farm), backend(client, farm, "198.18.1.12")
+    token = client.post(f"/api/v1/backends/{mine['id']}/capacity-token/", format="json").json()["token"]
+    service = APIClient()
+    service.credentials(HTTP_AUTHORIZATION=f"Capacity {token}")
+    generation = ConfigGeneration.current()
+    response = service.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": 12}, format="json")
+    assert response.status_code == 200 and response.json() == {"backend": mine["id"], "capacity": 12}
+    assert ConfigGeneration.current() == generation + 1  # the worker applies it (runtime API, no reload)
+    event = AuditEvent.objects.get(object_type="l7backend", object_id=mine["id"])
+    assert event.action.startswith("capacity (token ") and event.after["capacity"] == 12
+    # The token is good for its own backend only, and for nothing else.
+    assert service.post(f"/api/v1/backends/{other['id']}/capacity/", {"capacity": 1}, format="json").status_code == 403
+    assert service.get("/api/v1/farms/").status_code in (401, 403)
+    wrong = APIClient()
+    wrong.credentials(HTTP_AUTHORIZATION="Capacity nope")
+    assert wrong.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": 1}, format="json").status_code == 401
+    viewer, operator = APIClient(), APIClient()
+    viewer.credentials(HTTP_AUTHORIZATION=f"Token {new_token(role_users['viewer'])}")
+    operator.credentials(HTTP_AUTHORIZATION=f"Token {new_token(role_users['operator'])}")
+    assert viewer.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": 3}, format="json").status_code == 403
+    response = operator.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": None}, format="json")
+    assert response.status_code == 200 and response.json()["capacity"] is None
+    bad = operator.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": 0}, format="json")
+    assert bad.status_code == 400 and "capacity" in bad.json()
+    # Revoked: the service's token is refused from then on.
+    assert client.delete(f"/api/v1/backends/{mine['id']}/capacity-token/").status_code == 204
+    assert service.post(f"/api/v1/backends/{mine['id']}/capacity/", {"capacity": 5}, format="json").status_code == 401
+    assert AuditEvent.objects.filter(object_type="capacitytoken", action="delete").exists()
+
+
+def test_preview_shows_the_configuration_diff(client, settings, tmp_path):
+    settings.LBWEB_HAPROXY_CONF_DIR = tmp_path
+    farm = http_farm(client)
+    backend(client, farm)
+    response = client.get("/api/v1/http/preview/")
+    assert response.status_code == 200
+    diff = response.json()["diff"]
+    assert "+frontend f" in diff and "+    server b" in diff and "198.18.1.11:80" in diff
+
+
+def test_previews_of_http_farm_edits_show_haproxys_configuration_not_the_kernel(client, settings, tmp_path):
+    settings.LBWEB_HAPROXY_CONF_DIR = tmp_path
+    response = client.post(
+        "/api/v1/farms/preview/", {"name": "new", "vip": "198.18.100.3", "ports": "80", "mode": "http"}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (
+        body["commands"] == {"nftables": []}
+        and "+frontend f" in body["diff"]
+        and "+    bind 198.18.100.3:80" in body["diff"]
+    )
+    assert any("HAProxy" in note for note in body["notes"])
+    farm = http_farm(client)
+    response = client.post(f"/api/v1/farms/{farm['id']}/preview/", {"ports": "81"}, format="json")
+    assert (
+        "-    bind 198.18.100.1:80" in response.json()["diff"]
+        and "+    bind 198.18.100.1:81" in response.json()["diff"]
+    )
+    response = client.post(
+        "/api/v1/backends/preview/", {"farm": farm["id"], "address": "198.18.1.12", "port": 8080}, format="json"
+    )
+    assert response.status_code == 200 and "198.18.1.12:8080" in response.json()["diff"]
+    assert response.json()["commands"] == {"nftables": []}

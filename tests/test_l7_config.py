@@ -1,0 +1,106 @@
+"""The HAProxy configuration generator (l7/engine/config.py): golden files, determinism, purity, and HAProxy's own
+verdict (``haproxy -c``) on every file it writes; the split between runtime changes and reloads."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from l7.engine import config
+from l7.engine.engine import BASE_CONFIG, ConfigError, check, runtime_view, structure
+from l7.engine.spec import EngineSpec, FarmSpec, ServerSpec, ServiceSpec
+from tests import l7_specs
+
+GOLDEN = Path(__file__).parent / "golden" / "l7"
+UPDATE = os.environ.get("LBWEB_UPDATE_GOLDEN") == "1"
+BASE = "/run/lbweb-haproxy/conf"
+SPECS = {"full": l7_specs.full, "http": lambda: EngineSpec((l7_specs.http_farm(),)), "empty": EngineSpec}
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_golden_files(name):
+    bundle = config.render(SPECS[name](), BASE)
+    for path, text in bundle.files.items():
+        if path.startswith("certs/"):
+            continue  # the operator's PEM, copied as it is
+        golden = GOLDEN / name / path
+        if UPDATE or not golden.exists():
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_bytes(text.encode())
+        assert text.encode() == golden.read_bytes(), (
+            f"{golden} differs: run with LBWEB_UPDATE_GOLDEN=1 after checking the change"
+        )
+
+
+def test_deterministic_and_keys_marked_secret():
+    first, second = config.render(l7_specs.full(), BASE), config.render(l7_specs.full(), BASE)
+    assert first.files == second.files and first.digest() == second.digest()
+    assert first.secret == {"certs/c1.pem", "certs/c2.pem"}
+
+
+def test_pure_no_django():
+    code = "import sys, l7.engine.config, l7.engine.engine, l7.engine.runtime; print('django' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=BASE_CONFIG.parents[1]
+    )
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_haproxy_accepts_every_generated_configuration(name):
+    check(SPECS[name]())  # raises ConfigError with HAProxy's alerts
+
+
+def test_haproxy_refusal_is_reported_with_its_words():
+    farm = dataclasses.replace(
+        l7_specs.http_farm(), services=(ServiceSpec(9, "bad", host_regex="(unclosed", servers=()),)
+    )
+    with pytest.raises(ConfigError, match="regex|missing"):
+        check(EngineSpec((farm,)))
+
+
+def test_values_are_quoted_and_percent_escaped():
+    text = config.render(EngineSpec((l7_specs.http_farm(),)), BASE).config
+    assert 'http-request set-header X-Lb "lbweb 100%% \\"quoted\\""' in text
+
+
+def _with_server(spec: EngineSpec, **changes) -> EngineSpec:
+    farm = spec.farms[0]
+    service = farm.services[0]
+    server = dataclasses.replace(service.servers[0], **changes)
+    service = dataclasses.replace(service, servers=(server, *service.servers[1:]))
+    return dataclasses.replace(spec, farms=(dataclasses.replace(farm, services=(service, *farm.services[1:])),))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"weight": 7}, {"state": "drain"}, {"state": "disabled"}, {"healthy": False}, {"capacity": 3}, {"capacity": None}],
+)
+def test_weight_state_health_capacity_are_runtime_changes(changes):
+    spec = EngineSpec((l7_specs.http_farm(),))
+    changed = _with_server(spec, **changes)
+    assert structure(spec) == structure(changed)
+    assert runtime_view(spec) != runtime_view(changed)
+
+
+@pytest.mark.parametrize("changes", [{"port": 81}, {"address": "198.18.1.13"}, {"priority": 2}, {"tls": True}])
+def test_other_server_changes_need_a_reload(changes):
+    spec = EngineSpec((l7_specs.http_farm(),))
+    assert structure(spec) != structure(_with_server(spec, **changes))
+
+
+def test_a_farm_without_services_still_loads():
+    check(EngineSpec((FarmSpec(5, "bare", "http", "198.18.100.5", (80,)),)))
+
+
+def test_server_line_states():
+    service = ServiceSpec(1, "s")
+    assert config.server_line(ServerSpec(1, "198.18.1.11", 80, state="drain", weight=5), service).startswith(
+        "server b1 198.18.1.11:80 weight 0"
+    )
+    assert " disabled" in config.server_line(ServerSpec(1, "198.18.1.11", 80, healthy=False), service)

@@ -1,0 +1,113 @@
+"""One vocabulary: each name the processes share is spelled in one place, and a second spelling fails here.
+
+The choice sets are farms/choices.py's (the compiler, which may not import Django, has the one mapping
+it needs, helper -> protocol, in farms/nft/spec.py); Redis keys are lbweb/redis_keys.py's; the ``Json``
+alias is farms/types.py's; the polling helper is tests/stack.py's ``wait_until``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+from django.db import models
+
+from farms import choices
+from farms.nft.spec import HELPER_PROTOCOL
+from tests.stack import ROOT
+
+PACKAGES = ("farms", "monitoring", "system", "lbweb", "l7", "network", "cluster")
+CHOICES = ("farms.choices", "l7.choices", "network.choices", "cluster.choices")
+SOURCES = sorted(
+    p for package in PACKAGES for p in (ROOT / package).rglob("*.py") if "migrations" not in p.parts
+)  # fmt: skip
+EVERYTHING = SOURCES + sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "bench").glob("*.py"))
+
+
+def choice_sets() -> dict[str, frozenset[str]]:
+    found = {}
+    for module in map(importlib.import_module, CHOICES):
+        for name in dir(module):
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, models.TextChoices) and value is not models.TextChoices:
+                found[f"{module.__name__}.{name}"] = frozenset(v for v in value.values if v)
+    return found
+
+
+def literal_strings(node: ast.AST) -> frozenset[str] | None:
+    """The strings of a tuple, list, set or dict-keys literal made only of strings (else None)."""
+    items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
+    if not items or len(items) < 2:
+        return None
+    if not all(isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items):
+        return None
+    return frozenset(i.value for i in items)
+
+
+def shadows(path: Path, sets: dict[str, frozenset[str]]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict):
+            continue
+        strings = literal_strings(node)
+        for name, values in sets.items():
+            if strings and len(values) > 2 and strings == values:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} repeats {name}")
+    return found
+
+
+def test_the_helper_choices_are_the_helpers_the_compiler_knows():
+    helpers = choice_sets()["farms.choices.HelperChoices"]
+    assert helpers == set(HELPER_PROTOCOL)
+    assert set(HELPER_PROTOCOL.values()) <= set(choices.FarmProtocolChoices.values)
+
+
+def test_no_module_repeats_a_choice_set_of_choices_py():
+    sets = choice_sets()
+    # mappings in modules that may not import Django, each meant to cover exactly its choices: the
+    # compiler's helper -> protocol (checked above) and hash field -> packet field (fragments.field_expr),
+    # the network plan's kinds -> creation order and bond modes -> the kernel's numbers
+    allowed = {"farms/nft/spec.py", "farms/nft/fragments.py", "network/plan.py", "network/kernel.py"}
+    found = [
+        s for p in SOURCES if str(p.relative_to(ROOT)) not in allowed | {"farms/choices.py"} for s in shadows(p, sets)
+    ]
+    assert found == []
+
+
+def test_the_shadow_check_sees_a_repeated_choice_set(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(f"MODES = {tuple(choices.FarmModeChoices.values)!r}\n")
+    sets = choice_sets()
+    found = []
+    for node in ast.walk(ast.parse(planted.read_text())):
+        strings = literal_strings(node) if isinstance(node, ast.Tuple) else None
+        found += [name for name, values in sets.items() if strings == values]
+    assert found == ["farms.choices.FarmModeChoices"]
+
+
+# "lbweb:" then a name: a Redis key (the digest prefix ends at the colon)
+REDIS_KEY = re.compile(r"""["']lbweb:[a-z{]""")
+
+
+def test_redis_keys_are_spelled_only_in_redis_keys_py():
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in EVERYTHING
+        if p not in (ROOT / "lbweb" / "redis_keys.py", Path(__file__))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if REDIS_KEY.search(line)
+    ]
+    assert found == []
+    assert REDIS_KEY.search('KEY = "lbweb:capabilities"') and not REDIS_KEY.search('DIGEST_PREFIX = "lbweb:"')
+
+
+def test_json_and_wait_until_are_defined_once():
+    definitions = {
+        "Json": re.compile(r"^Json = ", re.M),
+        "wait_until": re.compile(r"^def (wait_until|wait_for)\(", re.M),
+    }
+    for name, pattern in definitions.items():
+        where = [str(p.relative_to(ROOT)) for p in EVERYTHING for _ in pattern.finditer(p.read_text())]
+        assert len(where) == 1, (name, where)

@@ -47,7 +47,49 @@ VIP_WEB, VIP_FAST = "198.19.2.1", "198.19.2.2"
 MGMT_MAC, DATA_MAC = "52:54:00:19:fe:0f", "52:54:00:19:01:01"
 PASSWORD = "image-test-admin-password"
 OVMF = Path("/usr/share/OVMF")
-CAPS = {12: "CAP_NET_ADMIN", 13: "CAP_NET_RAW", 10: "CAP_NET_BIND_SERVICE"}
+CAPS = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+]
 
 
 def log(text: str) -> None:
@@ -403,14 +445,16 @@ class Api:
         with contextlib.suppress(Exception):
             self.cafile.write_text(self.served_certificate())
         s = requests.Session()
-        s.verify = False  # the certificate names the appliance's own address, not 127.0.0.1; its bytes are pinned
-        page = s.get(f"{self.base}/accounts/login/", timeout=10)
+        # verify=False on each call (a Session's own is overridden by REQUESTS_CA_BUNDLE): the certificate names the
+        # appliance's address, not 127.0.0.1; wait_ready and the upgrade check compare its bytes instead.
+        page = s.get(f"{self.base}/accounts/login/", timeout=10, verify=False)
         csrf = s.cookies.get("csrftoken")
         answer = s.post(
             f"{self.base}/accounts/login/",
             data={"username": "admin", "password": PASSWORD, "csrfmiddlewaretoken": csrf},
             headers={"Referer": f"{self.base}/accounts/login/"},
             timeout=10,
+            verify=False,
         )
         assert page.status_code == 200 and answer.status_code == 200, answer.text[:500]
         assert "/accounts/login/" not in answer.url, "the UI login was refused"
@@ -478,7 +522,7 @@ def transfer_drive(work: Path, deb: Path) -> str:
 
 def decode_caps(mask: str) -> set[str]:
     value = int(mask, 16)
-    return {CAPS.get(bit, f"cap{bit}") for bit in range(64) if value >> bit & 1}
+    return {f"CAP_{CAPS[bit]}" if bit < len(CAPS) else f"cap{bit}" for bit in range(64) if value >> bit & 1}
 
 
 def check_units(qga: GuestAgent, report: dict) -> None:

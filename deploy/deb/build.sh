@@ -47,7 +47,8 @@ else
   git -C "$src" ls-files -z | tar -C "$src" --null --ignore-failed-read -T - -cf - | tar -C "$app" -xf -
   commit=HEAD
 fi
-rm -rf "$app/tests" "$app/bench" "$app/.ci" "$app/deploy/image" "$app/deploy/deb"
+# (Some old commits tracked .venv and node_modules as symbolic links: both are made here.)
+rm -rf "$app/tests" "$app/bench" "$app/.ci" "$app/deploy/image" "$app/deploy/deb" "$app/.venv" "$app/node_modules"
 
 # Version: the project's, then the commit's time and hash, so a later commit is a newer package (apt upgrades).
 base_version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$app/pyproject.toml")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the appliance image and test it for real under qemu (root; KVM when /dev/kvm is usable):
 #
-#   deploy/image/test.sh [--report FILE] [--keep]
+#   deploy/image/test.sh [--report FILE] [--keep] [--no-installer]
 #
 # 1. lbweb's package from this checkout (v2) and from an older commit (v1, LBWEB_UPGRADE_FROM);
 # 2. the image with v1 (deploy/image/build.sh; the base system comes from its cache after the first run);
@@ -11,7 +11,8 @@
 #    account and its token survived and the migrations ran; tests a flow-offload farm; checks every unit, each
 #    program's user and capabilities, and that systemd restarts each killed program; then boots the image with
 #    `lbweb.install` to write it to an empty disk, and boots that disk with BIOS.
-# The report (JSON: timings, image size, traffic) goes to FILE (default dist/image-test.json).
+# --no-installer leaves out the last two boots. The report (JSON: timings, image size, traffic) goes to FILE
+# (default dist/image-test.json); --keep keeps the machines' consoles and logs (the report names the directory).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$src"
@@ -22,8 +23,8 @@ keep=()
 while (($#)); do
   case $1 in
     --report) report=${2:?}; shift 2 ;;
-    --keep) keep=(--keep); shift ;;
-    *) echo "usage: $0 [--report FILE] [--keep]" >&2; exit 2 ;;
+    --keep | --no-installer) keep+=("$1"); shift ;;
+    *) echo "usage: $0 [--report FILE] [--keep] [--no-installer]" >&2; exit 2 ;;
   esac
 done
 [ "$(id -u)" = 0 ] || { echo "lbweb image test: run as root" >&2; exit 1; }

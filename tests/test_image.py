@@ -23,16 +23,12 @@ import pytest
 from tests.image_vm import kvm_usable
 from tests.units import ROOT, contract
 
-pytestmark = [
-    pytest.mark.image,
-    pytest.mark.timeout(3000),
-    # Work in progress (see the image branch's report): the built appliance boots (UEFI), takes its first boot
-    # from the seed and serves the UI, but in the last run its worker and beat units kept exiting and its API
-    # login answered 500, so the later checks have not passed end to end yet. LBWEB_IMAGE_TEST=1 runs it.
-    pytest.mark.skipif(
-        os.environ.get("LBWEB_IMAGE_TEST") != "1", reason="image test not yet green: LBWEB_IMAGE_TEST=1"
-    ),
-]
+pytestmark = [pytest.mark.image, pytest.mark.timeout(3000)]
+# Work in progress (see the closing note of 2026-11-24): the built appliance boots (UEFI), takes its first boot
+# from the seed and serves the UI, but in the last run its worker and beat units kept exiting and its API
+# login answered 500, so the checks in the machine have not passed end to end yet; LBWEB_IMAGE_TEST=1 runs
+# them. The package and the README's commands are checked on every run.
+IN_THE_MACHINE = os.environ.get("LBWEB_IMAGE_TEST") == "1"
 
 
 def readme_commands() -> list[list[str]]:
@@ -44,6 +40,8 @@ def readme_commands() -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
+    if not IN_THE_MACHINE:
+        pytest.skip("the image's end-to-end test is not green yet: LBWEB_IMAGE_TEST=1 runs it")
     if os.geteuid() != 0:
         pytest.fail("the image test writes loop devices, builds namespaces and a tap device: run the suite as root")
     path = tmp_path_factory.mktemp("image") / "report.json"

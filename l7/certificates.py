@@ -11,10 +11,11 @@ import datetime
 from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
+
+from system.tls import issued_by, public_key_bytes
 
 
 class CertificateErrors(Exception):
@@ -34,20 +35,6 @@ class Info:
 
 def _load_certs(text: str) -> list[x509.Certificate]:
     return x509.load_pem_x509_certificates(text.encode()) if text.strip() else []
-
-
-def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
-    if cert.issuer != issuer.subject:
-        return False
-    try:
-        cert.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
-
-
-def _public_bytes(key) -> bytes:
-    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def names_of(cert: x509.Certificate) -> list[str]:
@@ -86,14 +73,14 @@ def inspect(certificate: str, chain: str, private_key: str, now: datetime.dateti
     if errors.get("certificate"):
         raise CertificateErrors(errors)
     leaf = leaf_list[0]
-    if key is not None and _public_bytes(key.public_key()) != _public_bytes(leaf.public_key()):
+    if key is not None and public_key_bytes(key.public_key()) != public_key_bytes(leaf.public_key()):
         errors["private_key"] = "This key is not the certificate's key."
     if key is not None and not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
         errors.setdefault("private_key", "Only RSA and ECDSA keys are supported.")
     if chain_list:
         sequence = [leaf, *chain_list]
         for i in range(len(sequence) - 1):
-            if not _issued_by(sequence[i], sequence[i + 1]):
+            if not issued_by(sequence[i], sequence[i + 1]):
                 what = "the certificate" if i == 0 else f"chain certificate {i}"
                 errors["chain"] = (
                     f"Out of order: {what} ({sequence[i].subject.rfc4514_string()}) is not issued by chain "

@@ -106,7 +106,7 @@ def info(cert: x509.Certificate, chain: list[x509.Certificate] = ()) -> Certific
     )
 
 
-def _public_bytes(key) -> bytes:
+def public_key_bytes(key) -> bytes:
     return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
@@ -149,7 +149,7 @@ def _check_dates(cert: x509.Certificate, name: str, label: str, now, errors: dic
         )
 
 
-def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+def issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
     if cert.issuer != issuer.subject:
         return False
     try:
@@ -177,11 +177,11 @@ def validate(certificate: str, key: str, chain: str = "") -> tuple[list[x509.Cer
         raise CertificateError(errors)
     now = _now()
     leaf, chain_certs = certs[0], certs[1:] + extra
-    if _public_bytes(private_key.public_key()) != _public_bytes(leaf.public_key()):
+    if public_key_bytes(private_key.public_key()) != public_key_bytes(leaf.public_key()):
         errors.setdefault("key", []).append("This key does not match the certificate's public key.")
     _check_dates(leaf, "certificate", "The certificate", now, errors)
     for number, (lower, upper) in enumerate(zip([leaf, *chain_certs], chain_certs, strict=False), start=1):
-        if not _issued_by(lower, upper):
+        if not issued_by(lower, upper):
             errors.setdefault("chain", []).append(
                 f"Chain certificate {number} ({upper.subject.rfc4514_string()}) did not issue "
                 f"{'the certificate' if number == 1 else f'chain certificate {number - 1}'} "

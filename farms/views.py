@@ -763,7 +763,9 @@ class NftlbImportPageView(RoleRequiredMixin, View):
                 form.add_error(None, f"Not JSON: {exc}")
             else:
                 data = form.cleaned_data
-                result = nftlb_import(document=document, dry_run=data["dry_run"], partial=data["partial"])
+                result = nftlb_import(
+                    document=document, dry_run=data["dry_run"], partial=data["partial"], actor=request.user
+                )
         status = 200 if result is None or result.ok else 400
         return render(request, self.template_name, {"form": form, "result": result}, status=status)
 

@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from farms import services
-from farms.models import Backend, ConfigGeneration, Farm, Policy, StaticSession
+from farms.models import AuditEvent, Backend, ConfigGeneration, Farm, Policy, StaticSession
 from farms.nftlb import import_document
 from farms.nftlb.schema import BACKEND_FIELD_ATTRIBUTE, FARM_FIELD_ATTRIBUTE
 from tests.lab import backend4, vip4
@@ -474,3 +474,5 @@ def test_the_import_page_imports_partially_and_reports_what_it_skipped(django_us
     page = partial.content.decode()
     assert partial.status_code == 200 and list(Farm.objects.values_list("name", flat=True)) == ["good"]
     assert 'id="nftlb-skipped"' in page and "farms[1].mode" in page and "mode local" in page
+    made = AuditEvent.objects.get(object_type="farm", object_name="good", action="create")
+    assert made.actor == admin and made.actor_name == "page-admin"  # the person importing, never "system"

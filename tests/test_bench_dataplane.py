@@ -68,7 +68,10 @@ def test_dataplane_bench_quick_runs_http_dsr_and_stateless_udp_cases_and_writes_
     assert rows[("lbweb-stateless", "datagrams")]["lb_packets"] >= 1.9
     assert sorted(run["case"] for run in document["runs"]) == sorted(CASES)
     for run in document["runs"]:  # the CPU counters behind those figures did move
-        assert run["raw"]["busy_ticks"] > 0 and run["raw"]["ticks"]["softirq"] > 0, run["case"]
+        # The kernel's share moved too: softirq, or system where packets were handled in the sender's own
+        # context (veth transmits there: a quiet machine's 1-s UDP baseline showed 0 softirq ticks once).
+        kernel = run["raw"]["ticks"]["softirq"] + run["raw"]["ticks"]["system"]
+        assert run["raw"]["busy_ticks"] > 0 and kernel > 0, run["case"]
     assert {run["raw"]["tool"] for run in document["runs"] if run["conn"] == "datagrams"} == {"dnsperf"}
     assert (tmp_path / "dataplane.png").stat().st_size > 10_000
     assert "lbweb-stateless" in result.stdout and "not available" not in result.stdout  # the printed table

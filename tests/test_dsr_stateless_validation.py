@@ -54,9 +54,13 @@ def test_dsr_backend_with_a_port_is_refused_on_port(client):
     assert "virtual port" in refused_on(response, "port")
 
 
-def test_stateless_dnat_with_tcp_is_refused_on_protocol(client):
-    message = refused_on(post(client, "farms/", {**STATELESS, "name": "s", "protocol": "tcp"}), "protocol")
-    assert "UDP" in message
+def test_stateless_dnat_of_tcp_needs_a_hash_and_is_refused_on_scheduler_with_round_robin(client):
+    """Stateless TCP is rewritten both ways as in nftlb (issue 14), but only a hash keeps a connection's
+    packets on one backend: round robin is refused on the scheduler, a hash is accepted."""
+    message = refused_on(post(client, "farms/", {**STATELESS, "name": "s", "protocol": "tcp"}), "scheduler")
+    assert "hash" in message
+    hashed = {**STATELESS, "name": "s", "protocol": "tcp", "scheduler": "hash", "sched_param": "srcip srcport"}
+    assert post(client, "farms/", hashed).status_code == 201
 
 
 def test_a_stateless_farms_backend_address_and_port_cannot_serve_another_farm(client):

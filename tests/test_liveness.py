@@ -32,7 +32,12 @@ def test_a_stopped_worker_and_the_changes_it_leaves_waiting_show_until_it_runs_a
     settings.LBWEB_PROCESS_STALE_SECONDS = STALE
     settings.LBWEB_APPLY_STALL_SECONDS = 1
     farm = make_farm(api, "alive", vip4(90), scheduler="weight")
-    status = wait_for(lambda: (s := api.get("status/"))["processes"]["collector"]["state"] == "running" and s)
+
+    def both_running():  # each heartbeat comes from a thread of its own process, on its own schedule
+        s = api.get("status/")
+        return all(s["processes"][p]["state"] == "running" for p in ("collector", "worker")) and s
+
+    status = wait_for(both_running, what="the collector's and the worker's heartbeats")
     assert status["processes"]["worker"]["state"] == "running", status
     assert "worker not running" not in status["alerts"]
     assert "beat not running" in status["alerts"]  # no beat runs in this test: it says so

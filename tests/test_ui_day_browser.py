@@ -121,7 +121,7 @@ def test_forms_health_and_bulk_states_in_a_browser(
     page.select_option("#id_mode", "dnat")
     assert not shown(page, "source_addr") and not shown(page, "interface")  # SNAT and DSR fields go away
     page.select_option("#id_scheduler", "hash")
-    assert shown(page, "sched_param") and not shown(page, "persistence")
+    assert shown(page, "sched_param") and shown(page, "persistence")  # hash + persistence: allowed, as in nftlb
     page.select_option("#id_mode", "dsr")
     assert shown(page, "interface") and not shown(page, "helper") and not shown(page, "flow_offload")
     page.select_option("#id_when_all_down", "fallback")

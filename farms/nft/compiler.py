@@ -110,6 +110,11 @@ def farm_chain_name(farm: FarmSpec) -> str:
     return farm_chain_name_of(farm.name)
 
 
+def guard_chain_name(farm: FarmSpec) -> str:
+    """The chain every client packet of the farm passes (policies, tcp-strict, reset limit, persistence refresh)."""
+    return f"guard-{farm.name}"
+
+
 def farm_chain_name_of(name: str) -> str:
     return f"farm-{name}"
 
@@ -478,7 +483,7 @@ def _guard_chain(b: _Builder, farm: FarmSpec) -> None:
     refresh = farm.persistence and farm.sticky_backends
     if not (farm.policies or farm.tcp_strict or farm.rst_rtlimit or refresh):
         return
-    guard = f"guard-{farm.name}"
+    guard = guard_chain_name(farm)
     l3 = _l3(farm)
     b.chain(guard)
     for policy in farm.policies:

@@ -102,10 +102,19 @@ mount --rbind /dev "$tree/dev"
 cp "$deb" "$tree/tmp/"
 cp /etc/resolv.conf "$tree/etc/resolv.conf"
 log "installing $(basename "$deb")"
-chroot "$tree" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-  "/tmp/$(basename "$deb")" >"$work/apt.log" 2>&1 || { cat "$work/apt.log" >&2; exit 1; }
+# The base holds every dependency (packages.txt) and no package lists (mmdebstrap removes them); a package that
+# gained a dependency since makes apt fetch the lists once, from the same sources.
+install_deb() {
+  chroot "$tree" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    "/tmp/$(basename "$deb")" >>"$work/apt.log" 2>&1
+}
+if ! install_deb; then
+  log "a dependency is not in the base system: apt-get update, then again (add it to packages.txt)"
+  chroot "$tree" apt-get update -q >>"$work/apt.log" 2>&1 && install_deb || { cat "$work/apt.log" >&2; exit 1; }
+fi
 rm -f "$tree/tmp/$(basename "$deb")" "$tree/etc/resolv.conf"
 chroot "$tree" apt-get clean
+rm -rf "$tree"/var/lib/apt/lists/* # (as mmdebstrap leaves it, when the fallback above fetched them)
 cp -a "$here/overlay/." "$tree/"
 chroot "$tree" systemctl enable lbweb-firstboot.service lbweb-announce.service systemd-networkd.service serial-getty@ttyS0.service \
   >/dev/null 2>&1

@@ -135,3 +135,14 @@ def test_deb_is_a_debian_package_with_the_units(tmp_path):
     assert "./opt/lbweb/tests/" not in files
     scripts = subprocess.run(["dpkg-deb", "-I", str(deb)], capture_output=True, text=True, check=True).stdout
     assert all(name in scripts for name in ("postinst", "prerm", "postrm"))
+
+
+def test_the_image_units_have_no_key_systemd_ignores():
+    """systemd ignores an option in the wrong section with a warning only: the installer's SuccessAction= sat in
+    [Service] and the installed machine never powered off. systemd-analyze names every such key."""
+    units = sorted((ROOT / "deploy" / "image" / "overlay" / "etc" / "systemd" / "system").glob("*.service"))
+    assert units
+    for unit in units:
+        result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+        assert "Unknown key" not in result.stderr, result.stderr
+        assert "Unknown section" not in result.stderr, result.stderr

@@ -23,12 +23,13 @@ import pytest
 from tests.image_vm import kvm_usable
 from tests.units import ROOT, contract
 
-pytestmark = [pytest.mark.image, pytest.mark.timeout(3000)]
-# Work in progress (see the closing note of 2026-11-24): the built appliance boots (UEFI), takes its first boot
-# from the seed and serves the UI, but in the last run its worker and beat units kept exiting and its API
-# login answered 500, so the checks in the machine have not passed end to end yet; LBWEB_IMAGE_TEST=1 runs
-# them. The package and the README's commands are checked on every run.
-IN_THE_MACHINE = os.environ.get("LBWEB_IMAGE_TEST") == "1"
+pytestmark = [pytest.mark.image, pytest.mark.timeout(3500)]
+# The checks in the machine run in every suite run, CI's included: measured on 2026-11-24 under TCG (no KVM for
+# a stock kernel here) with the machine loaded by other sessions, the run without the installer's two boots took
+# ~24 min (packages, image with a cold base, boot, traffic, upgrade, offload, units, kills), beside a ~20 min
+# suite: within CI's 90 min with room for a machine twice as slow. LBWEB_IMAGE_TEST=0 leaves them out (a quick
+# local run); the package and the README's commands are checked either way.
+IN_THE_MACHINE = os.environ.get("LBWEB_IMAGE_TEST", "1") != "0"
 
 
 def readme_commands() -> list[list[str]]:
@@ -41,16 +42,20 @@ def readme_commands() -> list[list[str]]:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     if not IN_THE_MACHINE:
-        pytest.skip("the image's end-to-end test is not green yet: LBWEB_IMAGE_TEST=1 runs it")
+        pytest.skip("LBWEB_IMAGE_TEST=0: the appliance image is not built nor booted in this run")
     if os.geteuid() != 0:
         pytest.fail("the image test writes loop devices, builds namespaces and a tap device: run the suite as root")
+    v1 = re.search(r"LBWEB_UPGRADE_FROM:-([0-9a-f]{40})", ROOT.joinpath("deploy/image/test.sh").read_text()).group(1)
+    v1 = os.environ.get("LBWEB_UPGRADE_FROM", v1)
+    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{v1}^{{commit}}"]).returncode:
+        pytest.skip(f"this clone lacks the commit to upgrade from ({v1[:10]}; a shallow clone?): no v1 package")
     path = tmp_path_factory.mktemp("image") / "report.json"
     test_command = next(command for command in readme_commands() if command[0] == "deploy/image/test.sh")
-    # Without KVM (a PVM host: see kvm_usable) every boot is emulated, ~10 min each with lbweb's set-up: the suite
-    # then leaves out the installer's two boots to stay within its time; deploy/image/test.sh runs them.
+    # Without KVM (a PVM host: see kvm_usable) every boot is emulated, 4-9 min each with lbweb's set-up: the suite
+    # then leaves out the installer's two boots (~15 min) to stay within CI's time; deploy/image/test.sh runs them.
     extra = [] if kvm_usable() else ["--no-installer"]
     result = subprocess.run(
-        [*test_command, "--report", str(path), *extra], cwd=ROOT, capture_output=True, text=True, timeout=2900
+        [*test_command, "--report", str(path), *extra], cwd=ROOT, capture_output=True, text=True, timeout=3300
     )
     data = json.loads(path.read_text()) if path.exists() else {}
     consoles = "\n".join(f"--- {name}\n{text}" for name, text in data.get("consoles", {}).items())
@@ -146,3 +151,42 @@ def test_the_image_units_have_no_key_systemd_ignores():
         result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
         assert "Unknown key" not in result.stderr, result.stderr
         assert "Unknown section" not in result.stderr, result.stderr
+
+
+def test_first_boot_asks_on_a_terminal_and_takes_the_answers(monkeypatch):
+    """Without a seed the first boot asks on the console: here a real pseudo-terminal. Opening a terminal
+    read-write in text mode fails ("not seekable"): the installed appliance asked nothing and kept DHCP."""
+    import importlib.machinery
+    import importlib.util
+    import pty
+    import select
+    import threading
+
+    path = ROOT / "deploy" / "image" / "overlay" / "usr" / "lib" / "lbweb-appliance" / "firstboot"
+    master, slave = pty.openpty()
+    monkeypatch.setenv("LBWEB_FIRSTBOOT_CONSOLE", os.ttyname(slave))
+    loader = importlib.machinery.SourceFileLoader("lbweb_firstboot", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    answers = {}
+    thread = threading.Thread(target=lambda: answers.update(module.ask_console()))
+    thread.start()
+    screen = b""
+    for prompt, text in (
+        (b"'admin': ", b"short"),
+        (b"8 characters, please.", None),
+        (b"'admin': ", b"a long secret"),
+        (b"The same again: ", b"a long secret"),
+        (b"empty: DHCP): ", b"198.18.7.10/24"),
+        (b"Gateway (empty: none): ", b"198.18.7.1"),
+    ):
+        while prompt not in screen:
+            assert select.select([master], [], [], 10)[0], f"no {prompt!r} on the terminal: {screen!r}"
+            screen += os.read(master, 4096)
+        screen = screen.split(prompt, 1)[1]
+        if text is not None:
+            os.write(master, text + b"\n")
+    thread.join(10)
+    os.close(master)
+    os.close(slave)
+    assert answers == {"admin_password": "a long secret", "address": "198.18.7.10/24", "gateway": "198.18.7.1"}

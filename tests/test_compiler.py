@@ -495,5 +495,5 @@ def test_a_change_without_element_commands_applies_and_keeps_the_farm_reachable(
     result = nft(throwaway_netns, "-j", "-f", "-", document=document)
     assert result.returncode == 0, result.stderr
     dispatch = nft(throwaway_netns, "list", "map", "inet", "lbweb", "dispatch4").stdout
-    assert "198.18.100.1 . tcp . 443 : jump farm-web" in dispatch
+    assert "198.18.100.1 . tcp . 443 : goto farm-web" in dispatch
     assert "numgen random mod 2" in nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-web").stdout

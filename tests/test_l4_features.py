@@ -59,7 +59,7 @@ def test_mode_family_protocol(api, worker, lab, mode, family, protocol):
     make_farm(api, f"m-{protocol}", vip, family=family, mode=mode, protocol=protocol, ports=ports)
     if protocol == "sctp":
         table = lab.ns(lab.lb, "nft", "list", "map", "inet", "lbweb", f"dispatch{family}").stdout
-        assert f"{vip} . sctp . 80 : jump farm-m-sctp" in table
+        assert f"{vip} . sctp . 80 : goto farm-m-sctp" in table
         if not _sctp_supported():
             pytest.skip("rules applied; this kernel has no SCTP sockets, so no SCTP traffic can be sent")
     if protocol in ("tcp", "all"):

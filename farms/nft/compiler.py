@@ -146,8 +146,13 @@ def hook_key(chain: str) -> str:
     return f"{HOOK_PREFIX}{chain}"
 
 
-def dispatch_map_name(family: int, protocol: str, prefix: str = "dispatch") -> str:
-    return f"{prefix}{family}_any" if protocol == "all" else f"{prefix}{family}"
+def dispatch_map_name(family: int, ranged: bool, prefix: str = "dispatch") -> str:
+    """A service map: exact keys (one port) in a hash map, port ranges in an interval map of their own.
+
+    A hash lookup costs the same whatever the number of farms; an interval map keyed by a
+    concatenation (the kernel's pipapo) costs in proportion to its elements. So a farm of single ports
+    (the usual case) never meets an interval map, and only farms with ranges pay for one."""
+    return f"{prefix}{family}_ranges" if ranged else f"{prefix}{family}"
 
 
 def policy_set_name(policy: PolicySpec, family: int) -> str:
@@ -320,11 +325,23 @@ def farm_protocols(farm: FarmSpec) -> tuple[str, ...]:
 
 
 def _dispatch_keys(farm: FarmSpec, prefix: str = "dispatch") -> list[tuple[str, Any]]:
-    """One key per protocol and port range; no ports (nftlb: empty virtual-ports) is every port."""
-    map_name = dispatch_map_name(farm.family, "tcp", prefix)
-    ports = farm.ports or EVERY_PORT
-    keys = [f.concat(farm.vip, proto, f.port_value(lo, hi)) for proto in farm_protocols(farm) for lo, hi in ports]
-    return [(map_name, key) for key in keys]
+    """One key per protocol and port range; no ports (nftlb: empty virtual-ports) is every port.
+    Single ports go to the exact map, ranges to the interval map (see :func:`dispatch_map_name`)."""
+    return [
+        (dispatch_map_name(farm.family, lo != hi, prefix), f.concat(farm.vip, proto, f.port_value(lo, hi)))
+        for proto in farm_protocols(farm)
+        for lo, hi in farm.ports or EVERY_PORT
+    ]
+
+
+def _ranged(map_name: str) -> bool:
+    return map_name.endswith("_ranges")
+
+
+def _service_element(b: _Builder, map_name: str, key: Any, chain: str) -> None:
+    """A service map's entry: ``goto`` the farm's chain, so that the hook's later lookups are not
+    evaluated for a packet already found (its verdict is the chain's, then the hook's policy)."""
+    b.element(map_name, key, _goto(chain))
 
 
 def _backend_chain(b: _Builder, farm: FarmSpec, backend: BackendSpec) -> None:
@@ -512,7 +529,7 @@ def _guard_chain(b: _Builder, farm: FarmSpec) -> None:
             learnt = "@" + persist_set_name(farm, backend.id)
             b.rule(guard, [f.match(key, learnt), {"set": {"op": "update", "elem": key, "set": learnt}}])
     for map_name, key in _dispatch_keys(farm, "guard"):
-        b.element(map_name, key, f.jump(guard))
+        _service_element(b, map_name, key, guard)
 
 
 def _route_marks(b: _Builder, farm: FarmSpec) -> None:
@@ -669,10 +686,10 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
         tail = [{"reject": {"type": "tcp reset"}} if farm.protocol == "tcp" else {"reject": None}]
     last = b.rule(chain, tail)
     for map_name, key in _dispatch_keys(farm):
-        b.element(map_name, key, f.jump(chain))
+        _service_element(b, map_name, key, chain)
     if farm.intra_connect:
         for map_name, key in _dispatch_keys(farm, "local"):
-            b.element(map_name, key, f.jump(chain))
+            _service_element(b, map_name, key, chain)
     if farm.mode == "snat" or farm.log_output:
         _snat(b, farm)
     _traffic(b, farm)
@@ -694,9 +711,20 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
     return last
 
 
-def stateless_replies_map(family: int, protocol: str) -> str:
-    """Where a stateless farm's backends' answers are recognised: by source address and port, per protocol."""
-    return f"stateless_replies{family}" if protocol == "udp" else f"stateless_{protocol}_replies{family}"
+def stateless_replies_map(family: int, protocol: str, ranged: bool = False) -> str:
+    """Where a stateless farm's backends' answers are recognised: by source address and port, per protocol;
+    single ports in a hash map, ranges in an interval map (see :func:`dispatch_map_name`)."""
+    name = f"stateless_replies{family}" if protocol == "udp" else f"stateless_{protocol}_replies{family}"
+    return f"{name}_ranges" if ranged else name
+
+
+def _stateless_reply_keys(farm: FarmSpec, backend: BackendSpec) -> list[tuple[str, Any]]:
+    """The (map, key) pairs by which one backend's answers are recognised."""
+    sources = [(backend.port, backend.port)] if backend.port is not None else list(farm.ports or EVERY_PORT)
+    return [
+        (stateless_replies_map(farm.family, farm.protocol, lo != hi), f.concat(backend.address, f.port_value(lo, hi)))
+        for lo, hi in sources
+    ]
 
 
 def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
@@ -721,17 +749,15 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
         if backend.port is not None:
             back.append({"mangle": {"key": f.payload(l4, "sport"), "value": (farm.ports or EVERY_PORT)[0][0]}})
         b.rule(reply, back)
-        replies = stateless_replies_map(farm.family, l4)
-        sources = [(backend.port, backend.port)] if backend.port is not None else list(farm.ports or EVERY_PORT)
-        for lo, hi in sources:
-            b.element(replies, f.concat(backend.address, f.port_value(lo, hi)), f.jump(reply))
+        for map_name, key in _stateless_reply_keys(farm, backend):
+            _service_element(b, map_name, key, reply)
     b.chain(chain)
     b.rule(chain, [{"notrack": None}, f.counter_ref(chain)])
     if farm.log:  # nftlb's "input": every packet to the VIP (a stateless farm has no connections)
         b.rule(chain, _log(farm, "IN"))
     last = b.rule(chain, [scheduler_map(farm, backends) if backends else {"drop": None}])
-    for _map, key in _dispatch_keys(farm):
-        b.element(f"stateless{farm.family}", key, f.jump(chain))
+    for map_name, key in _dispatch_keys(farm, "stateless"):
+        _service_element(b, map_name, key, chain)
     return last
 
 
@@ -779,37 +805,40 @@ def compile_units(farms: list[FarmSpec], policies: list[PolicySpec]) -> dict[str
 
 
 def _dispatch_rules(prefix: str, wanted: Collection[tuple[int, bool]] | None = None) -> list[list[Json]]:
-    """The lookups of one family of dispatch maps: (family, protocol ``all``) pairs of ``wanted``, or all four."""
+    """The lookups of one family of service maps: the (family, ranged) pairs of ``wanted``, or all four.
+    The exact map comes first; a packet it finds goes to its farm and meets no further lookup."""
     rules = []
     for family, proto in ((4, "ip"), (6, "ip6")):
-        if wanted is None or (family, False) in wanted:
-            key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
-            rules.append([f.vmap(key, "@" + dispatch_map_name(family, "tcp", prefix))])
-    for family, proto in ((4, "ip"), (6, "ip6")):
-        if wanted is None or (family, True) in wanted:
-            rules.append([f.vmap(f.payload(proto, "daddr"), "@" + dispatch_map_name(family, "all", prefix))])
+        key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
+        for ranged in (False, True):
+            if wanted is None or (family, ranged) in wanted:
+                rules.append([f.vmap(key, "@" + dispatch_map_name(family, ranged, prefix))])
     return rules
 
 
-def _service_maps(prefix: str, *, with_any: bool = True) -> list[Json]:
-    cmds = [
-        f.add("map", f.named_map(f"{prefix}4", ["ipv4_addr", "inet_proto", "inet_service"], "verdict", ["interval"])),
-        f.add("map", f.named_map(f"{prefix}6", ["ipv6_addr", "inet_proto", "inet_service"], "verdict", ["interval"])),
+def _service_maps(name: Callable[[int, bool], str], key_types: tuple[str, ...]) -> list[Json]:
+    """The exact (hash) and the ranges (interval) map of one kind, for both families."""
+    return [
+        f.add("map", f.named_map(name(family, ranged), [addr, *key_types], "verdict", ["interval"] if ranged else None))
+        for family, addr in ((4, "ipv4_addr"), (6, "ipv6_addr"))
+        for ranged in (False, True)
     ]
-    if with_any:
-        cmds.append(f.add("map", f.named_map(f"{prefix}4_any", "ipv4_addr", "verdict")))
-        cmds.append(f.add("map", f.named_map(f"{prefix}6_any", "ipv6_addr", "verdict")))
-    return cmds
+
+
+def _services(prefix: str) -> list[Json]:
+    return _service_maps(
+        lambda family, ranged: dispatch_map_name(family, ranged, prefix), ("inet_proto", "inet_service")
+    )
 
 
 def _base_parts() -> tuple[list[Json], list[Json], str]:
-    cmds: list[Json] = [*_service_maps("dispatch"), *_service_maps("local"), *_service_maps("guard")]
-    cmds += _service_maps("stateless", with_any=False)
+    cmds: list[Json] = [*_services("dispatch"), *_services("local"), *_services("guard"), *_services("stateless")]
+    for protocol in ("udp", "tcp"):
+        replies = _service_maps(
+            lambda family, ranged, p=protocol: stateless_replies_map(family, p, ranged), ("inet_service",)
+        )
+        cmds += replies
     cmds += [
-        f.add("map", f.named_map("stateless_replies4", ["ipv4_addr", "inet_service"], "verdict", ["interval"])),
-        f.add("map", f.named_map("stateless_replies6", ["ipv6_addr", "inet_service"], "verdict", ["interval"])),
-        f.add("map", f.named_map("stateless_tcp_replies4", ["ipv4_addr", "inet_service"], "verdict", ["interval"])),
-        f.add("map", f.named_map("stateless_tcp_replies6", ["ipv6_addr", "inet_service"], "verdict", ["interval"])),
         f.add("map", f.named_map("snat_farms", "mark", "verdict")),
         f.add("map", f.named_map("offload_marks", "mark", "verdict")),
         f.add("map", f.named_map(TRAFFIC_DIR_MAP, ["mark", "ct_dir"], "counter")),
@@ -828,14 +857,18 @@ def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
     the hooks follow a change without every farm's specification at hand."""
     if not farm.enabled or farm.mode not in ("snat", "dnat", "stlsdnat"):
         return frozenset()
-    any_ = farm.protocol == "all"
+    ranges = {_ranged(name) for name, _key in _dispatch_keys(farm)}  # which of the service maps it uses
     if farm.mode == "stlsdnat":
-        return frozenset({("stateless", farm.family)})
-    needs: set[tuple] = {("forward", farm.family, bool(farm.backends))}
+        needs = {("stateless", farm.family, ranged) for ranged in ranges}
+        for backend in farm.active_backends:
+            for name, _key in _stateless_reply_keys(farm, backend):
+                needs.add(("stateless_replies", farm.family, farm.protocol, _ranged(name)))
+        return frozenset(needs)
+    needs = {("forward", farm.family, bool(farm.backends))}
     if farm.policies or farm.tcp_strict or farm.rst_rtlimit or (farm.persistence and farm.sticky_backends):
-        needs.add(("guard", farm.family, any_))  # the farm has a guard chain (see _guard_chain)
+        needs |= {("guard", farm.family, ranged) for ranged in ranges}  # the farm has a guard chain (see _guard_chain)
     if farm.intra_connect:
-        needs.add(("output", farm.family, any_))
+        needs |= {("output", farm.family, ranged) for ranged in ranges}
     if farm.flow_offload:
         needs.add(("offload",))
     if farm.mode == "snat":
@@ -860,23 +893,24 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
     hooks: dict[str, tuple[str, str, int, list[list[Json]]]] = {}
     guard = {(n[1], n[2]) for n in needs if n[0] == "guard"}
     if guard or ("route_marks",) in needs:
-        rules = _dispatch_rules("guard", guard)
-        if ("route_marks",) in needs:  # nftlb's marks: every packet of a marked farm, before routing
-            rules.append([f.vmap(f.ct("mark"), "@" + ROUTE_MARKS)])
-        hooks["guard"] = ("filter", "prerouting", PRIO_GUARD, rules)
-    stateless = {n[1] for n in needs if n[0] == "stateless"}
-    if stateless:
         rules = []
+        if ("route_marks",) in needs:  # nftlb's marks: every packet of a marked farm, before routing
+            rules.append([f.vmap(f.ct("mark"), "@" + ROUTE_MARKS)])  # first: the guard lookups end the hook
+        rules += _dispatch_rules("guard", guard)
+        hooks["guard"] = ("filter", "prerouting", PRIO_GUARD, rules)
+    stateless = {(n[1], n[2]) for n in needs if n[0] == "stateless"}
+    if stateless:
+        rules = _dispatch_rules("stateless", stateless)
+        replies = {n[1:] for n in needs if n[0] == "stateless_replies"}
         for family, proto in ((4, "ip"), (6, "ip6")):
-            if family in stateless:
-                key = f.concat(f.payload(proto, "daddr"), f.meta("l4proto"), f.payload("th", "dport"))
-                rules.append([f.vmap(key, f"@stateless{family}")])
-                reply_key = f.concat(f.payload(proto, "saddr"), f.payload("udp", "sport"))
-                udp = f.match(f.meta("l4proto"), "udp")
-                rules.append([udp, f.vmap(reply_key, f"@stateless_replies{family}")])
-                tcp_key = f.concat(f.payload(proto, "saddr"), f.payload("tcp", "sport"))
-                tcp_replies = "@" + stateless_replies_map(family, "tcp")
-                rules.append([f.match(f.meta("l4proto"), "tcp"), f.vmap(tcp_key, tcp_replies)])
+            for protocol in ("udp", "tcp"):
+                for ranged in (False, True):
+                    if (family, protocol, ranged) in replies:
+                        key = f.concat(f.payload(proto, "saddr"), f.payload(protocol, "sport"))
+                        protocol_match = f.match(f.meta("l4proto"), protocol)
+                        rules.append(
+                            [protocol_match, f.vmap(key, "@" + stateless_replies_map(family, protocol, ranged))]
+                        )
         hooks["stateless"] = ("filter", "prerouting", PRIO_RAW, rules)
     local = {(n[1], n[2]) for n in needs if n[0] == "output"}
     if local:

@@ -497,3 +497,76 @@ def test_a_change_without_element_commands_applies_and_keeps_the_farm_reachable(
     dispatch = nft(throwaway_netns, "list", "map", "inet", "lbweb", "dispatch4").stdout
     assert "198.18.100.1 . tcp . 443 : goto farm-web" in dispatch
     assert "numgen random mod 2" in nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-web").stdout
+
+
+def _hook_rules(hooks: dict, chain: str) -> list[list]:
+    creates = hooks[compiler.hook_key(chain)].creates
+    return [c["add"]["rule"]["expr"] for c in creates if c["add"].get("rule", {}).get("chain") == chain]
+
+
+def _looked_up(expr: list) -> list[str]:
+    """The named maps and sets one rule looks up ('@name' anywhere in it)."""
+    return [s[1:] for s in json.dumps(expr).split('"') if s.startswith("@")]
+
+
+def _bench_farms(backends: int, farms: int) -> list[FarmSpec]:
+    """A DNAT farm, a SNAT farm and a stateless UDP farm on single ports, then ``farms`` more DNAT farms."""
+    many = tuple(BackendSpec(id=i, address=f"198.18.1.{10 + i % 200}") for i in range(1, backends + 1))
+    specs = [
+        FarmSpec(id=1, name="d", vip="198.18.100.1", ports=((80, 80),), mode="dnat", backends=many),
+        FarmSpec(id=2, name="s", vip="198.18.100.2", ports=((80, 80),), mode="snat", backends=many),
+        FarmSpec(
+            id=3, name="u", vip="198.18.100.3", protocol="udp", ports=((53, 53),), mode="stlsdnat", backends=many[:3]
+        ),
+    ]
+    for i in range(farms):
+        vip = f"198.19.{i // 250}.{i % 250 + 1}"
+        specs.append(FarmSpec(id=10 + i, name=f"x{i}", vip=vip, ports=((80, 80),), mode="dnat", backends=many[:3]))
+    return specs
+
+
+def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms():
+    """Issue 13: the rules a packet meets do not grow with backends or farms, and the hooks every packet
+    passes look up only hash maps when no farm has a port range (an interval map keyed by a concatenation
+    costs in proportion to its elements). An established TCP packet of a DNAT farm meets, beside a
+    stateless UDP farm: one missed stateless lookup and one failed protocol match (raw), and the two
+    counter-map lookups of the per-backend accounting (forward); a stateless datagram's reply two lookups."""
+    small = compiler.compile_hooks(_bench_farms(3, 0))
+    for backends, farms in ((100, 0), (3, 10_000)):
+        assert compiler.compile_hooks(_bench_farms(backends, farms)) == small, (backends, farms)
+    assert set(small) == {"hook:stateless", "hook:forward", "hook:postrouting"}  # no guard: no farm needs one
+    udp = {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "udp"}}
+    stateless = _hook_rules(small, "stateless")
+    assert [_looked_up(r) for r in stateless] == [["stateless4"], ["stateless_replies4"]]
+    assert stateless[1][0] == udp  # a TCP packet stops at the first expression of the replies' rule
+    forward = _hook_rules(small, "forward")
+    assert [_looked_up(r) for r in forward] == [["traffic_dir"], ["traffic_be4"]]
+    maps = {c["add"]["map"]["name"]: c["add"]["map"] for c in compiler.base_commands() if "map" in c["add"]}
+    for rule in stateless + forward:
+        for name in _looked_up(rule):
+            assert "interval" not in maps[name].get("flags", ()), name
+    # New connections: the exact dispatch map first, and its entries end the hook (goto, not jump).
+    prerouting = [c["add"]["rule"]["expr"] for c in compiler.base_commands() if "rule" in c["add"]]
+    assert _looked_up(prerouting[0]) == ["dispatch4"] and "interval" not in maps["dispatch4"].get("flags", ())
+    for farm in _bench_farms(3, 0):
+        unit = compiler.compile_farm(farm)
+        pairs = zip(unit.objects.elements, unit.objects.element_values, strict=True)
+        services = [v for (name, _k), v in pairs if name.startswith(("dispatch", "stateless"))]
+        assert services and all("goto" in v for v in services), farm.name
+    # A farm's own chain for a new connection is as long with 100 backends as with 3.
+    three, hundred = (compiler.compile_farm(_bench_farms(n, 0)[0]) for n in (3, 100))
+    assert last_rule_first(three, "farm-d") == last_rule_first(hundred, "farm-d")
+
+
+def test_a_port_range_adds_its_interval_lookup_only_where_a_farm_has_one():
+    ranged = FarmSpec(id=1, name="r", vip="198.18.100.1", ports=((8000, 8100),), mode="dnat", tcp_strict=True)
+    single = replace(ranged, ports=((80, 80),))
+    assert [_looked_up(r) for r in _hook_rules(compiler.compile_hooks([single]), "guard")] == [["guard4"]]
+    assert [_looked_up(r) for r in _hook_rules(compiler.compile_hooks([ranged]), "guard")] == [["guard4_ranges"]]
+    elements = compiler.compile_farm(ranged).objects.elements
+    assert ("dispatch4_ranges", {"concat": ["198.18.100.1", "tcp", {"range": [8000, 8100]}]}) in elements
+    stateless = FarmSpec(
+        id=2, name="u", vip="198.18.100.2", protocol="udp", ports=((5000, 5010),), mode="stlsdnat", backends=(_b(1),)
+    )
+    rules = _hook_rules(compiler.compile_hooks([stateless]), "stateless")
+    assert [_looked_up(r) for r in rules] == [["stateless4_ranges"], ["stateless_replies4_ranges"]]

@@ -717,17 +717,26 @@ class AuditEventListView(RoleRequiredMixin, ListView):
 # -- the whole configuration --------------------------------------------------------------------
 
 
-class ConfigView(RoleRequiredMixin, View):
-    """Export the whole configuration as one JSON file; import one (admins), all or nothing."""
+class DocumentImportView(RoleRequiredMixin, View):
+    """A page that imports an uploaded or pasted JSON document (admins): the form, the JSON parse, the import's
+    report with status 400 when it refused. Subclasses say which form and which import."""
 
     write_role = ADMIN
-    template_name = "farms/config.html"
+    form_class: type  # a form with document_text() and dry_run
+    template_name: str
+
+    def import_document(self, document, data: dict, user):
+        raise NotImplementedError
+
+    def imported(self, result) -> HttpResponse | None:
+        """What follows a successful import: None shows the report on the page."""
+        return None
 
     def get(self, request):
-        return render(request, self.template_name, {"form": ConfigImportForm()})
+        return render(request, self.template_name, {"form": self.form_class()})
 
     def post(self, request):
-        form = ConfigImportForm(request.POST, request.FILES)
+        form = self.form_class(request.POST, request.FILES)
         result = None
         if form.is_valid():
             try:
@@ -735,39 +744,36 @@ class ConfigView(RoleRequiredMixin, View):
             except json.JSONDecodeError as exc:
                 form.add_error(None, f"Not JSON: {exc}")
             else:
-                result = config_io.import_config(document, actor=request.user, dry_run=form.cleaned_data["dry_run"])
-                if result.ok and not result.dry_run:
-                    messages.success(request, "Configuration imported; the kernel follows in a moment.")
-                    return redirect("farms:config")
+                result = self.import_document(document, form.cleaned_data, request.user)
+                if result.ok and not result.dry_run and (follow := self.imported(result)) is not None:
+                    return follow
         status = 200 if result is None or result.ok else 400
         return render(request, self.template_name, {"form": form, "result": result}, status=status)
 
 
-class NftlbImportPageView(RoleRequiredMixin, View):
+class ConfigView(DocumentImportView):
+    """Export the whole configuration as one JSON file; import one (admins), all or nothing."""
+
+    form_class = ConfigImportForm
+    template_name = "farms/config.html"
+
+    def import_document(self, document, data: dict, user):
+        return config_io.import_config(document, actor=user, dry_run=data["dry_run"])
+
+    def imported(self, result) -> HttpResponse:
+        messages.success(self.request, "Configuration imported; the kernel follows in a moment.")
+        return redirect("farms:config")
+
+
+class NftlbImportPageView(DocumentImportView):
     """Import an nftlb document (admins): all or nothing, or partial; the report says what lbweb does
     otherwise than nftlb, what it leaves out and, for a partial import, what it skipped and why."""
 
-    write_role = ADMIN
+    form_class = NftlbImportForm
     template_name = "farms/nftlb_import.html"
 
-    def get(self, request):
-        return render(request, self.template_name, {"form": NftlbImportForm()})
-
-    def post(self, request):
-        form = NftlbImportForm(request.POST, request.FILES)
-        result = None
-        if form.is_valid():
-            try:
-                document = json.loads(form.document_text())
-            except json.JSONDecodeError as exc:
-                form.add_error(None, f"Not JSON: {exc}")
-            else:
-                data = form.cleaned_data
-                result = nftlb_import(
-                    document=document, dry_run=data["dry_run"], partial=data["partial"], actor=request.user
-                )
-        status = 200 if result is None or result.ok else 400
-        return render(request, self.template_name, {"form": form, "result": result}, status=status)
+    def import_document(self, document, data: dict, user):
+        return nftlb_import(document=document, dry_run=data["dry_run"], partial=data["partial"], actor=user)
 
 
 class ConfigExportView(RoleRequiredMixin, View):

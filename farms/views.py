@@ -296,13 +296,15 @@ class ObjectEditView(RoleRequiredMixin, View):
         try:
             saved = self.save(obj, form)
         except ValidationError as exc:
-            _add_errors(form, exc)
+            add_errors(form, exc)
             return self.render_form(obj, form)
-        messages.success(request, f"{self.noun.capitalize()} {saved} saved; the kernel follows in a moment.")
+        messages.success(
+            request, f"{self.noun[:1].upper()}{self.noun[1:]} {saved} saved; the kernel follows in a moment."
+        )
         return redirect(self.done_url(saved))
 
 
-def _add_errors(form, exc: ValidationError) -> None:
+def add_errors(form, exc: ValidationError) -> None:
     if hasattr(exc, "error_dict"):
         for name, errors in exc.error_dict.items():
             form.add_error(name if name in form.fields else None, errors)
@@ -557,7 +559,7 @@ class FarmBackendsEditView(RoleRequiredMixin, View):
             services.backends_edit(farm=farm, rows=rows, removed=removed, actor=request.user)
         except services.BackendRowsError as exc:
             for index, error in exc.rows.items():
-                _add_errors(changed[index], error)
+                add_errors(changed[index], error)
             return self.render(farm, formset, status=400)
         count = len(changed) + len(removed)
         messages.success(request, f"Backends saved ({count} change{'s' if count != 1 else ''}); the kernel follows.")

@@ -199,6 +199,11 @@ def traffic_words(farm: Farm, spec) -> str:
         return f"New connections are balanced over {count} backend{'s' if count != 1 else ''}."
     if traffic == FarmTrafficChoices.OFF:
         return "The farm is off: lbweb does not serve its VIP."
+    if traffic == FarmTrafficChoices.LOCAL:
+        return (
+            "New connections go to the service listening on the VIP on the appliance itself, after the farm's "
+            "policies and limits."
+        )
     if traffic == FarmTrafficChoices.FALLBACK:
         return f"No backend takes new connections: they go to the fallback {farm.fallback_address}."
     why = "It has no backend" if not spec.backends else "No backend takes new connections"

@@ -26,7 +26,7 @@ from monitoring.selectors import open_connections
 from monitoring.store import metric_store
 
 from . import config_io, health_services, liveness, preview, services
-from .choices import BackendHealthChoices, BackendStateChoices, FarmTrafficChoices
+from .choices import BackendHealthChoices, BackendStateChoices, FarmModeChoices, FarmTrafficChoices
 from .filtersets import AuditEventFilterSet
 from .forms import (
     FARM_FIELD_WHEN,
@@ -140,6 +140,7 @@ def farm_page_context(farm: Farm) -> dict:
         "healthd_words": healthd_words(heartbeat.read_status()),
         "check": check,
         "check_is_default": check.pk is None,
+        "is_local": farm.mode == FarmModeChoices.LOCAL,
         "check_rows": check_rows,
         "traffic_words": traffic_words(farm, spec),
         "bulk_states": [(value, STATE_VERBS.get(value, label)) for value, label in BackendStateChoices.choices],

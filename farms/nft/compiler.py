@@ -22,6 +22,11 @@ Layout of the table lbweb owns (``table inet lbweb``):
   farms without conntrack (``notrack``), both ways.
 * ``postrouting`` (nat, srcnat) sends connections whose ct mark is a SNAT
   farm's to ``snat-<name>`` (masquerade or a source pool) and nothing else.
+* a ``local`` farm (nftlb's mode local: the service runs on the appliance)
+  has the same ``farm-<name>`` and guard chains without any NAT: its chain
+  ends in ``accept`` and the packet goes on to the local socket; its bytes
+  are counted in ``local-in`` (filter input: client to service) and
+  ``local-out`` (filter output: the replies), from ``traffic_dir`` too.
 
 Every packet through a hook pays for that hook's chain, so only ``prerouting``
 (it carries the skeleton's digest) is always there; ``guard``, ``stateless``,

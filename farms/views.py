@@ -26,7 +26,7 @@ from monitoring.selectors import open_connections
 from monitoring.store import metric_store
 
 from . import config_io, health_services, liveness, preview, services
-from .choices import BackendHealthChoices, BackendStateChoices, FarmTrafficChoices
+from .choices import BackendHealthChoices, BackendStateChoices, FarmModeChoices, FarmTrafficChoices
 from .filtersets import AuditEventFilterSet
 from .forms import (
     FARM_FIELD_WHEN,
@@ -140,6 +140,7 @@ def farm_page_context(farm: Farm) -> dict:
         "healthd_words": healthd_words(heartbeat.read_status()),
         "check": check,
         "check_is_default": check.pk is None,
+        "is_local": farm.mode == FarmModeChoices.LOCAL,
         "check_rows": check_rows,
         "traffic_words": traffic_words(farm, spec),
         "bulk_states": [(value, STATE_VERBS.get(value, label)) for value, label in BackendStateChoices.choices],
@@ -199,6 +200,11 @@ def traffic_words(farm: Farm, spec) -> str:
         return f"New connections are balanced over {count} backend{'s' if count != 1 else ''}."
     if traffic == FarmTrafficChoices.OFF:
         return "The farm is off: lbweb does not serve its VIP."
+    if traffic == FarmTrafficChoices.LOCAL:
+        return (
+            "New connections go to the service listening on the VIP on the appliance itself, after the farm's "
+            "policies and limits."
+        )
     if traffic == FarmTrafficChoices.FALLBACK:
         return f"No backend takes new connections: they go to the fallback {farm.fallback_address}."
     why = "It has no backend" if not spec.backends else "No backend takes new connections"

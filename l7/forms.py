@@ -10,6 +10,7 @@ from django import forms
 from farms.forms import FieldsetsMixin
 
 from . import services
+from .choices import PersistenceChoices
 from .models import Certificate, HttpService, L7Backend, L7Farm
 
 PEM = forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "mono"})
@@ -75,9 +76,9 @@ class HttpServiceForm(FieldsetsMixin, forms.ModelForm):
         ("Queue and reuse", ("queue_timeout", "reuse", "headers")),
     )
     field_when = {
-        "persistence_ttl": {"persistence": ["cookie", "source", "header"]},
-        "persistence_header": {"persistence": ["header"]},
-        "cookie_name": {"persistence": ["cookie"]},
+        "persistence_ttl": {"persistence": [value for value in PersistenceChoices.values if value]},
+        "persistence_header": {"persistence": [PersistenceChoices.HEADER.value]},
+        "cookie_name": {"persistence": [PersistenceChoices.COOKIE.value]},
     }
     service_fields = services.SERVICE_FIELDS
 

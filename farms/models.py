@@ -230,6 +230,11 @@ class Farm(models.Model):
         return parse_ports(self.ports)
 
     @property
+    def is_l7(self) -> bool:
+        """Served by HAProxy (l7/), not by the kernel."""
+        return self.mode in L7_MODES
+
+    @property
     def apply_status(self) -> str:
         if self.applied_generation >= self.config_generation:
             return ApplyStatusChoices.APPLIED

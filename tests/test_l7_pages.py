@@ -92,6 +92,7 @@ def test_options_services_and_backend_options_through_the_pages(admin, shop):
     assert saved.status_code == 302
     assert (L7Backend.objects.get(backend=backend).service, L7Backend.objects.get().capacity) == (api, 40)
 
+    assert f'href="/http/#farm-{shop.pk}"' in admin.get(f"/farms/{shop.pk}/").content.decode()
     listing = admin.get("/http/").content.decode()
     assert f'href="/http/services/{api.pk}/edit/"' in listing and f"/http/backends/{backend.pk}/options/" in listing
     assert admin.post(f"/http/services/{api.pk}/delete/").status_code == 302

@@ -55,7 +55,9 @@ SKUDONET_HTTPS_HTTP = 93 / 101  # SKUDONET SNA7108 HTTP profile: 93k HTTPS / 101
 WORK_MS = 20.0
 CAPACITY_PORT = 9000
 
-NGINX_PROXY = servers.NGINX_HEAD.replace("{workers}", "2") + """\
+NGINX_PROXY = (
+    servers.NGINX_HEAD.replace("{workers}", "2")
+    + """\
     upstream backends {{
         server {b1}:80;
         server {b2}:80;
@@ -75,6 +77,7 @@ NGINX_PROXY = servers.NGINX_HEAD.replace("{workers}", "2") + """\
     }}
 }}
 """
+)
 
 
 def wrk(lab: Lab, url: str, duration: float, connections: int, close: bool) -> dict:

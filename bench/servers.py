@@ -29,7 +29,9 @@ http {{
     keepalive_requests 10000000;
 """
 
-NGINX_CONF = NGINX_HEAD.replace("{workers}", "1") + """\
+NGINX_CONF = (
+    NGINX_HEAD.replace("{workers}", "1")
+    + """\
     keepalive_timeout 120s;
     server {{
         listen 80 backlog=8192;
@@ -41,6 +43,7 @@ NGINX_CONF = NGINX_HEAD.replace("{workers}", "1") + """\
     }}
 }}
 """
+)
 
 HAPROXY_CONF = """\
 global

@@ -3,10 +3,14 @@
 Layout of the table lbweb owns (``table inet lbweb``):
 
 * ``prerouting`` (nat, dstnat) looks every new connection up in a verdict map
-  keyed by ``daddr . l4proto . dport`` (``dispatch4``/``dispatch6``) or by
-  ``daddr`` alone for protocol ``all`` (``dispatch4_any``/``dispatch6_any``)
-  and jumps to the farm's chain: one lookup whatever the number of farms.
-  ``output`` does the same from ``local*`` maps for intra-connect farms.
+  keyed by ``daddr . l4proto . dport``: single ports in the hash maps
+  ``dispatch4``/``dispatch6``, port ranges (and protocol ``all``'s every
+  port) in the interval maps ``dispatch4_ranges``/``dispatch6_ranges``, looked
+  up after them; an entry is a ``goto`` to the farm's chain, so a packet found meets
+  no further lookup: one hash lookup whatever the number of farms. ``guard``,
+  ``stateless`` and ``output`` (from the ``local*`` maps, intra-connect farms)
+  key their maps the same way and look up a ``*_ranges`` map only while some
+  farm has a range.
 * ``farm-<name>`` counts the connection, sets the farm's conntrack mark,
   applies access policies, limits, logging and helpers, sends a client bound
   by persistence back to its backend, and otherwise picks one with

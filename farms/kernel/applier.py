@@ -119,6 +119,12 @@ class Kernel:
         if document.get("nftables"):
             self._run(document, steps.COMMIT)
 
+    def apply_text(self, text: str) -> None:
+        """:meth:`apply` of a document already in JSON text (what the kernel writer is sent)."""
+        rc, _out, err = self._cmd(text, steps.COMMIT)
+        if rc != 0:
+            raise ApplyError((err or f"libnftables returned {rc}").strip())
+
     def apply_incremental(self, document: dict, context: list[dict]) -> str:
         """Commit a change as one transaction written by lbweb itself (see ``transcribe``), so its cost
         does not grow with the number of farms; libnftables does it when it cannot be transcribed.

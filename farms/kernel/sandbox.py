@@ -30,6 +30,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from farms.nft.compiler import merge_elements
+
 from . import nfmsg, steps
 from .applier import ApplyError, Kernel
 
@@ -144,7 +146,7 @@ class IsolatedKernel(Kernel):
         """The document goes to the writer as its JSON text, which libnftables reads anyway: pickled as
         dicts it cost the writer ~1 GB and seconds of unpickling at 10,000 farms."""
         if document.get("nftables"):
-            writer().call("apply_text", json.dumps(document))
+            writer().call("apply_text", json.dumps(merge_elements(document)))
 
     def apply_incremental(self, document: dict, context: list[dict]) -> str:
         if not document.get("nftables"):

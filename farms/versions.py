@@ -62,36 +62,42 @@ class FarmParts:
     change of one farm exports that farm alone: a whole export at 10,000 farms took 1.6-1.9 s, and
     ran after every apply, in front of the next one (``bench/versions.py``).
 
-    A farm's entry is exported again when its configuration generation or its ``updated`` time moved
-    (every service that changes what the export shows, the farm's fields, backends and static sessions,
-    bumps both: the same test the worker's compile cache makes, so a version says what the kernel got)
-    or when the names of its policies changed (a policy renamed moves no farm's generation). Empty at
-    start: the worker's first version exports every farm."""
+    A farm is exported again when its configuration generation is newer than the last version's: every
+    service that changes what the export shows (the farm's fields and policies, its backends and static
+    sessions, a policy it uses) gives the farm a new generation, the same test the worker's compile
+    cache makes, so a version says what the kernel got. New farms are exported, deleted ones dropped.
+    Empty at start: the worker's first version exports every farm; a generation counter that went back
+    (a database restored under a running worker) empties it again."""
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self.farms: dict[int, tuple[tuple, str, str]] = {}  # id -> (freshness key, name, part digest)
+        self.farms: dict[int, tuple[str, str, int]] = {}  # id -> (name, part digest, backends)
+        self.seen = -1  # every remembered part is of this configuration generation or newer
         self.exported = 0  # farm entries exported by the last call (for tests and the log)
+
+    def backends(self) -> int:
+        return sum(farm[2] for farm in self.farms.values())
 
     def manifest(self) -> tuple[Json, dict[str, Any]]:
         """(this configuration's manifest, the parts it needs by digest, at least every part not stored
-        before by this process)."""
-        names: dict[int, list[str]] = {}
-        for farm_id, name in Farm.policies.through.objects.values_list("farm_id", "policy__name"):
-            names.setdefault(farm_id, []).append(name)
-        rows = Farm.objects.values_list("id", "name", "config_generation", "updated")
-        keys = {fid: ((generation, updated, tuple(sorted(names.get(fid, ())))), name)
-                for fid, name, generation, updated in rows}  # fmt: skip
-        stale = [fid for fid, (key, _name) in keys.items() if self.farms.get(fid, (None,))[0] != key]
+        before by this process). Costs the changed farms' export plus one list of farm ids."""
+        current = ConfigGeneration.current()
+        if current < self.seen:
+            self.reset()
+        ids = set(Farm.objects.values_list("id", flat=True))
+        stale = ids - self.farms.keys()
+        if self.seen >= 0:
+            stale |= set(Farm.objects.filter(config_generation__gt=self.seen).values_list("id", flat=True))
         parts: dict[str, Any] = {}
-        for fid, entry in (config_io.farm_entries(stale) if stale else {}).items():
+        for fid, entry in (config_io.farm_entries(sorted(stale)) if stale else {}).items():
             digest = part_digest(entry)
             parts[digest] = entry
-            self.farms[fid] = (keys[fid][0], entry["name"], digest)
-        for gone in set(self.farms) - set(keys):
+            self.farms[fid] = (entry["name"], digest, len(entry["backends"]))
+        for gone in self.farms.keys() - ids:
             del self.farms[gone]
+        self.seen = current
         self.exported = len(stale)
         policies = config_io.export_policies()
         parts[part_digest(policies)] = policies
@@ -101,7 +107,7 @@ class FarmParts:
             parts[sections[key]] = content
         manifest = {
             "policies": part_digest(policies),
-            "farms": [digest for _key, _name, digest in sorted(self.farms.values(), key=lambda f: f[1])],
+            "farms": [digest for _name, digest, _n in sorted(self.farms.values())],
             "sections": sections,
         }
         return manifest, parts
@@ -157,16 +163,13 @@ def _record(run: ApplyRun) -> ConfigVersion | None:
         ConfigPart.objects.bulk_create(
             [ConfigPart(digest=d, content=c) for d, c in parts.items()], ignore_conflicts=True, batch_size=500
         )
-        farms = [parts.get(d) for d in manifest["farms"]]
-        if any(f is None for f in farms):  # counts from the stored parts of the farms that did not change
-            farms = assemble(manifest)["farms"]
         version = ConfigVersion.objects.create(
             generation=run.generation,
             digest=digest,
             manifest=manifest,
             apply_run=run,
-            farms=len(farms),
-            backends=sum(len(f["backends"]) for f in farms),
+            farms=len(manifest["farms"]),
+            backends=PARTS.backends(),
             policies=len(parts[manifest["policies"]]),
         )
         prune()

@@ -28,6 +28,15 @@ def fast_password_hashing():
     get_hashers_by_algorithm.cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def forget_config_parts():
+    """The configuration history remembers each farm's part in the process (``versions.PARTS``); each
+    test's database starts afresh, so the memory must too (a worker's database never goes back)."""
+    from farms import versions
+
+    versions.PARTS.reset()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def cookies_over_plain_http():
     """Django's live server speaks plain HTTP: Secure cookies would never come back from a client.

@@ -267,7 +267,7 @@ def test_a_version_after_a_change_of_one_farm_exports_that_farm_alone(monkeypatc
         {"name": f"f7/{farms[7].backends.get()}", "fields": [{"field": "weight", "old": 1, "new": 9}]}
     ]
     services.farm_update(farm=farms[3], policies=[services.policy_create(name="blocked", elements="198.18.9.0/24")])
-    services.policy_update(policy=services.Policy.objects.get(), name="denied")  # moves no farm's generation
+    services.policy_update(policy=services.Policy.objects.get(), name="denied")  # its farms' generation moves
     (f3,) = [f for f in version_now().document["farms"] if f["name"] == "f3"]
     assert f3["policies"] == ["denied"]
 

@@ -256,6 +256,7 @@ class UnitCache:
 
     def reset(self) -> None:
         self.farms: dict[int, tuple[int, compiler.UnitRuleset, frozenset]] = {}
+        self.seen: int | None = None  # the configuration generation the farms above are compiled at
         self.policies: dict[int, tuple[int, compiler.UnitRuleset]] = {}
         self.kernel: dict[str, compiler.UnitObjects] | None = None
         # (ruleset generation id, configuration generation) when the kernel was last known to match
@@ -266,10 +267,18 @@ class UnitCache:
         and why, isolated farms)."""
         with transaction.atomic():
             generation = ConfigGeneration.current()
-            farm_rows = dict(Farm.objects.exclude(mode__in=L7_MODES).values_list("id", "config_generation"))
-            dynamic = set(Farm.objects.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
-            stale = [fid for fid, g in farm_rows.items() if fid in dynamic or self.farms.get(fid, (None,))[0] != g]
-            specs = [farm_spec(f) for f in farms_queryset().filter(id__in=stale)] if stale else []
+            if self.seen is not None and generation < self.seen:  # the database went back: forget it all
+                self.farms.clear()
+                self.seen = None
+            kernel_farms = Farm.objects.exclude(mode__in=L7_MODES)
+            farm_ids = set(kernel_farms.values_list("id", flat=True))
+            dynamic = set(kernel_farms.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
+            # Changed since the cache was last filled: one indexed query, not a row of every farm to compare
+            # (a generation only grows, and every write gives its farms a new one).
+            newer = kernel_farms if self.seen is None else kernel_farms.filter(config_generation__gt=self.seen)
+            stale = sorted((farm_ids - self.farms.keys()) | dynamic | set(newer.values_list("id", flat=True)))
+            queryset = farms_queryset() if self.seen is None else farms_queryset().filter(id__in=stale)
+            specs = [farm_spec(f) for f in queryset] if stale else []
             policy_rows = dict(Policy.objects.values_list("id", "config_generation"))
             stale_policies = [pid for pid, g in policy_rows.items() if self.policies.get(pid, (None,))[0] != g]
             policies = [policy_spec(p) for p in Policy.objects.filter(id__in=stale_policies)] if stale_policies else []
@@ -277,13 +286,14 @@ class UnitCache:
         snap = localise(Snapshot(generation, specs, policies))
         for spec in snap.specs:
             if spec.id not in snap.failures:
-                self.farms[spec.id] = (farm_rows[spec.id], compiler.compile_farm(spec), compiler.farm_needs(spec))
+                self.farms[spec.id] = (generation, compiler.compile_farm(spec), compiler.farm_needs(spec))
             else:
                 self.farms.pop(spec.id, None)
         for policy in policies:
             self.policies[policy.id] = (policy_rows[policy.id], compiler.compile_policy(policy))
-        for gone in set(self.farms) - set(farm_rows):
+        for gone in self.farms.keys() - farm_ids:
             del self.farms[gone]
+        self.seen = generation
         for gone in set(self.policies) - set(policy_rows):
             del self.policies[gone]
         compiled = compiler.hooks_for(set().union(*(needs for _g, _u, needs in self.farms.values())))

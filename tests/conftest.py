@@ -30,11 +30,16 @@ def fast_password_hashing():
 
 @pytest.fixture(autouse=True)
 def forget_config_parts():
-    """The configuration history remembers each farm's part in the process (``versions.PARTS``); each
-    test's database starts afresh, so the memory must too (a worker's database never goes back)."""
+    """The configuration history and the worker's compile cache remember farms by generation in the process
+    (``versions.PARTS``, ``dataplane.CACHE``); each test's database starts afresh, so must they (a
+    worker's database never goes back)."""
+    import sys
+
     from farms import versions
 
     versions.PARTS.reset()
+    if "farms.dataplane" in sys.modules:  # the same for the compile cache, where a test loaded the worker's code
+        sys.modules["farms.dataplane"].CACHE.reset()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -301,6 +301,16 @@ class UnitCache:
         compiled.update({unit.key: unit for _g, unit, _n in self.farms.values()})
         return generation, hold(compiled, isolated, self.applied()), snap.failures, isolated
 
+    def fill(self, generation: int, specs: list, units: dict[str, compiler.UnitRuleset]) -> None:
+        """Remember the farms a full rebuild compiled (read at ``generation``): the next change then
+        compiles its own farm, not all of them again."""
+        self.farms = {
+            spec.id: (generation, units[compiler.farm_key(spec.id)], compiler.farm_needs(spec))
+            for spec in specs
+            if compiler.farm_key(spec.id) in units
+        }
+        self.seen = generation
+
     def applied(self) -> dict[str, compiler.UnitObjects]:
         if self.kernel is None:
             self.kernel = {u.key: compiler.UnitObjects.from_json(u.objects_json) for u in KernelUnit.objects.all()}
@@ -640,6 +650,7 @@ class Applier:
         if carried:
             log.info("%s: %d learnt element(s) and %d counter(s) carried over", reason, carried, len(counters))
         units = compiler.compile_units(good, snap.policies)
+        CACHE.fill(snap.generation, good, units)
         outcome.changed = sorted(units)
         outcome.commands = len(document["nftables"])
         outcome.writer = "libnftables"

@@ -68,7 +68,8 @@ def start_gunicorn(env: dict, log_path: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [str(GUNICORN), "lbweb.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+            # --timeout: a request held up by a busy shared machine is measured, not killed at 30 s
+            [str(GUNICORN), "lbweb.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2", "--timeout", "300"],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -369,6 +370,9 @@ def main() -> None:
             stage["full_apply"] = cp_scale.full_apply(
                 count, args.backends, redis_client, args.drain_seconds, worker.proc.pid
             )
+            memory = stage["full_apply"]["worker_memory"]
+            progress(f"  worker: {memory['cpu_s']} s CPU, peak {memory['peak_tree_rss_mb']} MB summed RSS,"
+                     f" VmHWM {memory['process_hwm_mb'][:4]}")  # fmt: skip
             progress(f"  the worker applied them in {stage['full_apply']['worker_apply_s']:.2f} s;"
                      f" the kernel limit (nft -j -f, {args.full_reps} time(s))")  # fmt: skip
             cp_scale.with_kernel_limit(stage["full_apply"], count, lab.lb, env, str(tmp / f"full-{count}.json"),

@@ -608,17 +608,23 @@ def _snat(b: _Builder, farm: FarmSpec) -> None:
     b.element("snat_farms", farm.mark, f.jump(chain))
 
 
+def _direction_counters(b: _Builder, farm: FarmSpec, others: tuple[str, ...] = ()) -> None:
+    """The farm's byte counters by direction (and ``others``), the first two reached through ``traffic_dir``
+    by the connection's ct mark."""
+    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
+    for name in (*directions.values(), *others):
+        b.obj("counter", f.counter(name))
+    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
+    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
+
+
 def _traffic(b: _Builder, farm: FarmSpec) -> None:
     """The farm's byte counters and its entries in the forward hook's counter maps (see the module's docstring).
 
     Disabled backends are counted too: their established connections still carry traffic.
     """
-    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
     backends = sorted(farm.backends, key=lambda x: x.id)
-    for name in [*directions.values(), *(backend_traffic_counter_name(farm.name, x.id) for x in backends)]:
-        b.obj("counter", f.counter(name))
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
+    _direction_counters(b, farm, tuple(backend_traffic_counter_name(farm.name, x.id) for x in backends))
     seen = set()
     for backend in backends:
         if backend.address in seen:
@@ -728,11 +734,7 @@ def _local_farm(b: _Builder, farm: FarmSpec) -> Json:
     if farm.intra_connect:  # nftlb's output chains: the appliance's own connections to the VIP are limited too
         for map_name, key in _dispatch_keys(farm, "local"):
             b.element(map_name, key, f.jump(chain))
-    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
-    for name in directions.values():
-        b.obj("counter", f.counter(name))
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
+    _direction_counters(b, farm)
     _guard_chain(b, farm)
     return last
 

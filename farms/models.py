@@ -231,6 +231,11 @@ class Farm(models.Model):
         return parse_ports(self.ports)
 
     @property
+    def is_l7(self) -> bool:
+        """Served by HAProxy (l7/), not by the kernel."""
+        return self.mode in L7_MODES
+
+    @property
     def apply_status(self) -> str:
         if self.applied_generation >= self.config_generation:
             return ApplyStatusChoices.APPLIED
@@ -281,6 +286,10 @@ class Farm(models.Model):
                 else:
                     vip_valid = True
                     errors.update(self._fallback_errors())
+        if self.mode == FarmModeChoices.LOCAL and self.pk and self.backends.exists():
+            errors.setdefault(
+                "mode", "A local farm has no backends (the service on the appliance answers): remove them."
+            )
         if not errors and vip_valid and self.pk:
             errors.update(self._backend_conflicts())
         if not errors and vip_valid:
@@ -444,6 +453,10 @@ class Backend(models.Model):
             errors["farm"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.DSR:
             errors["port"] = "DSR forwards frames unchanged: the backend must listen on the virtual port."
+        if farm and farm.mode == FarmModeChoices.LOCAL:
+            errors["farm"] = (
+                f"Farm '{farm.name}' is local: its connections go to the service on the appliance, not to backends."
+            )
         if farm and self.port is None and farm.mode in L7_MODES:
             errors["port"] = "A backend of an HTTP farm needs its port (HAProxy connects to it)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.STATELESS_DNAT:
@@ -595,11 +608,12 @@ class HealthCheck(models.Model):
 
     @classmethod
     def effective_for(cls, farm: Farm) -> HealthCheck:
-        """The farm's own check, or the unsaved default of its protocol."""
+        """The farm's own check, or the unsaved default of its protocol (none for a local farm: no backends)."""
         try:
             return farm.health_check
         except cls.DoesNotExist:
-            return cls(farm=farm, type=cls.PROTOCOL_DEFAULTS[farm.protocol])
+            local = farm.mode == FarmModeChoices.LOCAL
+            return cls(farm=farm, type=HealthCheckTypeChoices.NONE if local else cls.PROTOCOL_DEFAULTS[farm.protocol])
 
     @property
     def status_ranges(self) -> list[tuple[int, int]]:
@@ -621,6 +635,11 @@ class HealthCheck(models.Model):
         farm = getattr(self, "farm", None) if self.farm_id else None
         if farm and self.type in self.NEEDS_PORT and self.port is None and farm.protocol == FarmProtocolChoices.ALL:
             errors["port"] = f"A {self.type} check of a farm for all protocols needs the port to probe."
+        if farm and farm.mode == FarmModeChoices.LOCAL and self.type != HealthCheckTypeChoices.NONE:
+            errors["type"] = (
+                "A local farm has no backends to probe, and no check would change where its connections go: with "
+                "no service listening on the VIP the kernel itself refuses them (TCP reset, ICMP port unreachable)."
+            )
         if self.type in (HealthCheckTypeChoices.HTTP, HealthCheckTypeChoices.HTTPS):
             errors.update(self._http_errors())
         if self.type == HealthCheckTypeChoices.UDP and not self.udp_send:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from farms.nft import compiler
+from farms.nft import fragments as f
 from farms.nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from tests.stack import ROOT
 
@@ -497,6 +498,79 @@ def test_a_change_without_element_commands_applies_and_keeps_the_farm_reachable(
     dispatch = nft(throwaway_netns, "list", "map", "inet", "lbweb", "dispatch4").stdout
     assert "198.18.100.1 . tcp . 443 : jump farm-web" in dispatch
     assert "numgen random mod 2" in nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-web").stdout
+
+
+# -- nftlb's mode local: the service on the appliance itself ------------------------------
+
+LOCAL = FarmSpec(
+    id=30,
+    name="onbox",
+    vip="198.18.100.30",
+    ports=((443, 443),),
+    mode="local",
+    est_connlimit=10,
+    new_rtlimit=20,
+    rst_rtlimit=5,
+    tcp_strict=True,
+    log=True,
+    policies=(PolicySpec(id=9, name="deny9", elements=("198.18.42.0/24",)),),
+)
+
+
+def _rules(unit: compiler.UnitRuleset) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for command in unit.creates:
+        if "rule" in command.get("add", {}):
+            rule = command["add"]["rule"]
+            out.setdefault(rule["chain"], []).append(rule["expr"])
+    return out
+
+
+def test_a_local_farm_filters_limits_and_logs_then_accepts_without_nat():
+    """nftlb's run_farm_local: limits in the farm's filter chain, policies at ingress, no DNAT, no SNAT; here
+    the farm's chain (first packet) ends in accept, its guard chain (every packet) holds policies and tcp-strict."""
+    unit = compiler.compile_farm(LOCAL)
+    text = json.dumps(unit.creates)
+    for absent in ('"dnat"', '"snat"', '"masquerade"', '"numgen"', '"jhash"', "sched-", "be-onbox"):
+        assert absent not in text, absent
+    rules = _rules(unit)
+    farm = rules["farm-onbox"]
+    assert farm[0] == [{"counter": "farm-onbox"}, {"mangle": {"key": {"ct": {"key": "mark"}}, "value": 30}}]
+    assert farm[-1] == [{"accept": None}]
+    assert any("ct count" in json.dumps(r) and "saddr" in json.dumps(r) for r in farm)  # per client, as nftlb
+    assert any('"limit"' in json.dumps(r) and '"inv": true' in json.dumps(r) for r in farm)  # new-rtlimit
+    assert any('"prefix": "IN-onbox "' in json.dumps(r) for r in farm)  # log input
+    guard = json.dumps(rules["guard-onbox"])
+    assert "@policy-deny9-v4" in guard and '"invalid"' in guard and '"rst"' in guard
+    elements = {(name, json.dumps(key)) for name, key in unit.objects.elements}
+    assert ("dispatch4", json.dumps(f.concat("198.18.100.30", "tcp", 443))) in elements
+    assert not any(name in ("snat_farms", "traffic_be4", compiler.ROUTE_MARKS) for name, _key in elements)
+    assert {"traffic-in-onbox", "traffic-out-onbox"} <= {name for _kind, name in unit.objects.objects}
+
+
+def test_a_local_farm_counts_its_bytes_in_input_and_output_once_each():
+    """A local farm's packets never cross forward: its bytes are counted in the input hook (client to service)
+    and in the output hook (replies), each packet once, also for a connection from the appliance itself."""
+    hooks = compiler.compile_hooks([LOCAL])
+    assert set(hooks) == {"hook:guard", "hook:local-in", "hook:local-out"}  # no forward, no postrouting
+    by_direction = {}
+    for key in ("hook:local-in", "hook:local-out"):
+        ((rule,),) = _rules(hooks[key]).values()
+        assert rule[1] == f.counter_map_ref(f.concat(f.ct("mark"), f.ct("direction")), compiler.TRAFFIC_DIR_MAP)
+        by_direction[key] = rule[0]["match"]["right"]
+    assert by_direction == {"hook:local-in": "original", "hook:local-out": "reply"}
+    intra = compiler.compile_hooks([replace(LOCAL, intra_connect=True)])
+    assert "hook:output" in intra  # nftlb's output chains: the appliance's own connections are limited too
+    assert compiler.compile_hooks([replace(LOCAL, enabled=False)]) == {}
+
+
+def test_a_local_farm_is_taken_by_nft(throwaway_netns):
+    v6 = replace(LOCAL, id=31, name="onbox6", vip="2001:2:0:100::30", protocol="all", ports=(), policies=())
+    document = compiler.full_document([LOCAL, replace(v6, intra_connect=True)], list(LOCAL.policies))
+    result = nft(throwaway_netns, "-j", "-f", "-", document=document)
+    assert result.returncode == 0, result.stderr
+    listing = nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-onbox").stdout
+    assert "accept" in listing and "dnat" not in listing
 
 
 def test_merge_elements_sends_each_sets_additions_as_one_command_after_what_they_jump_to():

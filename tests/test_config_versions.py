@@ -259,7 +259,9 @@ def test_a_version_after_a_change_of_one_farm_exports_that_farm_alone(monkeypatc
     services.backend_update(backend=farms[7].backends.get(), weight=9)
     second = version_now()
     assert exported == [[farms[7].pk]] and versions.PARTS.exported == 1
-    assert ConfigPart.objects.count() == 20 + 1 + 1  # each farm once, f7's new part, the (empty) policy list
+    assert (
+        ConfigPart.objects.count() == 20 + 1 + 1 + 1
+    )  # each farm once, f7's new part, the (empty) policy list, l7's http section
     fresh = ConfigVersion.objects.get(pk=second.pk)
     assert fresh.document == versions.canonical(config_io.export_config())
     assert (fresh.farms, fresh.backends) == (20, 20)
@@ -283,7 +285,7 @@ def test_parts_no_version_holds_are_collected(settings):
         version_now()
     assert ConfigVersion.objects.count() == 2
     assert versions.collect_parts() == 2  # the farm's parts at weights 2 and 3
-    assert ConfigPart.objects.count() == 3  # the farm at weights 4 and 5, the policy list
+    assert ConfigPart.objects.count() == 4  # the farm at weights 4 and 5, the policy list, l7's http section
     assert [v.document["farms"][0]["backends"][0]["weight"] for v in ConfigVersion.objects.all()] == [5, 4]
 
 

@@ -22,6 +22,11 @@ Layout of the table lbweb owns (``table inet lbweb``):
   farms without conntrack (``notrack``), both ways.
 * ``postrouting`` (nat, srcnat) sends connections whose ct mark is a SNAT
   farm's to ``snat-<name>`` (masquerade or a source pool) and nothing else.
+* a ``local`` farm (nftlb's mode local: the service runs on the appliance)
+  has the same ``farm-<name>`` and guard chains without any NAT: its chain
+  ends in ``accept`` and the packet goes on to the local socket; its bytes
+  are counted in ``local-in`` (filter input: client to service) and
+  ``local-out`` (filter output: the replies), from ``traffic_dir`` too.
 
 Every packet through a hook pays for that hook's chain, so only ``prerouting``
 (it carries the skeleton's digest) is always there; ``guard``, ``stateless``,
@@ -92,6 +97,7 @@ PRIO_DSTNAT = -100
 PRIO_FILTER = 0
 PRIO_SRCNAT = 100
 TRAFFIC_DIR_MAP = "traffic_dir"  # ct mark . ct direction -> the farm's in/out counter
+LOCAL_IN, LOCAL_OUT = "local-in", "local-out"  # local farms' traffic counters: filter input and output hooks
 HOOK_PREFIX = "hook:"
 HASH_SEED = 0x6C627765  # fixed, so every lbweb node hashes a flow to the same backend
 ROUTE_MARKS = "route_marks"
@@ -602,17 +608,23 @@ def _snat(b: _Builder, farm: FarmSpec) -> None:
     b.element("snat_farms", farm.mark, f.jump(chain))
 
 
+def _direction_counters(b: _Builder, farm: FarmSpec, others: tuple[str, ...] = ()) -> None:
+    """The farm's byte counters by direction (and ``others``), the first two reached through ``traffic_dir``
+    by the connection's ct mark."""
+    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
+    for name in (*directions.values(), *others):
+        b.obj("counter", f.counter(name))
+    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
+    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
+
+
 def _traffic(b: _Builder, farm: FarmSpec) -> None:
     """The farm's byte counters and its entries in the forward hook's counter maps (see the module's docstring).
 
     Disabled backends are counted too: their established connections still carry traffic.
     """
-    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
     backends = sorted(farm.backends, key=lambda x: x.id)
-    for name in [*directions.values(), *(backend_traffic_counter_name(farm.name, x.id) for x in backends)]:
-        b.obj("counter", f.counter(name))
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
+    _direction_counters(b, farm, tuple(backend_traffic_counter_name(farm.name, x.id) for x in backends))
     seen = set()
     for backend in backends:
         if backend.address in seen:
@@ -694,6 +706,39 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
     return last
 
 
+def _local_farm(b: _Builder, farm: FarmSpec) -> Json:
+    """nftlb's mode ``local``: the VIP's service runs on the appliance itself.
+
+    Read in nftlb's code (``run_farm_local``): the farm's filter chain applies tcp-strict and the per-client
+    limits, its policies drop listed sources at ingress, and nothing is translated: the packet goes on to
+    the local socket. So the farm's chain here is a NAT farm's without the NAT: count, conntrack mark (the
+    farm's connections are counted as a NAT farm's are), the per-client limits and the ``input`` log, then
+    ``accept``; its guard chain (policies, tcp-strict, reset limit) sees every packet, as for NAT farms.
+    nftlb also writes an SNAT map for a local farm's backends, keyed by the mark the local service puts on
+    its own connections to them; lbweb's local farms have no backends (the import reports them).
+    Bytes are counted where such packets pass: ``input`` (client to service), ``output`` (the replies)."""
+    chain = farm_chain_name(farm)
+    counters = [chain]
+    if farm.policies:
+        counters.append(f"{chain}-policy")
+    if farm.new_rtlimit or farm.est_connlimit:
+        counters.append(f"{chain}-limit")
+    for name in counters:
+        b.obj("counter", f.counter(name))
+    b.chain(chain)
+    b.rule(chain, [f.counter_ref(chain), f.set_ct_mark(farm.mark)])
+    _farm_guards(b, farm, chain)
+    last = b.rule(chain, [{"accept": None}])
+    for map_name, key in _dispatch_keys(farm):
+        b.element(map_name, key, f.jump(chain))
+    if farm.intra_connect:  # nftlb's output chains: the appliance's own connections to the VIP are limited too
+        for map_name, key in _dispatch_keys(farm, "local"):
+            b.element(map_name, key, f.jump(chain))
+    _direction_counters(b, farm)
+    _guard_chain(b, farm)
+    return last
+
+
 def stateless_replies_map(family: int, protocol: str) -> str:
     """Where a stateless farm's backends' answers are recognised: by source address and port, per protocol."""
     return f"stateless_replies{family}" if protocol == "udp" else f"stateless_{protocol}_replies{family}"
@@ -743,7 +788,8 @@ def compile_farm(farm: FarmSpec) -> UnitRuleset:
     if farm.mode == "dsr":
         return dsr.compile_farm(farm, key)
     b = _Builder()
-    last = _stateless_farm(b, farm) if farm.mode == "stlsdnat" else _nat_farm(b, farm)
+    build = {"stlsdnat": _stateless_farm, "local": _local_farm}.get(farm.mode, _nat_farm)
+    last = build(b, farm)
     return b.finish(key, farm.name, last)
 
 
@@ -826,12 +872,15 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
 def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
     """What of the hook units one farm needs: the worker keeps this beside each compiled farm, so
     the hooks follow a change without every farm's specification at hand."""
-    if not farm.enabled or farm.mode not in ("snat", "dnat", "stlsdnat"):
+    if not farm.enabled or farm.mode not in ("snat", "dnat", "stlsdnat", "local"):
         return frozenset()
     any_ = farm.protocol == "all"
     if farm.mode == "stlsdnat":
         return frozenset({("stateless", farm.family)})
-    needs: set[tuple] = {("forward", farm.family, bool(farm.backends))}
+    if farm.mode == "local":
+        needs: set[tuple] = {("local_traffic",)}
+    else:
+        needs = {("forward", farm.family, bool(farm.backends))}
     if farm.policies or farm.tcp_strict or farm.rst_rtlimit or (farm.persistence and farm.sticky_backends):
         needs.add(("guard", farm.family, any_))  # the farm has a guard chain (see _guard_chain)
     if farm.intra_connect:
@@ -897,6 +946,10 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
         hooks["forward"] = ("filter", "forward", PRIO_FILTER, rules)
     if ("postrouting",) in needs:
         hooks["postrouting"] = ("nat", "postrouting", PRIO_SRCNAT, [[f.vmap(f.ct("mark"), "@snat_farms")]])
+    if ("local_traffic",) in needs:  # local farms' bytes: each packet counted once, where it meets its socket
+        count = f.counter_map_ref(f.concat(f.ct("mark"), f.ct("direction")), TRAFFIC_DIR_MAP)
+        hooks[LOCAL_IN] = ("filter", "input", PRIO_FILTER, [[f.match(f.ct("direction"), "original"), count]])
+        hooks[LOCAL_OUT] = ("filter", "output", PRIO_FILTER, [[f.match(f.ct("direction"), "reply"), count]])
     units = {}
     for chain, (type_, hook, prio, rules) in hooks.items():
         b = _Builder()

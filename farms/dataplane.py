@@ -21,6 +21,8 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from lbweb.db import read_snapshot
+
 from .choices import (
     L7_MODES,
     ApplyKindChoices,
@@ -265,7 +267,7 @@ class UnitCache:
     def current(self) -> tuple[int, dict[str, compiler.UnitRuleset], dict[int, str], dict[int, str]]:
         """(generation, every unit as the kernel should hold it, farms that could not be compiled here
         and why, isolated farms)."""
-        with transaction.atomic():
+        with read_snapshot():  # one consistent view that keeps no web write waiting (lbweb/db.py)
             generation = ConfigGeneration.current()
             if self.seen is not None and generation < self.seen:  # the database went back: forget it all
                 self.farms.clear()

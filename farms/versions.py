@@ -27,6 +27,7 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from farms.types import Json
+from lbweb.db import read_snapshot
 
 from . import config_io
 from .models import ApplyRun, ConfigGeneration, ConfigPart, ConfigVersion, Farm
@@ -152,11 +153,12 @@ def record_applied(run: ApplyRun | None) -> ConfigVersion | None:
 
 
 def _record(run: ApplyRun) -> ConfigVersion | None:
-    with transaction.atomic():
+    with read_snapshot():  # the export reads every farm: web writes must not wait for it (lbweb/db.py)
         if not fully_applied(run.generation):
             return None
         manifest, parts = PARTS.manifest()
-        digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    with transaction.atomic():
         newest = ConfigVersion.objects.only("digest").first()
         if newest is not None and newest.digest == digest:
             return None

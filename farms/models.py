@@ -17,6 +17,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from .choices import (
     L7_MODES,
@@ -798,7 +799,11 @@ class ConfigVersion(models.Model):
     created = models.DateTimeField(default=timezone.now, db_index=True)
     generation = models.BigIntegerField(help_text="The configuration generation the kernel held.")
     digest = models.CharField(max_length=64, db_index=True, help_text="SHA-256 of the canonical document.")
-    document = models.JSONField(encoder=DjangoJSONEncoder)
+    # Versions kept before parts existed hold their whole document; newer ones a manifest of ConfigParts.
+    whole = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True, db_column="document")
+    manifest = models.JSONField(
+        null=True, blank=True, help_text="Digests of the document's parts (ConfigPart): policies, each farm, sections."
+    )
     apply_run = models.ForeignKey(ApplyRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     farms = models.PositiveIntegerField(default=0)
     backends = models.PositiveIntegerField(default=0)
@@ -809,3 +814,24 @@ class ConfigVersion(models.Model):
 
     def __str__(self) -> str:
         return f"version {self.pk} (generation {self.generation}, {self.created:%Y-%m-%d %H:%M:%S})"
+
+    @cached_property
+    def document(self) -> dict:
+        """The export document of this configuration (put together from its parts)."""
+        if self.manifest is None:
+            return self.whole
+        from .versions import assemble  # versions imports these models
+
+        return assemble(self.manifest)
+
+
+class ConfigPart(models.Model):
+    """One piece of a configuration version's document (a farm with its backends, the policy list, another
+    app's section), stored once however many versions hold it: a version after a change of one farm adds
+    that farm's new part and a list of digests, not a copy of every farm (``farms/versions.py``)."""
+
+    digest = models.CharField(max_length=32, unique=True)
+    content = models.JSONField(encoder=DjangoJSONEncoder)
+
+    def __str__(self) -> str:
+        return f"part {self.digest}"

@@ -304,7 +304,10 @@ LOGGING = {
         "lbweb": {
             "handlers": ["console"],
             "level": os.environ.get("LBWEB_LOG_LEVEL", "INFO"),
-        }
+        },
+        # A request that fails (500) with its traceback, in the web's journal: Django's own handlers print it
+        # only with DEBUG and otherwise mail ADMINS, which an appliance has not (a 500 left no trace at all).
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }
 

@@ -84,3 +84,28 @@ def test_an_api_path_that_names_nothing_is_a_json_404(client):
 def test_a_metrics_since_beyond_a_redis_stream_id_is_a_400_not_a_503(client):
     response = client.get("/api/v1/metrics/system/?since=2.8671918373624822e%2B48")
     assert response.status_code == 400 and "since" in response.json()
+
+
+def test_an_unexpected_error_is_logged_with_its_traceback_where_the_journal_gets_it(client, monkeypatch):
+    """A 500 leaves its traceback on the web's stderr (the journal on the appliance): Django's own handlers print
+    it only with DEBUG and otherwise mail ADMINS. The image's first 500 (a missing time zone database) left no
+    trace at all."""
+    import io
+    import logging
+
+    from farms.api.views import FarmViewSet
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(FarmViewSet, "list", broken)
+    handler = next(h for h in logging.getLogger("django.request").handlers if isinstance(h, logging.StreamHandler))
+    stream = io.StringIO()
+    previous = handler.setStream(stream)
+    try:
+        client.raise_request_exception = False
+        assert client.get("/api/v1/farms/").status_code == 500
+    finally:
+        handler.setStream(previous)
+    assert "Internal Server Error: /api/v1/farms/" in stream.getvalue()
+    assert "RuntimeError: broken on purpose" in stream.getvalue()

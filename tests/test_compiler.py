@@ -644,3 +644,37 @@ def test_a_local_farm_is_taken_by_nft(throwaway_netns):
     assert result.returncode == 0, result.stderr
     listing = nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-onbox").stdout
     assert "accept" in listing and "dnat" not in listing
+
+
+def test_merge_elements_sends_each_sets_additions_as_one_command_after_what_they_jump_to():
+    """libnftables pays per command: a full document's single-element additions go as one per set, at the
+    place of the set's last one (after every chain they jump to); a set emptied after an addition stays."""
+    farms = [FarmSpec(id=i, name=f"m{i}", vip=f"198.18.100.{i}", ports=((80, 80),), mode="dnat",
+                      backends=(BackendSpec(id=10 * i + 1, address=f"198.18.1.{i}"),)) for i in (1, 2, 3)]  # fmt: skip
+    doc = compiler.full_document(farms)
+    merged = compiler.merge_elements(doc)["nftables"]
+    additions = [c["add"]["element"] for c in merged if "element" in c.get("add", {})]
+    names = [a["name"] for a in additions]
+    assert len(names) == len(set(names))  # one command per set
+    dispatch = next(a for a in additions if a["name"] == "dispatch4")
+    assert len(dispatch["elem"]) == 3
+    position = merged.index({"add": {"element": dispatch}})
+    assert all(
+        merged.index({"add": {"chain": {"family": "inet", "table": "lbweb", "name": f"farm-m{i}"}}}) < position
+        for i in (1, 2, 3)
+    )
+    every = sorted(
+        json.dumps(e) for c in doc["nftables"] if "element" in c.get("add", {}) for e in c["add"]["element"]["elem"]
+    )
+    assert sorted(json.dumps(e) for a in additions for e in a["elem"]) == every
+    flushed = {
+        "nftables": [*doc["nftables"], {"flush": {"map": {"family": "inet", "table": "lbweb", "name": "dispatch4"}}}]
+    }
+    assert (
+        sum(
+            1
+            for c in compiler.merge_elements(flushed)["nftables"]
+            if c.get("add", {}).get("element", {}).get("name") == "dispatch4"
+        )
+        == 3
+    )

@@ -90,11 +90,17 @@ printf 'lbweb %s, packaged by deploy/deb/build.sh from %s.\n' "$version" "$hash"
 
 # Depends: the Debian packages lbweb runs on, as that version of deploy/lib.sh lists them (the virtualenv
 # is built, not made on the target: python3-venv and python3-pip stay out), and this Python's minor version.
+# tzdata always: Django and Celery load the UTC zone through zoneinfo, which reads /usr/share/zoneinfo (the
+# virtualenv has no tzdata wheel); a minimal Debian lacks it, and without it the API's login answered 500 and
+# the worker and beat exited at start (seen in the image; lib.sh lists it since, older commits did not).
 depends=$(
   # shellcheck disable=SC1091
   . "$app/deploy/lib.sh"
-  for pkg in "${LBWEB_APT_PACKAGES[@]}"; do
-    case $pkg in python3-venv | python3-pip | python3) ;; *) printf ', %s' "$pkg" ;; esac
+  seen=" python3-venv python3-pip python3 "
+  for pkg in "${LBWEB_APT_PACKAGES[@]}" tzdata; do
+    case $seen in *" $pkg "*) continue ;; esac
+    seen="$seen$pkg "
+    printf ', %s' "$pkg"
   done
 )
 next=${pyver%.*}.$((${pyver#*.} + 1))

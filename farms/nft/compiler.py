@@ -629,17 +629,23 @@ def _snat(b: _Builder, farm: FarmSpec) -> None:
     b.element("snat_farms", farm.mark, f.jump(chain))
 
 
+def _direction_counters(b: _Builder, farm: FarmSpec, others: tuple[str, ...] = ()) -> None:
+    """The farm's byte counters by direction (and ``others``), the first two reached through ``traffic_dir``
+    by the connection's ct mark."""
+    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
+    for name in (*directions.values(), *others):
+        b.obj("counter", f.counter(name))
+    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
+    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
+
+
 def _traffic(b: _Builder, farm: FarmSpec) -> None:
     """The farm's byte counters and its entries in the forward hook's counter maps (see the module's docstring).
 
     Disabled backends are counted too: their established connections still carry traffic.
     """
-    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
     backends = sorted(farm.backends, key=lambda x: x.id)
-    for name in [*directions.values(), *(backend_traffic_counter_name(farm.name, x.id) for x in backends)]:
-        b.obj("counter", f.counter(name))
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
+    _direction_counters(b, farm, tuple(backend_traffic_counter_name(farm.name, x.id) for x in backends))
     seen = set()
     for backend in backends:
         if backend.address in seen:
@@ -749,11 +755,7 @@ def _local_farm(b: _Builder, farm: FarmSpec) -> Json:
     if farm.intra_connect:  # nftlb's output chains: the appliance's own connections to the VIP are limited too
         for map_name, key in _dispatch_keys(farm, "local"):
             _service_element(b, map_name, key, chain)
-    directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
-    for name in directions.values():
-        b.obj("counter", f.counter(name))
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
-    b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
+    _direction_counters(b, farm)
     _guard_chain(b, farm)
     return last
 
@@ -1022,6 +1024,50 @@ def base_digest() -> str:
 
 def document(commands: list[Json]) -> Json:
     return {"nftables": commands}
+
+
+def _element_target(command: Json) -> tuple[str, tuple] | None:
+    """(verb, (family, table, set)) of a command on a set, a map or its elements; None for the others."""
+    ((verb, body),) = command.items()
+    ((kind, obj),) = body.items()
+    if kind in ("element", "set", "map") and "table" in obj:
+        return (verb if kind != "element" else f"{verb} element"), (obj["family"], obj["table"], obj["name"])
+    return None
+
+
+def merge_elements(doc: Json) -> Json:
+    """The same document with each set's 'add element' commands as one, at the place of its last.
+
+    A farm adds its entries to the shared maps one command at a time (its unit is self-contained); a
+    10,000-farm document so carries 130,000 single-element commands, and libnftables pays for each
+    command (its parse, evaluation and memory: a 10,000-farm load took 63 s and 2.9 GB one way, 49 s
+    and 2.6 GB merged, in one run on a loaded machine). Same transaction, same result: every chain an
+    element jumps to is created before the last command that adds to its map; a set whose elements are
+    also deleted or flushed in the document is left as it is."""
+    commands = doc.get("nftables", [])
+    last: dict[tuple, int] = {}
+    other: set[tuple] = set()
+    for i, command in enumerate(commands):
+        target = _element_target(command)
+        if target is None:
+            continue
+        verb, where = target
+        if verb == "add element":
+            last[where] = i
+        elif verb != "add" and where in last:  # removed or emptied after an addition: keep the order as it is
+            other.add(where)
+    merged: list[Json] = []
+    pending: dict[tuple, list] = {}
+    for i, command in enumerate(commands):
+        target = _element_target(command)
+        if target is None or target[0] != "add element" or target[1] in other:
+            merged.append(command)
+            continue
+        body = command["add"]["element"]
+        pending.setdefault(target[1], []).extend(body["elem"])
+        if last[target[1]] == i:
+            merged.append({"add": {"element": {**body, "elem": pending.pop(target[1])}}})
+    return document(merged)
 
 
 _KIND_ORDER = {"hook": 0, "policy": 1, "farm": 2}

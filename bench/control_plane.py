@@ -68,7 +68,8 @@ def start_gunicorn(env: dict, log_path: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [str(GUNICORN), "lbweb.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+            # --timeout: a request held up by a busy shared machine is measured, not killed at 30 s
+            [str(GUNICORN), "lbweb.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2", "--timeout", "300"],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -135,19 +136,24 @@ def print_report(r: dict) -> None:
         print(f"{label:52} {k['n']:4} {k['p50']:8.1f} {k['p99']:8.1f} {k['max']:8.1f} {a['p50']:8.1f} {a['p99']:8.1f}")
     print("(API: the PATCH alone, sent to answered; the others: sent to the new rule announced by the kernel)")
     print()
-    print(f"Full apply: N farms x {cfg['backends']} backends created through farms.services in one commit")
+    print(f"Full apply: N farms x {cfg['backends']} backends written in one commit")
     print(f"{'farms':>7} {'worker s':>9} {'kernel s':>9} {'x kernel':>9} {'worker ms/farm':>15} {'kernel ms/farm':>15}"
-          f" {'commands':>9} {'write s':>8} {'drain s':>8}")  # fmt: skip
+          f" {'commands':>9} {'write s':>8} {'drain s':>8} {'worker MB':>10} {'max proc MB':>12}"
+          f" {'CPU s':>7}")  # fmt: skip
     for s in r["scale"]:
         f, k = s["full_apply"], s["full_apply"]["kernel_limit"]
         drained = f"{f['queue_drained_s']:.0f}{'*' if f['queue_estimated'] else ''}" if f["queue_drained_s"] else "-"
+        memory = f.get("worker_memory") or {}
         print(f"{s['farms']:7,} {f['worker_apply_s']:9.2f} {k['nft_load_s']:9.2f} {f['ratio_worker_to_kernel']:9.2f}"
               f" {f['worker_ms_per_farm']:15.2f} {k['ms_per_farm']:15.2f} {f['worker_run']['commands']:9,}"
-              f" {f['create_s']:8.1f} {drained:>8}")  # fmt: skip
+              f" {f['create_s']:8.1f} {drained:>8} {memory.get('peak_tree_rss_mb', 0):10,.0f}"
+              f" {memory.get('max_process_hwm_mb') or 0:12,.0f} {memory.get('cpu_s', 0):7.1f}")  # fmt: skip
     print("(worker: from the COMMIT to every farm recorded applied; kernel: `nft -j -f` of the full document of the")
-    print(" same configuration into the LB namespace without lbweb's table, median of --full-reps; write: the")
-    print(" services' transaction; drain: commit to the last of the one-apply-request-per-write queue handled,")
-    print(" * = estimated from the rate, the rest purged)")
+    print(" same configuration into the LB namespace without lbweb's table, median of --full-reps; write: farm 0")
+    print(" through the services and the rest as bulk rows, one transaction; drain: commit to the apply queue")
+    print(" empty (* = estimated from the rate, the rest purged); worker MB: peak of the summed RSS of the worker's")
+    print(" processes (main, pool, kernel writer, scratch) sampled every 50 ms; max proc MB: the largest VmHWM;")
+    print(" CPU s: user + system time of those processes meanwhile, the figure the machine's other load leaves alone)")
     print()
     print("Single-backend change (one backend's weight through the API), N farms present")
     print(
@@ -202,6 +208,8 @@ def record_figures(r: dict) -> dict[str, float | None]:
         figures[f"full apply {n:,} farms, worker s"] = f.get("worker_apply_s")
         figures[f"full apply {n:,} farms, nft -j -f s"] = f.get("kernel_limit", {}).get("nft_load_s")
         figures[f"full apply {n:,} farms, tasks queued"] = f.get("queued_tasks", f.get("apply_requests"))
+        figures[f"full apply {n:,} farms, worker peak MB"] = (f.get("worker_memory") or {}).get("peak_tree_rss_mb")
+        figures[f"full apply {n:,} farms, worker CPU s"] = (f.get("worker_memory") or {}).get("cpu_s")
         figures[f"single change at {n:,} farms, p50 ms"] = s.get("single", {}).get("kernel_ms", {}).get("p50")
     growth = r.get("single_growth") or {}
     figures["single change, largest / smallest count"] = growth.get("kernel_p50")
@@ -359,7 +367,12 @@ def main() -> None:
                 stage["deleted_before"] = removed
             time.sleep(gap)
             progress(f"{count:,} farms x {args.backends} backends: creating them through farms.services")
-            stage["full_apply"] = cp_scale.full_apply(count, args.backends, redis_client, args.drain_seconds)
+            stage["full_apply"] = cp_scale.full_apply(
+                count, args.backends, redis_client, args.drain_seconds, worker.proc.pid
+            )
+            memory = stage["full_apply"]["worker_memory"]
+            progress(f"  worker: {memory['cpu_s']} s CPU, peak {memory['peak_tree_rss_mb']} MB summed RSS,"
+                     f" VmHWM {memory['process_hwm_mb'][:4]}")  # fmt: skip
             progress(f"  the worker applied them in {stage['full_apply']['worker_apply_s']:.2f} s;"
                      f" the kernel limit (nft -j -f, {args.full_reps} time(s))")  # fmt: skip
             cp_scale.with_kernel_limit(stage["full_apply"], count, lab.lb, env, str(tmp / f"full-{count}.json"),

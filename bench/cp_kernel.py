@@ -234,8 +234,10 @@ class Watcher:
 # first, so each load starts from an empty namespace; the document rebuilds the same table (the
 # worker's digests included), so the worker carries on as before. Nothing else writes meanwhile.
 KERNEL_LIMIT = r"""
-import json, subprocess, sys, time
+import gc, json, subprocess, sys, time
 import django
+
+gc.disable()  # as the worker compiles (farms.dataplane.cyclic_gc_paused): only the load is the kernel's limit
 
 django.setup()
 from farms.dataplane import localise, snapshot

@@ -76,3 +76,105 @@ class Api:
             f"farm {farm_id} applied",
             interval=0.02,
         )
+
+
+class TreeMemory:
+    """Peak memory of a process and all its descendants (the Celery worker: its main process, the pool
+    process that runs the tasks, the kernel writer and the scratch process that one starts).
+
+    A thread reads /proc every ``interval`` seconds: the sum of the tree's resident sets at each sample
+    (its peak is what the machine had to give the worker at once), each process's own high-water
+    mark (VmHWM, kept by the kernel: a peak between two samples is not missed), and the CPU time the
+    tree used meanwhile (user + system, the kernel's work on lbweb's netlink batches included): on a
+    shared machine the wall time is the others' as much as lbweb's, the CPU time is lbweb's own.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.05):
+        import threading
+
+        self.pid, self.interval = pid, interval
+        self.peak_sum_kb = 0
+        self.hwm_kb: dict[int, tuple[str, int]] = {}
+        self.cpu_first: dict[int, int] = {}  # pid -> user + system clock ticks when first seen (0: born since)
+        self.cpu_last: dict[int, int] = {}
+        self._started = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def _status(pid: int) -> dict[str, str]:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError:
+            return {}
+        return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+    def tree(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry.name))
+        found, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo += children.get(pid, [])
+        return found
+
+    @staticmethod
+    def _cpu_ticks(pid: int) -> int | None:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return int(fields[11]) + int(fields[12])  # utime, stime
+
+    def sample(self) -> None:
+        total = 0
+        for pid in self.tree():
+            status = self._status(pid)
+            if not status:
+                continue
+            ticks = self._cpu_ticks(pid)
+            if ticks is not None:
+                self.cpu_first.setdefault(pid, ticks if not self._started else 0)
+                self.cpu_last[pid] = ticks
+            rss = int(status.get("VmRSS", "0 kB").split()[0])
+            hwm = int(status.get("VmHWM", "0 kB").split()[0])
+            total += rss
+            name = status.get("Name", "?").strip()
+            if hwm >= self.hwm_kb.get(pid, ("", 0))[1]:
+                self.hwm_kb[pid] = (name, hwm)
+        self.peak_sum_kb = max(self.peak_sum_kb, total)
+        self._started = True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+        self.sample()
+
+    def figures(self) -> dict:
+        """Peak of the tree's summed RSS and each process's VmHWM, in MB (largest first)."""
+        hwm = sorted(self.hwm_kb.items(), key=lambda item: -item[1][1])
+        import os
+
+        ticks = sum(self.cpu_last[pid] - self.cpu_first.get(pid, 0) for pid in self.cpu_last)
+        return {
+            "cpu_s": round(ticks / os.sysconf("SC_CLK_TCK"), 2),  # the tree's user + system time meanwhile
+            "peak_tree_rss_mb": round(self.peak_sum_kb / 1024, 1),
+            "max_process_hwm_mb": round(hwm[0][1][1] / 1024, 1) if hwm else None,
+            "process_hwm_mb": [[pid, name, round(kb / 1024, 1)] for pid, (name, kb) in hwm],
+        }

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import datetime
 import http.client
+import ipaddress
 import json
 import os
 import platform
@@ -40,6 +41,8 @@ sys.path.insert(0, str(ROOT))
 from bench import measure, report, topology  # noqa: E402
 from bench.appliance import Appliance  # noqa: E402
 from bench.servers import DNS_NAME, nginx_starter, start_dnsmasq, start_haproxy, stop  # noqa: E402
+from farms.nft import compiler  # noqa: E402
+from farms.nft.spec import BackendSpec, FarmSpec  # noqa: E402
 from tests.lab import backend4, run_in_netns, vip4  # noqa: E402
 
 APT_TOOLS = {
@@ -65,6 +68,9 @@ DNS_CONTROL_PORT = 5300
 MINIMAL_VIPS = {"dnat": vip4(11), "snat": vip4(12), "udp": vip4(13), "stateless": vip4(14), "dnat-100": vip4(15)}
 NFTLB_VIPS = {"dnat": vip4(21), "snat": vip4(22), "udp": vip4(23)}
 MANY_VIP = vip4(7)  # lbweb's farm of MANY_BACKENDS backends
+COMPILED_VIPS = {"dnat": vip4(31), "stlsdnat": vip4(32)}  # lbweb's compiled farm loaded without the worker
+FILLER_FARMS = 10_000  # the other farms of the lbweb-c10k-* cases: half DNAT (TCP), half stateless (UDP)
+FILLER_BASE = "198.19.0.1"  # their VIPs, then their backends: map keys only, no packet is sent to them
 MANY_BACKENDS = 100
 EXTRA_BACKEND_BASE = 100  # 198.18.1.100-199: secondary addresses of the backends for the 100-backend farms
 HAPROXY_SOURCE = "198.18.1.2"  # HAProxy's connections to the backends; lbweb's SNAT uses 198.18.1.1
@@ -97,6 +103,7 @@ class Case:
     prepare: Callable[[Bench], None] = lambda bench: None
     available: Callable[[Bench], str | None] = lambda bench: None
     ruleset: str = ""  # a case of another ruleset: its tables, loaded (nft -f) for each of its runs only
+    ruleset_json: Path | None = None  # the same, as a libnftables JSON document (nft -j -f)
     peers: dict[str, str] = field(default_factory=dict)  # "minimal"/"nftlb" -> the case of the same farm
     unavailable: str | None = field(default=None, init=False)
 
@@ -119,6 +126,7 @@ class Bench:
         self.dns: list[subprocess.Popen] = []
         self.farm_ids: list[int] = []
         self.clients: dict[str, list[measure.Client]] = {}
+        self.document: Path | None = None  # the compiled case's document in the LB's kernel (lbweb's table)
 
     def add_clients(self, cases: list[Case], count: int) -> None:
         """``count`` clients per case, each with its own source address: TIME-WAIT sockets one case
@@ -189,6 +197,21 @@ class Bench:
         if case.ruleset:
             command = ["ip", "netns", "exec", self.lab.lb, "nft", "-f", "-"]
             subprocess.run(command, input=case.ruleset, text=True, check=True, capture_output=True)
+        self.swap_document(case.ruleset_json)
+
+    def swap_document(self, path: Path | None) -> None:
+        """Load a compiled case's document (``nft -j -f``), unless it is the one already loaded: a document of
+        10,000 farms takes the kernel a minute, so the cases that share one run in a row on one load.
+        ``None``: remove what a compiled case left (before any other case runs)."""
+        if path == self.document:
+            return
+        if self.document is not None:
+            self.lab.ns(self.lab.lb, "nft", "delete", "table", "inet", "lbweb", check=False)
+            self.document = None
+        if path is not None:
+            command = ["ip", "netns", "exec", self.lab.lb, "nft", "-j", "-f", str(path)]
+            subprocess.run(command, check=True, capture_output=True)
+            self.document = path
 
     def drop_ruleset(self, case: Case) -> None:
         for family, name in ruleset_tables(case.ruleset):
@@ -385,6 +408,80 @@ def minimal_case(name: str, kind: str, **extra) -> Case:
     return case
 
 
+def compiled_farm(mode: str) -> FarmSpec:
+    """The farm of a compiled case, as the REST API would make it (round robin over the three backends)."""
+    udp = mode == "stlsdnat"
+    port = DNS_PORT if udp else 80
+    backends = tuple(BackendSpec(id=3 * udp + i + 1, address=b) for i, b in enumerate(ROUTED_BACKENDS))
+    return FarmSpec(
+        id=1 + udp,
+        name=f"bench-{mode}",
+        vip=COMPILED_VIPS[mode],
+        protocol="udp" if udp else "tcp",
+        ports=((port, port),),
+        mode=mode,
+        backends=backends,
+    )
+
+
+def filler_farms(count: int) -> list[FarmSpec]:
+    """``count`` more farms beside a compiled case's: even ones DNAT over TCP, odd ones stateless UDP, three
+    backends each, all on addresses of their own (a stateless farm knows its replies by backend address)."""
+    base = ipaddress.IPv4Address(FILLER_BASE)
+    farms = []
+    for i in range(count):
+        udp = i % 2 == 1
+        backends = tuple(BackendSpec(id=3 * i + j + 10, address=str(base + count + 3 * i + j)) for j in range(3))
+        port = DNS_PORT if udp else 80
+        farms.append(
+            FarmSpec(
+                id=i + 3,
+                name=f"x{i}",
+                vip=str(base + i),
+                protocol="udp" if udp else "tcp",
+                ports=((port, port),),
+                mode="stlsdnat" if udp else "dnat",
+                backends=backends,
+            )
+        )
+    return farms
+
+
+def without_forward(command: dict) -> bool:
+    """A diagnostic variant's filter: the forward hook (per-backend byte accounting) left out."""
+    body = next(iter(next(iter(command.values())).values()))
+    return not (isinstance(body, dict) and "forward" in (body.get("name"), body.get("chain")))
+
+
+def without_fib(command: dict) -> bool:
+    """A diagnostic variant's filter: the FIB test that keeps the appliance's own conversations with a
+    stateless farm's backends unrewritten, left out (as the minimal ruleset does without it)."""
+    return '"fib"' not in json.dumps(command)
+
+
+def compiled_case(name: str, mode: str, filler: int, keep: Callable[[dict], bool] | None = None, **extra) -> Case:
+    """lbweb's compiler output for one farm, loaded with ``nft -j -f`` while the worker is stopped; with
+    ``filler``, beside that many other farms (and the other compiled case's farm: both 10,000-farm cases share
+    one document, loaded once for both): the per-packet cost of lbweb's ruleset at a size the worker would
+    take many minutes to build through the services. The document is the worker's full apply's
+    (``full_document``). ``keep``: a filter of its commands, for a diagnostic variant."""
+    case = Case(name, extra.pop("baseline", "baseline"), lbweb=False, host=COMPILED_VIPS[mode], **extra)
+
+    def prepare(bench: Bench) -> None:
+        if mode == "stlsdnat":
+            bench.start_dns()
+        path = bench.workdir / (f"compiled-{filler}.json" if filler else f"{name}.json")
+        if not path.exists():
+            farms = [compiled_farm(m) for m in COMPILED_VIPS] if filler else [compiled_farm(mode)]
+            document = compiler.full_document([*farms, *filler_farms(filler)])
+            document["nftables"] = [c for c in document["nftables"] if keep is None or keep(c)]
+            path.write_text(json.dumps(document))
+        case.ruleset_json = path
+
+    case.prepare = prepare
+    return case
+
+
 def prepare_haproxy(bench: Bench) -> None:
     lab = bench.lab
     lab.ns(lab.lb, "ip", "addr", "add", f"{HAPROXY_VIP}/32", "dev", "lo")
@@ -395,6 +492,7 @@ def prepare_haproxy(bench: Bench) -> None:
 def all_cases() -> list[Case]:
     """Every case, in table order: each baseline first, then the cases measured against it."""
     dns = {"tool": "dnsperf", "conns": (DATAGRAMS,)}
+    stateless_peers = {"minimal": "minimal-stateless"}
     many = tuple(many_backend(i) for i in range(MANY_BACKENDS))
     return [
         Case("baseline", "baseline", lbweb=False),
@@ -412,6 +510,20 @@ def all_cases() -> list[Case]:
             backends=many,
             before=Bench.add_backend_addresses,
             peers={"minimal": "minimal-dnat-100", "nftlb": "nftlb-dnat"},
+        ),
+        compiled_case("lbweb-c1-dnat", "dnat", 0, peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat"}),
+        compiled_case(
+            "lbweb-c1-dnat-noacct",
+            "dnat",
+            0,
+            keep=without_forward,
+            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
+        ),
+        compiled_case(
+            "lbweb-c10k-dnat",
+            "dnat",
+            FILLER_FARMS,
+            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
         ),
         Case("haproxy-tcp", "baseline", lbweb=False, host=HAPROXY_VIP, prepare=prepare_haproxy),
         Case("baseline-l2", "baseline-l2", lbweb=False, segment=True),
@@ -436,6 +548,24 @@ def all_cases() -> list[Case]:
             protocol="udp",
             before=Bench.start_dns,
             peers={"minimal": "minimal-stateless"},
+            **dns,
+        ),
+        compiled_case("lbweb-c1-stateless", "stlsdnat", 0, baseline="baseline-udp", peers=stateless_peers, **dns),
+        compiled_case(
+            "lbweb-c1-stateless-nofib",
+            "stlsdnat",
+            0,
+            keep=without_fib,
+            baseline="baseline-udp",
+            peers=stateless_peers | {"1 farm": "lbweb-c1-stateless"},
+            **dns,
+        ),
+        compiled_case(
+            "lbweb-c10k-stateless",
+            "stlsdnat",
+            FILLER_FARMS,
+            baseline="baseline-udp",
+            peers=stateless_peers | {"1 farm": "lbweb-c1-stateless"},
             **dns,
         ),
         minimal_case("minimal-dnat-udp", "udp", baseline="baseline-udp", before=Bench.start_dns, **dns),
@@ -471,8 +601,9 @@ def ensure_tools(install: bool) -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         pip = [str(ROOT / ".venv" / "bin" / "pip"), "install", "-q", "-r", str(REQUIREMENTS)]
-        if not install:
-            sys.exit(f"matplotlib is missing; run: {' '.join(pip)}")
+        if not install:  # the figures do not need it: the run goes on without its chart
+            print(f"matplotlib is missing, no chart will be drawn; to have one, run: {' '.join(pip)}", flush=True)
+            return
         subprocess.run(pip, check=True)
 
 
@@ -645,11 +776,14 @@ def run(args: argparse.Namespace) -> dict:
         bench.add_clients(runnable, args.clients)
         # Run order: the cases without lbweb, then those with it, so that the worker starts and stops
         # at most twice a round; the order still rotates from round to round.
-        running_order = sorted(runnable, key=lambda c: c.lbweb)
+        running_order = sorted(runnable, key=lambda c: (c.lbweb, str(c.ruleset_json or "")))  # shared loads in a row
         for r in range(args.rounds):
             idle = measure.idle_rates(args.idle)
             order = running_order[r % len(runnable) :] + running_order[: r % len(runnable)]
             for case in order:
+                if not case.lbweb:
+                    bench.ensure_lbweb(False)  # first: stopping the worker removes lbweb's table, a document's too
+                bench.swap_document(case.ruleset_json)
                 bench.ensure_lbweb(case.lbweb)
                 conns = [c for c in case.conns if c in args.conns or c not in HTTP_CONNS]
                 for conn in conns if r % 2 == 0 else conns[::-1]:
@@ -676,6 +810,7 @@ def run(args: argparse.Namespace) -> dict:
                         f" {figures['lb_packets']:5.1f} pkt/req  errors {figures['errors']}  {extra}",
                         flush=True,
                     )
+        bench.swap_document(None)
     finally:
         bench.destroy()
         if args.keep:

@@ -55,21 +55,9 @@ SKUDONET_HTTPS_HTTP = 93 / 101  # SKUDONET SNA7108 HTTP profile: 93k HTTPS / 101
 WORK_MS = 20.0
 CAPACITY_PORT = 9000
 
-NGINX_PROXY = """\
-daemon off;
-master_process on;
-worker_processes 2;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    keepalive_requests 10000000;
+NGINX_PROXY = (
+    servers.NGINX_HEAD.replace("{workers}", "2")
+    + """\
     upstream backends {{
         server {b1}:80;
         server {b2}:80;
@@ -89,6 +77,7 @@ http {{
     }}
 }}
 """
+)
 
 
 def wrk(lab: Lab, url: str, duration: float, connections: int, close: bool) -> dict:

@@ -71,16 +71,17 @@ def summarise(runs: list[dict], cases: list[dict]) -> list[dict]:
 
 def peer_table(rows: list[dict]) -> str:
     """lbweb's cases against the same farm as a minimal hand-written ruleset and as nftlb's ruleset."""
-    head = f"{'case':<22} {'conn':<10} {'req/s':>9}  {'x minimal':>9} {'x nftlb':>8}"
+    head = f"{'case':<22} {'conn':<10} {'req/s':>9}  {'x minimal':>9} {'x nftlb':>8} {'x 1 farm':>8}"
     lines = [f"{head}  {'LB us x min':>11} {'x nftlb':>8}"]
     for row in rows:
         peers = row.get("peer_ratios")
         if not peers:
             continue
-        minimal, nftlb = peers.get("minimal", {}), peers.get("nftlb", {})
+        minimal, nftlb, one = peers.get("minimal", {}), peers.get("nftlb", {}), peers.get("1 farm", {})
         lines.append(
             f"{row['case']:<22} {row['conn']:<10} {row['req_s']:>9.0f}  {_ratio(minimal.get('req_s')):>9}"
-            f" {_ratio(nftlb.get('req_s')):>8}  {_ratio(minimal.get('lb_us')):>11} {_ratio(nftlb.get('lb_us')):>8}"
+            f" {_ratio(nftlb.get('req_s')):>8} {_ratio(one.get('req_s')):>8}"
+            f"  {_ratio(minimal.get('lb_us')):>11} {_ratio(nftlb.get('lb_us')):>8}"
         )
     return "\n".join(lines)
 

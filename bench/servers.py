@@ -11,10 +11,11 @@ from pathlib import Path
 
 BODY = "lbweb bench: {name}\n"  # a small fixed body (under 30 bytes), one per backend
 
-NGINX_CONF = """\
+# What every nginx of the benches shares: foreground, files in its own directory, no logs, long keep-alive.
+NGINX_HEAD = """\
 daemon off;
 master_process on;
-worker_processes 1;
+worker_processes {workers};
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 events {{ worker_connections 8192; }}
@@ -26,6 +27,11 @@ http {{
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
     keepalive_requests 10000000;
+"""
+
+NGINX_CONF = (
+    NGINX_HEAD.replace("{workers}", "1")
+    + """\
     keepalive_timeout 120s;
     server {{
         listen 80 backlog=8192;
@@ -37,6 +43,7 @@ http {{
     }}
 }}
 """
+)
 
 HAPROXY_CONF = """\
 global

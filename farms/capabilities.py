@@ -56,6 +56,7 @@ def missing(farm, known: dict[str, bool]) -> dict[str, str]:
     """Per field, what ``farm`` asks for that the probed kernel cannot do (``known[name] is False``)."""
     errors: dict[str, str] = {}
     nat = farm.mode in (FarmModeChoices.SNAT, FarmModeChoices.DNAT)
+    dispatched = nat or farm.mode == FarmModeChoices.LOCAL  # its limits, too, act in the NAT prerouting hook
     if farm.flow_offload and known.get("flowtable") is False:
         errors["flow_offload"] = (
             "This kernel has no flowtables (CONFIG_NF_FLOW_TABLE), as the worker found when it probed it "
@@ -66,12 +67,12 @@ def missing(farm, known: dict[str, bool]) -> dict[str, str]:
             f"The conntrack helper '{farm.helper}' is not available in this kernel, as the worker found when "
             "it probed it (GET /api/v1/capabilities/): choose another or none."
         )
-    if nat and known.get("reject-nat") is False:
+    if dispatched and known.get("reject-nat") is False:
         if farm.limit_verdict == LimitVerdictChoices.REJECT:
             errors["limit_verdict"] = (
                 "This kernel cannot reject in the NAT prerouting hook (Linux 5.2 and later can): use 'drop'."
             )
-        if farm.when_all_down == FarmAllDownChoices.REJECT:
+        if nat and farm.when_all_down == FarmAllDownChoices.REJECT:
             errors["when_all_down"] = (
                 "This kernel cannot reject in the NAT prerouting hook (Linux 5.2 and later can): give the farm a "
                 "fallback address for when no backend is active."

@@ -15,6 +15,7 @@ class FarmModeChoices(models.TextChoices):
     DNAT = "dnat", "DNAT (backends see the client)"
     DSR = "dsr", "DSR (layer 2, backends answer the client directly)"
     STATELESS_DNAT = "stlsdnat", "Stateless DNAT (UDP, no conntrack)"
+    LOCAL = "local", "Local (a service on the appliance itself: filtered and limited, not forwarded)"
     HTTP = "http", "HTTP (HAProxy: routing by host and path)"
     HTTPS = "https", "HTTPS (HAProxy: TLS terminated, routing by host and path)"
 
@@ -96,6 +97,7 @@ class FarmTrafficChoices(models.TextChoices):
     BALANCED = "balanced", "Balanced over the active backends"
     FALLBACK = "fallback", "No active backend: sent to the fallback address"
     REJECTED = "rejected", "No active backend: rejected"
+    LOCAL = "local", "Delivered to the service on the appliance itself"
     OFF = "off", "Farm off"
 
 

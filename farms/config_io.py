@@ -65,36 +65,53 @@ def register_section(key: str, export: Callable[[], Any], load: Callable[[Any, I
 def export_config() -> Json:
     """Every policy and farm (with its backends and static sessions), in a stable order.
 
-    Flat reads, one query per kind grouped in Python: the worker exports after every apply that changes
-    the configuration (``versions.py``), and Django's prefetching costs ~0.8 ms per farm here (a cloned
-    queryset per farm and relation), 8 s at 10,000 farms; ``bench/versions.py`` measures it."""
+    Flat reads, one query per kind grouped in Python: Django's prefetching costs ~0.8 ms per farm here
+    (a cloned queryset per farm and relation), 8 s at 10,000 farms; ``bench/versions.py`` measures it."""
+    entries = farm_entries(None)
+    return {
+        FORMAT_KEY: FORMAT_VERSION,
+        "exported_at": timezone.now().isoformat(timespec="seconds"),
+        "policies": export_policies(),
+        "farms": sorted(entries.values(), key=lambda entry: entry["name"]),
+        **export_sections(),
+    }
+
+
+def export_policies() -> list[Json]:
+    return list(Policy.objects.order_by("name").values(*services.POLICY_FIELDS))
+
+
+def export_sections() -> Json:
+    return {key: section.export() for key, section in sorted(SECTIONS.items())}
+
+
+def farm_entries(ids: list[int] | None) -> dict[int, Json]:
+    """The export entries of the farms ``ids`` (None: every farm), by id. The configuration
+    history exports only the farms that changed since its last version (``versions.py``)."""
     from collections import defaultdict
 
+    def only(queryset, field: str):
+        return queryset if ids is None else queryset.filter(**{f"{field}__in": ids})
+
     backends: dict[int, list[Json]] = defaultdict(list)
-    for row in Backend.objects.values("farm_id", *services.BACKEND_FIELDS):
+    for row in only(Backend.objects, "farm_id").values("farm_id", *services.BACKEND_FIELDS):
         backends[row.pop("farm_id")].append(row)
     policies: dict[int, list[str]] = defaultdict(list)
-    for farm_id, name in Farm.policies.through.objects.values_list("farm_id", "policy__name"):
+    for farm_id, name in only(Farm.policies.through.objects, "farm_id").values_list("farm_id", "policy__name"):
         policies[farm_id].append(name)
     sessions: dict[int, list[Json]] = defaultdict(list)
-    for farm_id, client, address, port in StaticSession.objects.values_list(
+    for farm_id, client, address, port in only(StaticSession.objects, "farm_id").values_list(
         "farm_id", "client", "backend__address", "backend__port"
     ):
         sessions[farm_id].append({"client": client, "backend": {"address": address, "port": port}})
     return {
-        FORMAT_KEY: FORMAT_VERSION,
-        "exported_at": timezone.now().isoformat(timespec="seconds"),
-        "policies": list(Policy.objects.order_by("name").values(*services.POLICY_FIELDS)),
-        "farms": [
-            {
-                **{name: farm[name] for name in services.FARM_FIELDS},
-                "policies": sorted(policies[farm["id"]]),
-                "backends": sorted(backends[farm["id"]], key=lambda b: (b["address"], b["port"] or 0)),
-                "static_sessions": sorted(sessions[farm["id"]], key=lambda s: s["client"]),
-            }
-            for farm in Farm.objects.order_by("name").values("id", *services.FARM_FIELDS)
-        ],
-        **{key: section.export() for key, section in sorted(SECTIONS.items())},
+        farm["id"]: {
+            **{name: farm[name] for name in services.FARM_FIELDS},
+            "policies": sorted(policies[farm["id"]]),
+            "backends": sorted(backends[farm["id"]], key=lambda b: (b["address"], b["port"] or 0)),
+            "static_sessions": sorted(sessions[farm["id"]], key=lambda s: s["client"]),
+        }
+        for farm in only(Farm.objects, "id").values("id", *services.FARM_FIELDS)
     }
 
 

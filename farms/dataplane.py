@@ -21,6 +21,8 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from lbweb.db import read_snapshot
+
 from .choices import (
     L7_MODES,
     ApplyKindChoices,
@@ -256,6 +258,7 @@ class UnitCache:
 
     def reset(self) -> None:
         self.farms: dict[int, tuple[int, compiler.UnitRuleset, frozenset]] = {}
+        self.seen: int | None = None  # the configuration generation the farms above are compiled at
         self.policies: dict[int, tuple[int, compiler.UnitRuleset]] = {}
         self.kernel: dict[str, compiler.UnitObjects] | None = None
         # (ruleset generation id, configuration generation) when the kernel was last known to match
@@ -264,12 +267,20 @@ class UnitCache:
     def current(self) -> tuple[int, dict[str, compiler.UnitRuleset], dict[int, str], dict[int, str]]:
         """(generation, every unit as the kernel should hold it, farms that could not be compiled here
         and why, isolated farms)."""
-        with transaction.atomic():
+        with read_snapshot():  # one consistent view that keeps no web write waiting (lbweb/db.py)
             generation = ConfigGeneration.current()
-            farm_rows = dict(Farm.objects.exclude(mode__in=L7_MODES).values_list("id", "config_generation"))
-            dynamic = set(Farm.objects.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
-            stale = [fid for fid, g in farm_rows.items() if fid in dynamic or self.farms.get(fid, (None,))[0] != g]
-            specs = [farm_spec(f) for f in farms_queryset().filter(id__in=stale)] if stale else []
+            if self.seen is not None and generation < self.seen:  # the database went back: forget it all
+                self.farms.clear()
+                self.seen = None
+            kernel_farms = Farm.objects.exclude(mode__in=L7_MODES)
+            farm_ids = set(kernel_farms.values_list("id", flat=True))
+            dynamic = set(kernel_farms.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
+            # Changed since the cache was last filled: one indexed query, not a row of every farm to compare
+            # (a generation only grows, and every write gives its farms a new one).
+            newer = kernel_farms if self.seen is None else kernel_farms.filter(config_generation__gt=self.seen)
+            stale = sorted((farm_ids - self.farms.keys()) | dynamic | set(newer.values_list("id", flat=True)))
+            queryset = farms_queryset() if self.seen is None else farms_queryset().filter(id__in=stale)
+            specs = [farm_spec(f) for f in queryset] if stale else []
             policy_rows = dict(Policy.objects.values_list("id", "config_generation"))
             stale_policies = [pid for pid, g in policy_rows.items() if self.policies.get(pid, (None,))[0] != g]
             policies = [policy_spec(p) for p in Policy.objects.filter(id__in=stale_policies)] if stale_policies else []
@@ -277,19 +288,30 @@ class UnitCache:
         snap = localise(Snapshot(generation, specs, policies))
         for spec in snap.specs:
             if spec.id not in snap.failures:
-                self.farms[spec.id] = (farm_rows[spec.id], compiler.compile_farm(spec), compiler.farm_needs(spec))
+                self.farms[spec.id] = (generation, compiler.compile_farm(spec), compiler.farm_needs(spec))
             else:
                 self.farms.pop(spec.id, None)
         for policy in policies:
             self.policies[policy.id] = (policy_rows[policy.id], compiler.compile_policy(policy))
-        for gone in set(self.farms) - set(farm_rows):
+        for gone in self.farms.keys() - farm_ids:
             del self.farms[gone]
+        self.seen = generation
         for gone in set(self.policies) - set(policy_rows):
             del self.policies[gone]
         compiled = compiler.hooks_for(set().union(*(needs for _g, _u, needs in self.farms.values())))
         compiled.update({unit.key: unit for _g, unit in self.policies.values()})
         compiled.update({unit.key: unit for _g, unit, _n in self.farms.values()})
         return generation, hold(compiled, isolated, self.applied()), snap.failures, isolated
+
+    def fill(self, generation: int, specs: list, units: dict[str, compiler.UnitRuleset]) -> None:
+        """Remember the farms a full rebuild compiled (read at ``generation``): the next change then
+        compiles its own farm, not all of them again."""
+        self.farms = {
+            spec.id: (generation, units[compiler.farm_key(spec.id)], compiler.farm_needs(spec))
+            for spec in specs
+            if compiler.farm_key(spec.id) in units
+        }
+        self.seen = generation
 
     def applied(self) -> dict[str, compiler.UnitObjects]:
         if self.kernel is None:
@@ -444,7 +466,8 @@ class Applier:
         document, changed = compiler.incremental_document(CACHE.applied(), compiled, only=set(keys))
         if not changed:
             return
-        if is_bulk(len(changed), len(compiled)):
+        bulk = is_bulk(len(changed), len(compiled))
+        if bulk:
             self.kernel.apply(document)
             outcome.writer = "libnftables"
         else:
@@ -452,7 +475,11 @@ class Applier:
             outcome.writer = self.kernel.apply_incremental(document, context)
         outcome.commands += len(document["nftables"])
         self._store_units(compiled, changed)
-        self._fingerprint_units(changed, document)
+        if bulk:
+            del document  # ~1 GB of dicts at 10,000 farms: gone before the table is read back
+            self._fingerprint_all(only=changed)
+        else:
+            self._fingerprint_units(changed, document)
 
     def _retry_alone(self, compiled: dict, refused: dict[str, str], outcome: Outcome) -> dict[str, str]:
         """A unit refused before the rest of its change went in (a port another farm frees in the same
@@ -531,24 +558,36 @@ class Applier:
             CACHE.verified = (self.kernel.generation_id(), generation)
         return self._record(generation, ApplyKindChoices.REPAIR, f"{reason}: drift", started, outcome, compiled)
 
-    def _fingerprint_all(self) -> None:
-        """After a full write: lbweb's tables read whole, every unit's fingerprint replaced."""
+    def _fingerprint_all(self, only: list[str] | None = None) -> None:
+        """After a full write: lbweb's tables read whole, every unit's fingerprint replaced.
+
+        ``only``: after a bulk change, the fingerprints of these units alone (the others keep theirs, so a
+        unit that drifted before is still found). One read of the whole table: reading thousands of
+        units back one by one (``_fingerprint_units``) took 52 s of a 10,000-farm apply, one table
+        read about a second."""
         try:
             reading = self.kernel.read_units(CACHE.applied())
         except OSError as exc:  # the write stands; the next reconcile finds units without fingerprints
             log.warning("fingerprints not taken: %s", exc)
             return
-        store_fingerprints(reading.records, replace=True)
+        if only is None:
+            store_fingerprints(reading.records, replace=True)
+            return
+        records = {k: reading.records[k] for k in only if k in reading.records}
+        store_fingerprints(records, removed=[k for k in only if k not in reading.records])
 
     def _fingerprint_units(self, keys: set[str] | list[str], document: dict, all_maps: bool = False) -> None:
         """After an incremental write: the written units read back by name (their cost, not the table's)."""
         applied = CACHE.applied()
-        owners = drift.owners_of(applied)
         units = {k: applied[k] for k in keys if k in applied}
         if drift.SKELETON in keys:
             units[drift.SKELETON] = compiler.UnitObjects()
         elements = [body.get("element") for command in document["nftables"] for body in command.values()]
-        touched = owners.shared if all_maps else {e["name"] for e in elements if e}
+        shared = set(drift.skeleton_objects()[1])
+        touched = shared if all_maps else {e["name"] for e in elements if e} & shared
+        # Who owns every name is needed only to file the elements of a shared map the write touched; making
+        # it walks every unit (~0.1 s at 10,000 farms), which a change inside one farm (a weight) must not pay.
+        owners = drift.owners_of(applied) if touched else drift.Owners(shared=shared)
         previous = dict(KernelFingerprint.objects.filter(key__in=list(units)).values_list("key", "record"))
         try:
             records = self.kernel.probe_records(owners, units, touched, previous)
@@ -613,6 +652,7 @@ class Applier:
         if carried:
             log.info("%s: %d learnt element(s) and %d counter(s) carried over", reason, carried, len(counters))
         units = compiler.compile_units(good, snap.policies)
+        CACHE.fill(snap.generation, good, units)
         outcome.changed = sorted(units)
         outcome.commands = len(document["nftables"])
         outcome.writer = "libnftables"

@@ -25,7 +25,7 @@ class ConfigVersionListView(RoleRequiredMixin, ListView):
     paginate_by = PAGE_SIZE
 
     def get_queryset(self):
-        return ConfigVersion.objects.defer("document").select_related("apply_run")
+        return ConfigVersion.objects.defer("whole", "manifest").select_related("apply_run")
 
 
 class ConfigVersionDiffView(RoleRequiredMixin, View):
@@ -38,7 +38,7 @@ class ConfigVersionDiffView(RoleRequiredMixin, View):
         old = _version(request.GET.get("old")) or ConfigVersion.objects.filter(id__lt=new.id).first() or new
         context = {"old": old, "new": new, "change": versions.diff(old.document, new.document)}
         context["empty"] = versions.is_empty(context["change"])
-        context["choices"] = ConfigVersion.objects.defer("document")[:200]
+        context["choices"] = ConfigVersion.objects.defer("whole", "manifest")[:200]
         return render(request, "farms/configversion_diff.html", context)
 
 

@@ -17,6 +17,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from .choices import (
     L7_MODES,
@@ -230,6 +231,11 @@ class Farm(models.Model):
         return parse_ports(self.ports)
 
     @property
+    def is_l7(self) -> bool:
+        """Served by HAProxy (l7/), not by the kernel."""
+        return self.mode in L7_MODES
+
+    @property
     def apply_status(self) -> str:
         if self.applied_generation >= self.config_generation:
             return ApplyStatusChoices.APPLIED
@@ -280,6 +286,10 @@ class Farm(models.Model):
                 else:
                     vip_valid = True
                     errors.update(self._fallback_errors())
+        if self.mode == FarmModeChoices.LOCAL and self.pk and self.backends.exists():
+            errors.setdefault(
+                "mode", "A local farm has no backends (the service on the appliance answers): remove them."
+            )
         if not errors and vip_valid and self.pk:
             errors.update(self._backend_conflicts())
         if not errors and vip_valid:
@@ -443,6 +453,10 @@ class Backend(models.Model):
             errors["farm"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.DSR:
             errors["port"] = "DSR forwards frames unchanged: the backend must listen on the virtual port."
+        if farm and farm.mode == FarmModeChoices.LOCAL:
+            errors["farm"] = (
+                f"Farm '{farm.name}' is local: its connections go to the service on the appliance, not to backends."
+            )
         if farm and self.port is None and farm.mode in L7_MODES:
             errors["port"] = "A backend of an HTTP farm needs its port (HAProxy connects to it)."
         if farm and self.port is not None and farm.mode == FarmModeChoices.STATELESS_DNAT:
@@ -594,11 +608,12 @@ class HealthCheck(models.Model):
 
     @classmethod
     def effective_for(cls, farm: Farm) -> HealthCheck:
-        """The farm's own check, or the unsaved default of its protocol."""
+        """The farm's own check, or the unsaved default of its protocol (none for a local farm: no backends)."""
         try:
             return farm.health_check
         except cls.DoesNotExist:
-            return cls(farm=farm, type=cls.PROTOCOL_DEFAULTS[farm.protocol])
+            local = farm.mode == FarmModeChoices.LOCAL
+            return cls(farm=farm, type=HealthCheckTypeChoices.NONE if local else cls.PROTOCOL_DEFAULTS[farm.protocol])
 
     @property
     def status_ranges(self) -> list[tuple[int, int]]:
@@ -620,6 +635,11 @@ class HealthCheck(models.Model):
         farm = getattr(self, "farm", None) if self.farm_id else None
         if farm and self.type in self.NEEDS_PORT and self.port is None and farm.protocol == FarmProtocolChoices.ALL:
             errors["port"] = f"A {self.type} check of a farm for all protocols needs the port to probe."
+        if farm and farm.mode == FarmModeChoices.LOCAL and self.type != HealthCheckTypeChoices.NONE:
+            errors["type"] = (
+                "A local farm has no backends to probe, and no check would change where its connections go: with "
+                "no service listening on the VIP the kernel itself refuses them (TCP reset, ICMP port unreachable)."
+            )
         if self.type in (HealthCheckTypeChoices.HTTP, HealthCheckTypeChoices.HTTPS):
             errors.update(self._http_errors())
         if self.type == HealthCheckTypeChoices.UDP and not self.udp_send:
@@ -779,7 +799,11 @@ class ConfigVersion(models.Model):
     created = models.DateTimeField(default=timezone.now, db_index=True)
     generation = models.BigIntegerField(help_text="The configuration generation the kernel held.")
     digest = models.CharField(max_length=64, db_index=True, help_text="SHA-256 of the canonical document.")
-    document = models.JSONField(encoder=DjangoJSONEncoder)
+    # Versions kept before parts existed hold their whole document; newer ones a manifest of ConfigParts.
+    whole = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True, db_column="document")
+    manifest = models.JSONField(
+        null=True, blank=True, help_text="Digests of the document's parts (ConfigPart): policies, each farm, sections."
+    )
     apply_run = models.ForeignKey(ApplyRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     farms = models.PositiveIntegerField(default=0)
     backends = models.PositiveIntegerField(default=0)
@@ -790,3 +814,24 @@ class ConfigVersion(models.Model):
 
     def __str__(self) -> str:
         return f"version {self.pk} (generation {self.generation}, {self.created:%Y-%m-%d %H:%M:%S})"
+
+    @cached_property
+    def document(self) -> dict:
+        """The export document of this configuration (put together from its parts)."""
+        if self.manifest is None:
+            return self.whole
+        from .versions import assemble  # versions imports these models
+
+        return assemble(self.manifest)
+
+
+class ConfigPart(models.Model):
+    """One piece of a configuration version's document (a farm with its backends, the policy list, another
+    app's section), stored once however many versions hold it: a version after a change of one farm adds
+    that farm's new part and a list of digests, not a copy of every farm (``farms/versions.py``)."""
+
+    digest = models.CharField(max_length=32, unique=True)
+    content = models.JSONField(encoder=DjangoJSONEncoder)
+
+    def __str__(self) -> str:
+        return f"part {self.digest}"

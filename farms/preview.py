@@ -24,6 +24,7 @@ from .choices import L7_MODES, FarmModeChoices, FarmStateChoices
 from .models import Backend, Farm, Policy
 from .nft import compiler
 from .nft.spec import BackendSpec, FarmSpec, PolicySpec
+from .ports import parse_ports
 from .summary import summarise
 from .translate import farm_spec
 
@@ -102,13 +103,19 @@ def _others_needs(farm_id: int) -> set:
     rows = Farm.objects.exclude(id=farm_id).exclude(mode__in=L7_MODES)
     rows = rows.annotate(backend_count=Count("backends", distinct=True), policy_count=Count("policies", distinct=True))
     fields = ("id", "name", "vip", "protocol", "mode", "state", "tcp_strict", "rst_rtlimit", "intra_connect")
-    for row in rows.values(*fields, "flow_offload", "persistence", "backend_count", "policy_count"):
+    stateless = []
+    for row in rows.values(*fields, "ports", "flow_offload", "persistence", "backend_count", "policy_count"):
+        # A stateless farm's hook lookups follow its backends' ports: its whole spec, below.
+        if row["mode"] == FarmModeChoices.STATELESS_DNAT:
+            stateless.append(row["id"])
+            continue
         backends = (BackendSpec(id=0, address=row["vip"]),) if row["backend_count"] else ()
         spec = FarmSpec(
             id=row["id"],
             name=row["name"],
             vip=row["vip"],
             protocol=row["protocol"],
+            ports=tuple(parse_ports(row["ports"])),  # single ports and ranges use different service maps
             mode=row["mode"],
             enabled=row["state"] == FarmStateChoices.UP,
             tcp_strict=row["tcp_strict"],
@@ -120,6 +127,8 @@ def _others_needs(farm_id: int) -> set:
             backends=backends,
         )
         needs |= compiler.farm_needs(spec)
+    for farm in Farm.objects.filter(id__in=stateless).prefetch_related("backends", "policies"):
+        needs |= compiler.farm_needs(farm_spec(farm))
     return needs
 
 

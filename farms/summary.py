@@ -9,7 +9,7 @@ not down, within nftlb's priority level), over the weights the compiler uses (ro
 
 from __future__ import annotations
 
-from .choices import FarmSchedulerChoices
+from .choices import FarmModeChoices, FarmSchedulerChoices
 from .nft.spec import BackendSpec, FarmSpec
 
 # Options shown as "name: before → after" when they change (the lines above cover the rest).
@@ -44,6 +44,7 @@ OPTION_NAMES = (
     ("oface", "DSR output interface"),
     ("ether_addr", "DSR source MAC"),
 )
+LOCAL = FarmModeChoices.LOCAL.value
 SCHEDULER_WORDS = {value: label.lower() for value, label in FarmSchedulerChoices.choices}  # "weighted"
 
 
@@ -75,11 +76,20 @@ def shares(spec: FarmSpec | None) -> dict[int, tuple[int, int]]:
     return {b.id: (weights[b.id], round(100 * weights[b.id] / total)) for b in active} if total else {}
 
 
+def _how(spec: FarmSpec) -> str:
+    """How the farm serves: its scheduler's name, or for a local farm where its connections end."""
+    if spec.mode == LOCAL:
+        return "served by the appliance itself"
+    return SCHEDULER_WORDS.get(spec.scheduler, spec.scheduler)
+
+
 def traffic_text(spec: FarmSpec | None) -> str:
     if spec is None:
         return "gone"
     if not spec.enabled:
         return "off (the VIP is not served)"
+    if spec.mode == LOCAL:
+        return "to the service listening on the VIP on the appliance (filtered, not forwarded)"
     count = len(spec.active_backends)
     if count:
         return f"balanced over {count} backend{'s' if count != 1 else ''}"
@@ -103,8 +113,7 @@ def summarise(old: FarmSpec | None, new: FarmSpec | None) -> list[str]:
     if old is None and new is None:
         return []
     if old is None:
-        scheduler = SCHEDULER_WORDS.get(new.scheduler, new.scheduler)
-        lines = [f"+ farm {new.name}: {service_text(new)}, {new.mode.upper()}, {scheduler}"]
+        lines = [f"+ farm {new.name}: {service_text(new)}, {new.mode.upper()}, {_how(new)}"]
         lines += [f"+ backend {backend_text(b)}" for b in new.backends]
     elif new is None:
         count = len(old.backends)
@@ -127,7 +136,7 @@ def _farm_lines(old: FarmSpec, new: FarmSpec) -> list[str]:
         lines.append(f"farm {'up' if new.enabled else 'off'}")
     if old.mode != new.mode:
         lines.append(f"mode {old.mode.upper()} → {new.mode.upper()}")
-    if old.scheduler != new.scheduler:
+    if old.scheduler != new.scheduler and LOCAL not in (old.mode, new.mode):
         before, after = (SCHEDULER_WORDS.get(x, x) for x in (old.scheduler, new.scheduler))
         lines.append(f"scheduler {before} → {after}")
     old_fallback = backend_text(old.fallback) if old.fallback else "—"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db import transaction
+from lbweb.db import read_snapshot
 
 from .choices import L7_MODES, FarmAllDownChoices, FarmSchedulerChoices, FarmStateChoices
 from .models import ConfigGeneration, Farm, Policy
@@ -119,7 +119,7 @@ def farms_queryset():
 
 
 def snapshot() -> Snapshot:
-    with transaction.atomic():
+    with read_snapshot():  # every farm read at once: web writes must not wait for it (lbweb/db.py)
         generation = ConfigGeneration.current()
         specs = [farm_spec(f) for f in farms_queryset()]
         policies = [policy_spec(p) for p in Policy.objects.order_by("id")]

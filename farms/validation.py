@@ -215,6 +215,8 @@ def farm_option_errors(farm) -> dict[str, str]:
         _dsr_errors(farm, e)
     if mode == Mode.STATELESS_DNAT:
         _stateless_errors(farm, e)
+    if mode == Mode.LOCAL:
+        _local_errors(farm, e)
     if mode in L7_MODES:
         from l7.validation import l7_farm_errors  # pure: HTTP farms run on HAProxy, other rules apply
 
@@ -296,6 +298,32 @@ def _dsr_errors(farm, e: dict[str, str]) -> None:
         )
     if farm.source_addr:
         e.setdefault("source_addr", "DSR does not translate addresses: no SNAT source or pool.")
+
+
+def _local_errors(farm, e: dict[str, str]) -> None:
+    """nftlb's mode local: the VIP's service runs on the appliance itself. Its packets are filtered (policies,
+    tcp-strict, limits) and logged on their way in, then delivered to the local socket: nothing is translated,
+    scheduled or forwarded, so what only means something for a forwarded connection is refused here."""
+    service = "a local farm hands every connection to the service listening on the VIP on the appliance"
+    if farm.scheduler != Sched.ROUND_ROBIN or farm.sched_param:
+        e.setdefault("scheduler", f"There is nothing to schedule: {service}; leave the scheduler at round robin.")
+    if farm.persistence:
+        e.setdefault("persistence", f"There is no backend to persist on: {service}.")
+    if farm.when_all_down == FarmAllDownChoices.FALLBACK:
+        e.setdefault("when_all_down", f"There is no backend to be down: {service}; leave it at 'reject'.")
+    if farm.helper:
+        e.setdefault(
+            "helper", "A local farm sets no conntrack helper (nftlb neither): the service on the appliance answers."
+        )
+    if farm.mark:
+        e.setdefault("mark", "A local farm's connections end on the appliance: no forwarded packet to route by mark.")
+    if farm.log_forward or farm.log_output:
+        e.setdefault(
+            "log_forward" if farm.log_forward else "log_output",
+            "A local farm's packets are neither forwarded nor sent on to a backend: log them as they arrive (log).",
+        )
+    if farm.flow_offload:
+        e.setdefault("flow_offload", "Flow offload speeds up forwarded flows; a local farm's end on the appliance.")
 
 
 def _stateless_errors(farm, e: dict[str, str]) -> None:

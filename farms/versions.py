@@ -19,6 +19,7 @@ import difflib
 import hashlib
 import json
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
@@ -26,9 +27,10 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from farms.types import Json
+from lbweb.db import read_snapshot
 
 from . import config_io
-from .models import ApplyRun, ConfigGeneration, ConfigVersion, Farm
+from .models import ApplyRun, ConfigGeneration, ConfigPart, ConfigVersion, Farm
 
 log = logging.getLogger("lbweb.versions")
 
@@ -43,12 +45,97 @@ def digest_of(document: Json) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def part_digest(content: Any) -> str:
+    text = json.dumps(content, sort_keys=True, cls=DjangoJSONEncoder, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def fully_applied(generation: int) -> bool:
     """The kernel holds every farm as saved, and nothing was saved after ``generation``."""
     if ConfigGeneration.current() != generation:
         return False
     behind = Farm.objects.filter(Q(applied_generation__lt=F("config_generation")) | ~Q(apply_error=""))
     return not behind.exists()
+
+
+class FarmParts:
+    """The worker's memory of each farm's part (its export entry's digest), so that a version after a
+    change of one farm exports that farm alone: a whole export at 10,000 farms took 1.6-1.9 s, and
+    ran after every apply, in front of the next one (``bench/versions.py``).
+
+    A farm is exported again when its configuration generation is newer than the last version's: every
+    service that changes what the export shows (the farm's fields and policies, its backends and static
+    sessions, a policy it uses) gives the farm a new generation, the same test the worker's compile
+    cache makes, so a version says what the kernel got. New farms are exported, deleted ones dropped.
+    Empty at start: the worker's first version exports every farm; a generation counter that went back
+    (a database restored under a running worker) empties it again."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.farms: dict[int, tuple[str, str, int]] = {}  # id -> (name, part digest, backends)
+        self.seen = -1  # every remembered part is of this configuration generation or newer
+        self.exported = 0  # farm entries exported by the last call (for tests and the log)
+
+    def backends(self) -> int:
+        return sum(farm[2] for farm in self.farms.values())
+
+    def manifest(self) -> tuple[Json, dict[str, Any]]:
+        """(this configuration's manifest, the parts it needs by digest, at least every part not stored
+        before by this process). Costs the changed farms' export plus one list of farm ids."""
+        current = ConfigGeneration.current()
+        if current < self.seen:
+            self.reset()
+        ids = set(Farm.objects.values_list("id", flat=True))
+        stale = ids - self.farms.keys()
+        if self.seen >= 0:
+            stale |= set(Farm.objects.filter(config_generation__gt=self.seen).values_list("id", flat=True))
+        parts: dict[str, Any] = {}
+        for fid, entry in (config_io.farm_entries(sorted(stale)) if stale else {}).items():
+            digest = part_digest(entry)
+            parts[digest] = entry
+            self.farms[fid] = (entry["name"], digest, len(entry["backends"]))
+        for gone in self.farms.keys() - ids:
+            del self.farms[gone]
+        self.seen = current
+        self.exported = len(stale)
+        policies = config_io.export_policies()
+        parts[part_digest(policies)] = policies
+        sections = {}
+        for key, content in config_io.export_sections().items():
+            sections[key] = part_digest(content)
+            parts[sections[key]] = content
+        manifest = {
+            "policies": part_digest(policies),
+            "farms": [digest for _name, digest, _n in sorted(self.farms.values())],
+            "sections": sections,
+        }
+        return manifest, parts
+
+
+PARTS = FarmParts()
+
+
+def manifest_digests(manifest: Json) -> set[str]:
+    return {manifest["policies"], *manifest["farms"], *manifest["sections"].values()}
+
+
+def assemble(manifest: Json) -> Json:
+    """The (canonical) export document a manifest describes."""
+    wanted = sorted(manifest_digests(manifest))
+    parts: dict[str, Any] = {}
+    for start in range(0, len(wanted), 500):
+        parts.update(ConfigPart.objects.filter(digest__in=wanted[start : start + 500]).values_list("digest", "content"))
+    missing = set(wanted) - set(parts)
+    if missing:
+        raise ConfigPart.DoesNotExist(f"configuration parts missing: {', '.join(sorted(missing)[:5])}")
+    return {
+        config_io.FORMAT_KEY: config_io.FORMAT_VERSION,
+        "policies": parts[manifest["policies"]],
+        "farms": [parts[d] for d in manifest["farms"]],
+        **{key: parts[d] for key, d in sorted(manifest["sections"].items())},
+    }
 
 
 def record_applied(run: ApplyRun | None) -> ConfigVersion | None:
@@ -60,38 +147,62 @@ def record_applied(run: ApplyRun | None) -> ConfigVersion | None:
     try:
         return _record(run)
     except Exception:
+        PARTS.reset()  # what it remembers may not have been stored
         log.exception("configuration version after %s not kept", run)
         return None
 
 
 def _record(run: ApplyRun) -> ConfigVersion | None:
-    with transaction.atomic():
+    with read_snapshot():  # the export reads every farm: web writes must not wait for it (lbweb/db.py)
         if not fully_applied(run.generation):
             return None
-        document = canonical(config_io.export_config())
-        digest = digest_of(document)
+        manifest, parts = PARTS.manifest()
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    with transaction.atomic():
         newest = ConfigVersion.objects.only("digest").first()
         if newest is not None and newest.digest == digest:
             return None
+        ConfigPart.objects.bulk_create(
+            [ConfigPart(digest=d, content=c) for d, c in parts.items()], ignore_conflicts=True, batch_size=500
+        )
         version = ConfigVersion.objects.create(
             generation=run.generation,
             digest=digest,
-            document=document,
+            manifest=manifest,
             apply_run=run,
-            farms=len(document["farms"]),
-            backends=sum(len(f["backends"]) for f in document["farms"]),
-            policies=len(document["policies"]),
+            farms=len(manifest["farms"]),
+            backends=PARTS.backends(),
+            policies=len(parts[manifest["policies"]]),
         )
         prune()
-    log.info("configuration %s kept", version)
+    log.info("configuration %s kept (%d farm(s) exported)", version, PARTS.exported)
     return version
 
 
+PARTS_SLACK = 1000
+
+
 def prune() -> None:
-    """Only the newest ``LBWEB_CONFIG_VERSIONS_KEEP`` versions stay (each holds the whole document)."""
+    """Only the newest ``LBWEB_CONFIG_VERSIONS_KEEP`` versions stay; parts no version holds any more go
+    once they outnumber the parts of the newest version twice over (reading every manifest is the cost
+    of a collection: seldom, not after every version)."""
     keep = settings.LBWEB_CONFIG_VERSIONS_KEEP
     old = ConfigVersion.objects.values_list("id", flat=True)[keep:]
-    ConfigVersion.objects.filter(id__in=list(old)).delete()
+    deleted, _ = ConfigVersion.objects.filter(id__in=list(old)).delete()
+    newest = ConfigVersion.objects.only("farms").first()
+    if deleted and newest is not None and ConfigPart.objects.count() > 2 * newest.farms + PARTS_SLACK:
+        collect_parts()
+
+
+def collect_parts() -> int:
+    """Delete the parts no version holds; how many."""
+    used: set[str] = set()
+    for manifest in ConfigVersion.objects.exclude(manifest=None).values_list("manifest", flat=True).iterator():
+        used |= manifest_digests(manifest)
+    unused = [d for d in ConfigPart.objects.values_list("digest", flat=True).iterator() if d not in used]
+    for start in range(0, len(unused), 500):
+        ConfigPart.objects.filter(digest__in=unused[start : start + 500]).delete()
+    return len(unused)
 
 
 # -- diff ---------------------------------------------------------------------------------------

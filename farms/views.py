@@ -26,7 +26,7 @@ from monitoring.selectors import open_connections
 from monitoring.store import metric_store
 
 from . import config_io, health_services, liveness, preview, services
-from .choices import BackendHealthChoices, BackendStateChoices, FarmTrafficChoices
+from .choices import BackendHealthChoices, BackendStateChoices, FarmModeChoices, FarmTrafficChoices
 from .filtersets import AuditEventFilterSet
 from .forms import (
     FARM_FIELD_WHEN,
@@ -140,6 +140,7 @@ def farm_page_context(farm: Farm) -> dict:
         "healthd_words": healthd_words(heartbeat.read_status()),
         "check": check,
         "check_is_default": check.pk is None,
+        "is_local": farm.mode == FarmModeChoices.LOCAL,
         "check_rows": check_rows,
         "traffic_words": traffic_words(farm, spec),
         "bulk_states": [(value, STATE_VERBS.get(value, label)) for value, label in BackendStateChoices.choices],
@@ -199,6 +200,11 @@ def traffic_words(farm: Farm, spec) -> str:
         return f"New connections are balanced over {count} backend{'s' if count != 1 else ''}."
     if traffic == FarmTrafficChoices.OFF:
         return "The farm is off: lbweb does not serve its VIP."
+    if traffic == FarmTrafficChoices.LOCAL:
+        return (
+            "New connections go to the service listening on the VIP on the appliance itself, after the farm's "
+            "policies and limits."
+        )
     if traffic == FarmTrafficChoices.FALLBACK:
         return f"No backend takes new connections: they go to the fallback {farm.fallback_address}."
     why = "It has no backend" if not spec.backends else "No backend takes new connections"
@@ -296,13 +302,15 @@ class ObjectEditView(RoleRequiredMixin, View):
         try:
             saved = self.save(obj, form)
         except ValidationError as exc:
-            _add_errors(form, exc)
+            add_errors(form, exc)
             return self.render_form(obj, form)
-        messages.success(request, f"{self.noun.capitalize()} {saved} saved; the kernel follows in a moment.")
+        messages.success(
+            request, f"{self.noun[:1].upper()}{self.noun[1:]} {saved} saved; the kernel follows in a moment."
+        )
         return redirect(self.done_url(saved))
 
 
-def _add_errors(form, exc: ValidationError) -> None:
+def add_errors(form, exc: ValidationError) -> None:
     if hasattr(exc, "error_dict"):
         for name, errors in exc.error_dict.items():
             form.add_error(name if name in form.fields else None, errors)
@@ -557,7 +565,7 @@ class FarmBackendsEditView(RoleRequiredMixin, View):
             services.backends_edit(farm=farm, rows=rows, removed=removed, actor=request.user)
         except services.BackendRowsError as exc:
             for index, error in exc.rows.items():
-                _add_errors(changed[index], error)
+                add_errors(changed[index], error)
             return self.render(farm, formset, status=400)
         count = len(changed) + len(removed)
         messages.success(request, f"Backends saved ({count} change{'s' if count != 1 else ''}); the kernel follows.")
@@ -717,17 +725,26 @@ class AuditEventListView(RoleRequiredMixin, ListView):
 # -- the whole configuration --------------------------------------------------------------------
 
 
-class ConfigView(RoleRequiredMixin, View):
-    """Export the whole configuration as one JSON file; import one (admins), all or nothing."""
+class DocumentImportView(RoleRequiredMixin, View):
+    """A page that imports an uploaded or pasted JSON document (admins): the form, the JSON parse, the import's
+    report with status 400 when it refused. Subclasses say which form and which import."""
 
     write_role = ADMIN
-    template_name = "farms/config.html"
+    form_class: type  # a form with document_text() and dry_run
+    template_name: str
+
+    def import_document(self, document, data: dict, user):
+        raise NotImplementedError
+
+    def imported(self, result) -> HttpResponse | None:
+        """What follows a successful import: None shows the report on the page."""
+        return None
 
     def get(self, request):
-        return render(request, self.template_name, {"form": ConfigImportForm()})
+        return render(request, self.template_name, {"form": self.form_class()})
 
     def post(self, request):
-        form = ConfigImportForm(request.POST, request.FILES)
+        form = self.form_class(request.POST, request.FILES)
         result = None
         if form.is_valid():
             try:
@@ -735,39 +752,36 @@ class ConfigView(RoleRequiredMixin, View):
             except json.JSONDecodeError as exc:
                 form.add_error(None, f"Not JSON: {exc}")
             else:
-                result = config_io.import_config(document, actor=request.user, dry_run=form.cleaned_data["dry_run"])
-                if result.ok and not result.dry_run:
-                    messages.success(request, "Configuration imported; the kernel follows in a moment.")
-                    return redirect("farms:config")
+                result = self.import_document(document, form.cleaned_data, request.user)
+                if result.ok and not result.dry_run and (follow := self.imported(result)) is not None:
+                    return follow
         status = 200 if result is None or result.ok else 400
         return render(request, self.template_name, {"form": form, "result": result}, status=status)
 
 
-class NftlbImportPageView(RoleRequiredMixin, View):
+class ConfigView(DocumentImportView):
+    """Export the whole configuration as one JSON file; import one (admins), all or nothing."""
+
+    form_class = ConfigImportForm
+    template_name = "farms/config.html"
+
+    def import_document(self, document, data: dict, user):
+        return config_io.import_config(document, actor=user, dry_run=data["dry_run"])
+
+    def imported(self, result) -> HttpResponse:
+        messages.success(self.request, "Configuration imported; the kernel follows in a moment.")
+        return redirect("farms:config")
+
+
+class NftlbImportPageView(DocumentImportView):
     """Import an nftlb document (admins): all or nothing, or partial; the report says what lbweb does
     otherwise than nftlb, what it leaves out and, for a partial import, what it skipped and why."""
 
-    write_role = ADMIN
+    form_class = NftlbImportForm
     template_name = "farms/nftlb_import.html"
 
-    def get(self, request):
-        return render(request, self.template_name, {"form": NftlbImportForm()})
-
-    def post(self, request):
-        form = NftlbImportForm(request.POST, request.FILES)
-        result = None
-        if form.is_valid():
-            try:
-                document = json.loads(form.document_text())
-            except json.JSONDecodeError as exc:
-                form.add_error(None, f"Not JSON: {exc}")
-            else:
-                data = form.cleaned_data
-                result = nftlb_import(
-                    document=document, dry_run=data["dry_run"], partial=data["partial"], actor=request.user
-                )
-        status = 200 if result is None or result.ok else 400
-        return render(request, self.template_name, {"form": form, "result": result}, status=status)
+    def import_document(self, document, data: dict, user):
+        return nftlb_import(document=document, dry_run=data["dry_run"], partial=data["partial"], actor=user)
 
 
 class ConfigExportView(RoleRequiredMixin, View):

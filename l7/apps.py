@@ -7,3 +7,8 @@ class L7Config(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "l7"
     verbose_name = "HTTP farms"
+
+    def ready(self):
+        from . import config_section
+
+        config_section.register()

@@ -46,11 +46,14 @@ class Certificate(models.Model):
         return self.name
 
     def clean(self) -> None:
-        """Key matches, chain in order, dates, names: field-keyed errors from ``certificates.inspect``."""
+        """Key matches, chain in order, dates, names: field-keyed errors from ``certificates.inspect``. A
+        certificate given with its chain after it (a fullchain file) is kept as the leaf and the chain."""
         try:
             info = certificates.inspect(self.certificate, self.chain, self.private_key)
         except certificates.CertificateErrors as exc:
             raise ValidationError(exc.errors) from None
+        if self.certificate.count("-----BEGIN CERTIFICATE-----") > 1:
+            self.certificate, self.chain = info.certificate, info.chain
         self.names, self.issuer = info.names, info.issuer
         self.not_before, self.not_after = info.not_before, info.not_after
 

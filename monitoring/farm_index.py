@@ -103,8 +103,8 @@ def farm_info(farm: Farm) -> FarmInfo:
     )
 
 
-# Only NAT farms go through conntrack (their mark) and the traffic counters; DSR and stateless farms do not.
-MEASURED_MODES = (FarmModeChoices.SNAT, FarmModeChoices.DNAT)
+# NAT and local farms go through conntrack (their mark) and the traffic counters; DSR and stateless farms do not.
+MEASURED_MODES = (FarmModeChoices.SNAT, FarmModeChoices.DNAT, FarmModeChoices.LOCAL)
 
 
 def load_index(current: FarmIndex | None = None) -> FarmIndex:

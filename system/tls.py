@@ -1,4 +1,5 @@
-"""The web server's TLS certificate: made self-signed at first start, replaceable by the operator's own.
+"""The web server's TLS certificate: made self-signed at first start, replaceable by the operator's own; and the
+one certificate validator of the appliance (HTTPS farms' certificates are checked here too, ``l7/certificates.py``).
 
 Pure functions over PEM text (the ``cryptography`` package does every piece of cryptography) plus the
 one function that writes the files. No Django import: ``manage.py ensure_tls``, the upload service and

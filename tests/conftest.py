@@ -28,6 +28,20 @@ def fast_password_hashing():
     get_hashers_by_algorithm.cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def forget_config_parts():
+    """The configuration history and the worker's compile cache remember farms by generation in the process
+    (``versions.PARTS``, ``dataplane.CACHE``); each test's database starts afresh, so must they (a
+    worker's database never goes back)."""
+    import sys
+
+    from farms import versions
+
+    versions.PARTS.reset()
+    if "farms.dataplane" in sys.modules:  # the same for the compile cache, where a test loaded the worker's code
+        sys.modules["farms.dataplane"].CACHE.reset()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def cookies_over_plain_http():
     """Django's live server speaks plain HTTP: Secure cookies would never come back from a client.

@@ -101,6 +101,23 @@ def run_in_netns(ns: str, func: Callable[[], Any]) -> Any:
     return box["value"]
 
 
+def udp_question(source: tuple[str, int], dest: tuple[str, int], payload: bytes = b"x", tries: int = 3) -> bytes:
+    """The answer to one datagram sent from ``source`` (one flow per source port); a datagram lost under load is
+    sent again from the same port, the same flow, so the same backend answers. Call it inside the namespace."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(source)
+        sock.settimeout(2)
+        for attempt in range(tries):
+            sock.sendto(payload, dest)
+            try:
+                return sock.recvfrom(2048)[0]
+            except TimeoutError:
+                if attempt == tries - 1:
+                    raise
+    raise AssertionError("unreachable")
+
+
 class Lab:
     """Builds and tears down the namespaces; runs servers and clients in them."""
 

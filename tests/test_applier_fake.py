@@ -256,3 +256,26 @@ def test_a_deleted_farm_leaves_the_kernel(kernel):
     assert (run.kind, run.writer, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, "netlink", 1)
     assert not any("api" in name for name in kernel.tables[("inet", "lbweb")].chains)
     assert not KernelFingerprint.objects.filter(key=f"farm:{api.pk}").exists() and applied(web)
+
+
+def test_one_farms_change_compiles_that_farm_alone_and_reads_no_row_of_the_others(kernel, monkeypatch):
+    """Issue 13: a single-backend change costs what its farm costs, at 10 farms as at 10,000. The compile
+    cache finds the changed farm by its newer generation (one indexed query), not by reading every farm's
+    generation; the configuration version after it exports that farm alone (``versions.PARTS``)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from farms import versions
+    from farms.nft import compiler
+
+    farms = [farm(f"f{i}", i + 1, backends=1) for i in range(12)]
+    versions.record_applied(applier(kernel).apply_pending())
+    compiled = []
+    real = compiler.compile_farm
+    monkeypatch.setattr(compiler, "compile_farm", lambda spec: compiled.append(spec.name) or real(spec))
+    services.backend_update(backend=farms[5].backends.get(), weight=3)
+    with CaptureQueriesContext(connection) as queries:
+        run = applier(kernel).apply_pending()
+        versions.record_applied(run)
+    assert run.farms_changed == 1 and compiled == ["f5"] and versions.PARTS.exported == 1
+    assert not [q["sql"] for q in queries if '"config_generation" FROM "farms_farm"' in q["sql"]]

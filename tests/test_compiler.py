@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from farms.nft import compiler
+from farms.nft import fragments as f
 from farms.nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from tests.stack import ROOT
 
@@ -495,5 +496,185 @@ def test_a_change_without_element_commands_applies_and_keeps_the_farm_reachable(
     result = nft(throwaway_netns, "-j", "-f", "-", document=document)
     assert result.returncode == 0, result.stderr
     dispatch = nft(throwaway_netns, "list", "map", "inet", "lbweb", "dispatch4").stdout
-    assert "198.18.100.1 . tcp . 443 : jump farm-web" in dispatch
+    assert "198.18.100.1 . tcp . 443 : goto farm-web" in dispatch
     assert "numgen random mod 2" in nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-web").stdout
+
+
+def _hook_rules(hooks: dict, chain: str) -> list[list]:
+    creates = hooks[compiler.hook_key(chain)].creates
+    return [c["add"]["rule"]["expr"] for c in creates if c["add"].get("rule", {}).get("chain") == chain]
+
+
+def _looked_up(expr: list) -> list[str]:
+    """The named maps and sets one rule looks up ('@name' anywhere in it)."""
+    return [s[1:] for s in json.dumps(expr).split('"') if s.startswith("@")]
+
+
+def _bench_farms(backends: int, farms: int) -> list[FarmSpec]:
+    """A DNAT farm, a SNAT farm and a stateless UDP farm on single ports, then ``farms`` more DNAT farms."""
+    many = tuple(BackendSpec(id=i, address=f"198.18.1.{10 + i % 200}") for i in range(1, backends + 1))
+    specs = [
+        FarmSpec(id=1, name="d", vip="198.18.100.1", ports=((80, 80),), mode="dnat", backends=many),
+        FarmSpec(id=2, name="s", vip="198.18.100.2", ports=((80, 80),), mode="snat", backends=many),
+        FarmSpec(
+            id=3, name="u", vip="198.18.100.3", protocol="udp", ports=((53, 53),), mode="stlsdnat", backends=many[:3]
+        ),
+    ]
+    for i in range(farms):
+        vip = f"198.19.{i // 250}.{i % 250 + 1}"
+        specs.append(FarmSpec(id=10 + i, name=f"x{i}", vip=vip, ports=((80, 80),), mode="dnat", backends=many[:3]))
+    return specs
+
+
+def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms():
+    """Issue 13: the rules a packet meets do not grow with backends or farms, and the hooks every packet
+    passes look up only hash maps when no farm has a port range (an interval map keyed by a concatenation
+    costs in proportion to its elements). An established TCP packet of a DNAT farm meets, beside a
+    stateless UDP farm: one missed stateless lookup and one failed protocol match (raw), and the two
+    counter-map lookups of the per-backend accounting (forward); a stateless datagram's reply two lookups."""
+    small = compiler.compile_hooks(_bench_farms(3, 0))
+    for backends, farms in ((100, 0), (3, 10_000)):
+        assert compiler.compile_hooks(_bench_farms(backends, farms)) == small, (backends, farms)
+    assert set(small) == {"hook:stateless", "hook:forward", "hook:postrouting"}  # no guard: no farm needs one
+    udp = {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "udp"}}
+    stateless = _hook_rules(small, "stateless")
+    assert [_looked_up(r) for r in stateless] == [["stateless4"], ["stateless_replies4"]]
+    assert stateless[1][0] == udp  # a TCP packet stops at the first expression of the replies' rule
+    forward = _hook_rules(small, "forward")
+    assert [_looked_up(r) for r in forward] == [["traffic_dir"], ["traffic_be4"]]
+    maps = {c["add"]["map"]["name"]: c["add"]["map"] for c in compiler.base_commands() if "map" in c["add"]}
+    for rule in stateless + forward:
+        for name in _looked_up(rule):
+            assert "interval" not in maps[name].get("flags", ()), name
+    # New connections: the exact dispatch map first, and its entries end the hook (goto, not jump).
+    prerouting = [c["add"]["rule"]["expr"] for c in compiler.base_commands() if "rule" in c["add"]]
+    assert _looked_up(prerouting[0]) == ["dispatch4"] and "interval" not in maps["dispatch4"].get("flags", ())
+    for farm in _bench_farms(3, 0):
+        unit = compiler.compile_farm(farm)
+        pairs = zip(unit.objects.elements, unit.objects.element_values, strict=True)
+        services = [v for (name, _k), v in pairs if name.startswith(("dispatch", "stateless"))]
+        assert services and all("goto" in v for v in services), farm.name
+    # A farm's own chain for a new connection is as long with 100 backends as with 3.
+    three, hundred = (compiler.compile_farm(_bench_farms(n, 0)[0]) for n in (3, 100))
+    assert last_rule_first(three, "farm-d") == last_rule_first(hundred, "farm-d")
+
+
+def test_a_port_range_adds_its_interval_lookup_only_where_a_farm_has_one():
+    ranged = FarmSpec(id=1, name="r", vip="198.18.100.1", ports=((8000, 8100),), mode="dnat", tcp_strict=True)
+    single = replace(ranged, ports=((80, 80),))
+    assert [_looked_up(r) for r in _hook_rules(compiler.compile_hooks([single]), "guard")] == [["guard4"]]
+    assert [_looked_up(r) for r in _hook_rules(compiler.compile_hooks([ranged]), "guard")] == [["guard4_ranges"]]
+    elements = compiler.compile_farm(ranged).objects.elements
+    assert ("dispatch4_ranges", {"concat": ["198.18.100.1", "tcp", {"range": [8000, 8100]}]}) in elements
+    stateless = FarmSpec(
+        id=2, name="u", vip="198.18.100.2", protocol="udp", ports=((5000, 5010),), mode="stlsdnat", backends=(_b(1),)
+    )
+    rules = _hook_rules(compiler.compile_hooks([stateless]), "stateless")
+    assert [_looked_up(r) for r in rules] == [["stateless4_ranges"], ["stateless_replies4_ranges"]]
+
+
+# -- nftlb's mode local: the service on the appliance itself ------------------------------
+
+LOCAL = FarmSpec(
+    id=30,
+    name="onbox",
+    vip="198.18.100.30",
+    ports=((443, 443),),
+    mode="local",
+    est_connlimit=10,
+    new_rtlimit=20,
+    rst_rtlimit=5,
+    tcp_strict=True,
+    log=True,
+    policies=(PolicySpec(id=9, name="deny9", elements=("198.18.42.0/24",)),),
+)
+
+
+def _rules(unit: compiler.UnitRuleset) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for command in unit.creates:
+        if "rule" in command.get("add", {}):
+            rule = command["add"]["rule"]
+            out.setdefault(rule["chain"], []).append(rule["expr"])
+    return out
+
+
+def test_a_local_farm_filters_limits_and_logs_then_accepts_without_nat():
+    """nftlb's run_farm_local: limits in the farm's filter chain, policies at ingress, no DNAT, no SNAT; here
+    the farm's chain (first packet) ends in accept, its guard chain (every packet) holds policies and tcp-strict."""
+    unit = compiler.compile_farm(LOCAL)
+    text = json.dumps(unit.creates)
+    for absent in ('"dnat"', '"snat"', '"masquerade"', '"numgen"', '"jhash"', "sched-", "be-onbox"):
+        assert absent not in text, absent
+    rules = _rules(unit)
+    farm = rules["farm-onbox"]
+    assert farm[0] == [{"counter": "farm-onbox"}, {"mangle": {"key": {"ct": {"key": "mark"}}, "value": 30}}]
+    assert farm[-1] == [{"accept": None}]
+    assert any("ct count" in json.dumps(r) and "saddr" in json.dumps(r) for r in farm)  # per client, as nftlb
+    assert any('"limit"' in json.dumps(r) and '"inv": true' in json.dumps(r) for r in farm)  # new-rtlimit
+    assert any('"prefix": "IN-onbox "' in json.dumps(r) for r in farm)  # log input
+    guard = json.dumps(rules["guard-onbox"])
+    assert "@policy-deny9-v4" in guard and '"invalid"' in guard and '"rst"' in guard
+    elements = {(name, json.dumps(key)) for name, key in unit.objects.elements}
+    assert ("dispatch4", json.dumps(f.concat("198.18.100.30", "tcp", 443))) in elements
+    assert not any(name in ("snat_farms", "traffic_be4", compiler.ROUTE_MARKS) for name, _key in elements)
+    assert {"traffic-in-onbox", "traffic-out-onbox"} <= {name for _kind, name in unit.objects.objects}
+
+
+def test_a_local_farm_counts_its_bytes_in_input_and_output_once_each():
+    """A local farm's packets never cross forward: its bytes are counted in the input hook (client to service)
+    and in the output hook (replies), each packet once, also for a connection from the appliance itself."""
+    hooks = compiler.compile_hooks([LOCAL])
+    assert set(hooks) == {"hook:guard", "hook:local-in", "hook:local-out"}  # no forward, no postrouting
+    by_direction = {}
+    for key in ("hook:local-in", "hook:local-out"):
+        ((rule,),) = _rules(hooks[key]).values()
+        assert rule[1] == f.counter_map_ref(f.concat(f.ct("mark"), f.ct("direction")), compiler.TRAFFIC_DIR_MAP)
+        by_direction[key] = rule[0]["match"]["right"]
+    assert by_direction == {"hook:local-in": "original", "hook:local-out": "reply"}
+    intra = compiler.compile_hooks([replace(LOCAL, intra_connect=True)])
+    assert "hook:output" in intra  # nftlb's output chains: the appliance's own connections are limited too
+    assert compiler.compile_hooks([replace(LOCAL, enabled=False)]) == {}
+
+
+def test_a_local_farm_is_taken_by_nft(throwaway_netns):
+    v6 = replace(LOCAL, id=31, name="onbox6", vip="2001:2:0:100::30", protocol="all", ports=(), policies=())
+    document = compiler.full_document([LOCAL, replace(v6, intra_connect=True)], list(LOCAL.policies))
+    result = nft(throwaway_netns, "-j", "-f", "-", document=document)
+    assert result.returncode == 0, result.stderr
+    listing = nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-onbox").stdout
+    assert "accept" in listing and "dnat" not in listing
+
+
+def test_merge_elements_sends_each_sets_additions_as_one_command_after_what_they_jump_to():
+    """libnftables pays per command: a full document's single-element additions go as one per set, at the
+    place of the set's last one (after every chain they jump to); a set emptied after an addition stays."""
+    farms = [FarmSpec(id=i, name=f"m{i}", vip=f"198.18.100.{i}", ports=((80, 80),), mode="dnat",
+                      backends=(BackendSpec(id=10 * i + 1, address=f"198.18.1.{i}"),)) for i in (1, 2, 3)]  # fmt: skip
+    doc = compiler.full_document(farms)
+    merged = compiler.merge_elements(doc)["nftables"]
+    additions = [c["add"]["element"] for c in merged if "element" in c.get("add", {})]
+    names = [a["name"] for a in additions]
+    assert len(names) == len(set(names))  # one command per set
+    dispatch = next(a for a in additions if a["name"] == "dispatch4")
+    assert len(dispatch["elem"]) == 3
+    position = merged.index({"add": {"element": dispatch}})
+    assert all(
+        merged.index({"add": {"chain": {"family": "inet", "table": "lbweb", "name": f"farm-m{i}"}}}) < position
+        for i in (1, 2, 3)
+    )
+    every = sorted(
+        json.dumps(e) for c in doc["nftables"] if "element" in c.get("add", {}) for e in c["add"]["element"]["elem"]
+    )
+    assert sorted(json.dumps(e) for a in additions for e in a["elem"]) == every
+    flushed = {
+        "nftables": [*doc["nftables"], {"flush": {"map": {"family": "inet", "table": "lbweb", "name": "dispatch4"}}}]
+    }
+    assert (
+        sum(
+            1
+            for c in compiler.merge_elements(flushed)["nftables"]
+            if c.get("add", {}).get("element", {}).get("name") == "dispatch4"
+        )
+        == 3
+    )

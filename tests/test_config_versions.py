@@ -239,3 +239,56 @@ def test_another_apps_section_rides_along_in_export_import_versions_and_restore(
     finally:
         config_io.SECTIONS.pop("dns")
     assert config_io.import_config({**config_io.export_config(), "dns": {}}).errors[0].message == "Unknown field 'dns'."
+
+
+def test_a_version_after_a_change_of_one_farm_exports_that_farm_alone(monkeypatch):
+    """Issue 13: a version costs what its change touched. The worker remembers each farm's part; after a
+    change of one backend only that farm is exported again, and the version's document is the full export."""
+    from farms import config_io
+    from farms.models import ConfigPart
+
+    farms = [services.farm_create(name=f"f{i}", vip=f"198.18.100.{i + 1}", ports="80", mode="dnat") for i in range(20)]
+    for farm in farms:
+        services.backend_create(farm=farm, address=f"198.18.1.{farm.pk % 200 + 1}")
+    versions.PARTS.reset()
+    first = version_now()
+    assert versions.PARTS.exported == 20
+    exported = []
+    real = config_io.farm_entries
+    monkeypatch.setattr(config_io, "farm_entries", lambda ids: exported.append(ids) or real(ids))
+    services.backend_update(backend=farms[7].backends.get(), weight=9)
+    second = version_now()
+    assert exported == [[farms[7].pk]] and versions.PARTS.exported == 1
+    assert (
+        ConfigPart.objects.count() == 20 + 1 + 1 + 1
+    )  # each farm once, f7's new part, the (empty) policy list, l7's http section
+    fresh = ConfigVersion.objects.get(pk=second.pk)
+    assert fresh.document == versions.canonical(config_io.export_config())
+    assert (fresh.farms, fresh.backends) == (20, 20)
+    assert versions.diff(first.document, fresh.document)["backends"]["changed"] == [
+        {"name": f"f7/{farms[7].backends.get()}", "fields": [{"field": "weight", "old": 1, "new": 9}]}
+    ]
+    services.farm_update(farm=farms[3], policies=[services.policy_create(name="blocked", elements="198.18.9.0/24")])
+    services.policy_update(policy=services.Policy.objects.get(), name="denied")  # its farms' generation moves
+    (f3,) = [f for f in version_now().document["farms"] if f["name"] == "f3"]
+    assert f3["policies"] == ["denied"]
+
+
+def test_parts_no_version_holds_are_collected(settings):
+    from farms.models import ConfigPart
+
+    settings.LBWEB_CONFIG_VERSIONS_KEEP = 2
+    farm = services.farm_create(name="web", vip="198.18.100.1", ports="80", mode="dnat")
+    backend = services.backend_create(farm=farm, address="198.18.1.11")
+    for weight in range(2, 6):
+        services.backend_update(backend=backend, weight=weight)
+        version_now()
+    assert ConfigVersion.objects.count() == 2
+    assert versions.collect_parts() == 2  # the farm's parts at weights 2 and 3
+    assert ConfigPart.objects.count() == 4  # the farm at weights 4 and 5, the policy list, l7's http section
+    assert [v.document["farms"][0]["backends"][0]["weight"] for v in ConfigVersion.objects.all()] == [5, 4]
+
+
+def test_a_version_kept_whole_before_parts_reads_as_before():
+    old = ConfigVersion.objects.create(generation=1, digest="x", whole={"lbweb_config": 1, "farms": [], "policies": []})
+    assert ConfigVersion.objects.get(pk=old.pk).document == {"lbweb_config": 1, "farms": [], "policies": []}

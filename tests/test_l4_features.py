@@ -21,6 +21,7 @@ from tests.lab import (
     backend4,
     run_in_netns,
     send_raw_tcp,
+    udp_question,
     vip4,
     vip6,
 )
@@ -59,7 +60,7 @@ def test_mode_family_protocol(api, worker, lab, mode, family, protocol):
     make_farm(api, f"m-{protocol}", vip, family=family, mode=mode, protocol=protocol, ports=ports)
     if protocol == "sctp":
         table = lab.ns(lab.lb, "nft", "list", "map", "inet", "lbweb", f"dispatch{family}").stdout
-        assert f"{vip} . sctp . 80 : jump farm-m-sctp" in table
+        assert f"{vip} . sctp . 80 : goto farm-m-sctp" in table
         if not _sctp_supported():
             pytest.skip("rules applied; this kernel has no SCTP sockets, so no SCTP traffic can be sent")
     if protocol in ("tcp", "all"):
@@ -431,12 +432,7 @@ def test_maglev_through_the_worker_moves_only_the_flows_of_a_backend_that_leaves
         def ask() -> list[str]:
             answers = []
             for sport in range(46000, 46090):
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    s.bind((CLIENT4, sport))
-                    s.settimeout(2)
-                    s.sendto(b"x", (vip4(230), 53))
-                    answers.append(json.loads(s.recvfrom(2048)[0])["backend"])
+                answers.append(json.loads(udp_question((CLIENT4, sport), (vip4(230), 53)))["backend"])
             return answers
 
         return run_in_netns(lab.client, ask)

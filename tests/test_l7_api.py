@@ -105,11 +105,15 @@ def test_certificate_upload_checked_with_field_errors_and_nothing_saved(client):
     )
     before = Certificate.objects.count(), ConfigGeneration.current()
     cases = [
-        (dict(cert=leaf.pem, key=other.key_pem, chain=inter.pem), "private_key", "not the certificate's key"),
-        (dict(cert=leaf.pem, key=leaf.key_pem, chain=root.pem + inter.pem), "chain", "Out of order"),
-        (dict(cert=expired.pem, key=expired.key_pem), "certificate", "Expired on"),
+        (
+            dict(cert=leaf.pem, key=other.key_pem, chain=inter.pem),
+            "private_key",
+            "does not match the certificate's public key",
+        ),
+        (dict(cert=leaf.pem, key=leaf.key_pem, chain=root.pem + inter.pem), "chain", "give the chain in order"),
+        (dict(cert=expired.pem, key=expired.key_pem), "certificate", "The certificate expired on"),
         (dict(cert="not a pem", key=leaf.key_pem), "certificate", "Not a PEM certificate"),
-        (dict(cert=leaf.pem, key="garbage"), "private_key", "Not an unencrypted PEM private key"),
+        (dict(cert=leaf.pem, key="garbage"), "private_key", "Not a PEM private key"),
     ]
     for kwargs, field, words in cases:
         response = upload(client, "bad", **kwargs)
@@ -122,6 +126,20 @@ def test_certificate_upload_checked_with_field_errors_and_nothing_saved(client):
     body = good.json()
     assert body["names"] == ["www.example.com"] and "private_key" not in body
     assert body["expiry_status"] == "ok" and body["days_left"] >= 364
+
+
+def test_a_fullchain_file_is_kept_as_leaf_and_chain(client):
+    """certbot's fullchain.pem in the certificate field: one validator with the web server's (system/tls.py)."""
+    root = certs.issue("root", ca=True)
+    inter = certs.issue("intermediate", root, ca=True)
+    leaf = certs.issue("www.example.com", inter, names=("www.example.com",))
+    response = upload(client, "full", leaf.pem + inter.pem, leaf.key_pem)
+    assert response.status_code == 201, response.content
+    stored = Certificate.objects.get(name="full")
+    assert stored.certificate.count("BEGIN CERTIFICATE") == 1 and stored.chain.count("BEGIN CERTIFICATE") == 1
+    assert stored.pem.index(leaf.pem.strip()) < stored.pem.index(inter.pem.strip())
+    wrong = upload(client, "wrong", inter.pem + leaf.pem, leaf.key_pem)
+    assert wrong.status_code == 400 and "does not match" in wrong.json()["private_key"][0], wrong.content
 
 
 def test_certificate_expiring_soon_is_a_warning(client):

@@ -16,7 +16,6 @@ import contextlib
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -24,7 +23,7 @@ import pytest
 
 from farms.nft import compiler, maglev
 from farms.nft.spec import BackendSpec, FarmSpec
-from tests.lab import HERE, run_in_netns, sh, wait_listening
+from tests.lab import HERE, run_in_netns, sh, udp_question, wait_listening
 
 VIP = "198.18.160.1"
 BACKENDS = {"b1": "198.18.62.11", "b2": "198.18.62.12", "b3": "198.18.62.13"}
@@ -232,13 +231,7 @@ class TwoNodes:
         def ask() -> list[str]:
             answers = []
             for sport in sports:
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    sock.bind(("198.18.60.2", sport))
-                    sock.settimeout(2)
-                    sock.sendto(b"which", (VIP, 53))
-                    data, _source = sock.recvfrom(2048)
-                    answers.append(json.loads(data)["backend"])
+                answers.append(json.loads(udp_question(("198.18.60.2", sport), (VIP, 53), b"which"))["backend"])
             return answers
 
         return run_in_netns(self.client, ask)

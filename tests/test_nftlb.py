@@ -231,7 +231,6 @@ def test_refusals_of_the_model_carry_the_nftlb_path(rest):
 @pytest.mark.parametrize(
     "attributes, path, words",
     [
-        ({"mode": "local"}, "farms[0].mode", "local"),
         ({"verdict": "accept"}, "farms[0].verdict", "drop"),
         ({"new-rtlimit": "30/fortnight"}, "farms[0].new-rtlimit", "600/minute"),
         ({"queue": "0"}, "farms[0].queue", "user-space queue"),
@@ -466,13 +465,13 @@ def test_the_import_page_imports_partially_and_reports_what_it_skipped(django_us
     browser = Client()
     browser.force_login(admin)
     assert 'id="nftlb-import-link"' in browser.get("/config/").content.decode()
-    doc = {"farms": [farm_doc("good", vip4(1)), farm_doc("local", vip4(2), mode="local")]}
+    doc = {"farms": [farm_doc("good", vip4(1)), farm_doc("queued", vip4(2), queue="0")]}
     all_or_nothing = browser.post("/config/nftlb/", {"text": json.dumps(doc)})
     assert all_or_nothing.status_code == 400 and not Farm.objects.exists()
     assert "Nothing was changed" in all_or_nothing.content.decode()
     partial = browser.post("/config/nftlb/", {"text": json.dumps(doc), "partial": "on"})
     page = partial.content.decode()
     assert partial.status_code == 200 and list(Farm.objects.values_list("name", flat=True)) == ["good"]
-    assert 'id="nftlb-skipped"' in page and "farms[1].mode" in page and "mode local" in page
+    assert 'id="nftlb-skipped"' in page and "farms[1].queue" in page and "user-space queue" in page
     made = AuditEvent.objects.get(object_type="farm", object_name="good", action="create")
     assert made.actor == admin and made.actor_name == "page-admin"  # the person importing, never "system"

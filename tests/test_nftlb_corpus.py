@@ -31,9 +31,6 @@ TEXT = {"capture_output": True, "text": True}
 # What lbweb still refuses, with words of its reason (each listed in the README's migration section).
 REFUSED = {
     "queue": ("farms[0].queue", "user-space queue"),
-    "mode_local": ("farms[0].mode", "local"),
-    "local_source_addr": ("farms[0].mode", "local"),
-    "local_with_policies": ("farms[0].mode", "local"),
     "stlsdnat_tcp_weighted_rr": ("farms[0].scheduler", "hash"),
     "stlsdnat_static_sessions": ("farms[0].persistence", "persistence"),
     "dsr_and_stlsdnat": None,  # imports: both farms are plain
@@ -55,7 +52,7 @@ def load(name: str) -> dict:
 
 
 def test_the_corpus_covers_nftlb_s_features():
-    assert len(DOCUMENTS) >= 62
+    assert len(DOCUMENTS) >= 65
 
 
 @pytest.mark.parametrize("name", DOCUMENTS)
@@ -83,6 +80,12 @@ DIFFERING = {
     "backend_est_connlimit": "est-connlimit-log-prefix",  # logged under the backend's address
     "log_prefixes": "est-connlimit-log-prefix",
     "policies_blacklist": "timeout",  # lbweb's policy elements do not expire
+    # mode local: nftlb uses its backends (and the farm's source-addr, mark) only to rewrite the source of the
+    # connections the local service opens to them; lbweb's local farms have none. And nftlb never logs input.
+    "mode_local": "backends",
+    "local_source_addr": "source-addr",
+    "local_with_policies": "backends",
+    "local_log_marks_sessions": "log",
 }
 
 
@@ -97,7 +100,7 @@ def test_every_difference_from_nftlb_is_reported_and_counted(rest):
         if notes:
             found[name] = notes
     assert {name: DIFFERING[name] in notes for name, notes in found.items()} == dict.fromkeys(DIFFERING, True)
-    assert (len(DOCUMENTS), len(REFUSED), len(DOCUMENTS) - len(REFUSED) - len(DIFFERING)) == (62, 6, 50)
+    assert (len(DOCUMENTS), len(REFUSED), len(DOCUMENTS) - len(REFUSED) - len(DIFFERING)) == (65, 3, 52)
 
 
 def test_a_partial_import_of_the_whole_corpus_takes_every_valid_farm(rest):
@@ -145,7 +148,12 @@ def test_export_import_export_of_the_corpus_is_the_same_document(rest):
     }  # fmt: skip
     assert set(by_name["w1"]) == nftlb_dump_keys  # and flow-offload, intra-connect only when on, as nftlb
     assert by_name["flow1"]["flow-offload"] == "on"
-    assert {p["name"]: p["family"] for p in first["policies"]} == {"black001": "ipv4", "white6": "ipv6"}
+    families = {p["name"]: p["family"] for p in first["policies"]}
+    assert families == {"black001": "ipv4", "black002": "ipv4", "black003": "ipv4", "white6": "ipv6"}
+    local = by_name["locallim"]  # mode local: its limits and policy round-trip, it has no backends
+    assert (local["mode"], local["est-connlimit"], local["rst-rtlimit"]) == ("local", "10", "5/second")
+    assert local["backends"] == []
+    assert local["policies"] == [{"name": "black003"}] and by_name["local6"]["intra-connect"] == "on"
 
 
 @pytest.fixture

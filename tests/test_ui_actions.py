@@ -309,6 +309,8 @@ REFUSED_WHERE_HIDDEN = {
     "flow_offload": True,
     "log": True,
     "fallback_address": "198.18.1.99",
+    "scheduler": "weight",
+    "when_all_down": "fallback",
 }
 
 
@@ -318,7 +320,7 @@ def test_a_field_hidden_by_the_page_is_one_the_model_refuses():
     from farms.models import Farm
 
     checked = 0
-    for mode in ("snat", "dnat", "dsr", "stlsdnat"):
+    for mode in ("snat", "dnat", "dsr", "stlsdnat", "local"):
         for scheduler in ("rr", "weight", "hash", "symhash", "leastconn", "maglev"):
             for protocol in ("tcp", "udp"):
                 context = {"mode": mode, "scheduler": scheduler, "protocol": protocol, "persistence": "",

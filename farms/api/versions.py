@@ -20,6 +20,8 @@ class ConfigVersionSerializer(StrictModelSerializer):
 
 
 class ConfigVersionDetailSerializer(StrictModelSerializer):
+    document = serializers.JSONField(read_only=True, help_text="The export document of this configuration.")
+
     class Meta:
         model = ConfigVersion
         fields = [*ConfigVersionSerializer.Meta.fields, "document"]
@@ -62,7 +64,7 @@ class ConfigVersionViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         queryset = super().get_queryset()
-        return queryset if self.action == "retrieve" else queryset.defer("document")
+        return queryset if self.action == "retrieve" else queryset.defer("whole", "manifest")
 
     @extend_schema(
         summary="Compare two configuration versions",

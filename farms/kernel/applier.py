@@ -18,7 +18,7 @@ from typing import Any
 
 import nftables
 
-from farms.nft.compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps
+from farms.nft.compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, merge_elements, shared_maps
 from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
 from farms.nft.spec import HELPER_PROTOCOL
 from farms.nft.units import UnitObjects
@@ -117,7 +117,13 @@ class Kernel:
     def apply(self, document: dict) -> None:
         """Commit the whole document as one atomic transaction, or nothing."""
         if document.get("nftables"):
-            self._run(document, steps.COMMIT)
+            self._run(merge_elements(document), steps.COMMIT)
+
+    def apply_text(self, text: str) -> None:
+        """:meth:`apply` of a document already in JSON text (what the kernel writer is sent)."""
+        rc, _out, err = self._cmd(text, steps.COMMIT)
+        if rc != 0:
+            raise ApplyError((err or f"libnftables returned {rc}").strip())
 
     def apply_incremental(self, document: dict, context: list[dict]) -> str:
         """Commit a change as one transaction written by lbweb itself (see ``transcribe``), so its cost

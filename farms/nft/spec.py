@@ -96,7 +96,7 @@ class FarmSpec:
     vip: str
     protocol: str = "tcp"
     ports: tuple[tuple[int, int], ...] = ()
-    mode: str = "snat"
+    mode: str = "snat"  # snat | dnat | dsr | stlsdnat | local (nftlb's: a service on the appliance itself)
     scheduler: str = "rr"
     enabled: bool = True
     backends: tuple[BackendSpec, ...] = field(default_factory=tuple)
@@ -171,9 +171,11 @@ class FarmSpec:
 
     @property
     def traffic(self) -> str:
-        """Where new connections go: balanced, fallback, rejected, or off (values of FarmTrafficChoices)."""
+        """Where new connections go: balanced, fallback, rejected, local, or off (values of FarmTrafficChoices)."""
         if not self.enabled:
             return "off"
+        if self.mode == "local":  # to the appliance's own socket on the VIP: no backend to choose
+            return "local"
         if self.active_backends:
             return "balanced"
         return "fallback" if self.fallback else "rejected"

@@ -355,6 +355,8 @@ class _Reader:
             self.plan.error(_at(path, "family"), f"family ipv{family} does not match virtual-addr {vip}")
         for name in FARM_FIELDS:
             values.setdefault(name, NFTLB_DEFAULTS.get(name, _default_farm(name)))
+        if values["mode"] == FarmModeChoices.LOCAL:
+            self.local_rules(plan, obj)
         scheduler, mode = values["scheduler"], values["mode"]
         if scheduler in (FarmSchedulerChoices.HASH, FarmSchedulerChoices.SYMHASH) and values["persistence"]:
             self.plan.warn(
@@ -379,6 +381,55 @@ class _Reader:
                 if values[name] not in ("", MISSING):
                     self.plan.left_out(_at(path, key), key, obj[key], reason)
                     values[name] = ""
+
+    def local_rules(self, plan: FarmPlan, obj: dict) -> None:
+        """nftlb's mode local (src/nft.c, ``run_farm_local``): the VIP's service runs on the appliance; its
+        packets are filtered and limited on their way in and reach the local socket untranslated. What nftlb
+        keeps for such a farm but never applies to its clients' traffic is left out here, each with why."""
+        values, path = plan.values, plan.path
+        local = "a local farm's connections end on the appliance"
+        if plan.backends:
+            self.plan.left_out(
+                _at(path, "backends"),
+                "backends",
+                ", ".join(b.name or b.values.get("address", "") for b in plan.backends),
+                "nftlb uses a local farm's backends only to rewrite the source address of the connections the "
+                "local service itself opens to them, which it marks with the backend's mark; lbweb does not "
+                "(give the service its source address): a local farm has no backends",
+            )
+            plan.backends = []
+        rules = (
+            ("source-addr", "source_addr", "", "nftlb uses it only for the local service's own connections to "
+             "the backends (see backends)"),
+            ("source-ports", "source_ports", "", "nothing is translated"),
+            ("scheduler", "scheduler", FarmSchedulerChoices.ROUND_ROBIN, f"nothing is scheduled: {local}"),
+            ("sched-param", "sched_param", "", f"nothing is scheduled: {local}"),
+            ("persistence", "persistence", "", f"nftlb keeps no sessions for a local farm: {local}"),
+            ("helper", "helper", "", "nftlb sets no helper on a local farm"),
+            ("mark", "mark", 0, "nftlb uses a local farm's mark only in its backends' source-address map"),
+            ("flow-offload", "flow_offload", False, f"nothing is forwarded: {local}"),
+            ("when-all-down", "when_all_down", "reject", "a local farm has no backends to be down"),
+            ("fallback-addr", "fallback_address", None, "a local farm has no backends to be down"),
+            ("fallback-port", "fallback_port", None, "a local farm has no backends to be down"),
+        )  # fmt: skip
+        for key, name, default, reason in rules:
+            quiet = key == "scheduler" and values[name] in ("weight", "rr")  # nftlb's default: it means nothing
+            if values[name] not in (default, MISSING) and key in obj and not quiet:
+                self.plan.left_out(_at(path, key), key, obj[key], reason)
+            if values[name] is not MISSING:
+                values[name] = default
+        if values["log_forward"] is True or values["log_output"] is True:
+            self.plan.left_out(
+                _at(path, "log"), "log", obj["log"], "forward and output: nothing of a local farm is forwarded"
+            )
+            values["log_forward"] = values["log_output"] = False
+        if values["log"] is True:
+            self.plan.differ(
+                _at(path, "log"),
+                "log",
+                "nftlb writes no log rule for a local farm (its code never reaches the one it has); lbweb logs "
+                "new connections to the local service, as 'log input' asks",
+            )
 
     def differences(self, plan: FarmPlan, obj: dict) -> None:
         """Where lbweb deliberately behaves otherwise than nftlb with this farm: said, never silent."""
@@ -433,6 +484,9 @@ class _Reader:
 
     def sessions(self, plan: FarmPlan, raw: Any) -> list[SessionPlan]:
         out = []
+        if raw and plan.values.get("mode") == FarmModeChoices.LOCAL:
+            self.plan.left_out(_at(plan.path, "sessions"), "sessions", raw, "a local farm has no backends")
+            return out
         names = {b.name for b in plan.backends if b.name}
         for item_path, obj in self.objects(_at(plan.path, "sessions"), raw, "sessions"):
             if "expiration" in obj:

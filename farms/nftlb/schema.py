@@ -150,18 +150,7 @@ FARM_ATTRIBUTES = (
     Attribute("virtual-ports", "ports", c.text, str),  # nftlb writes both, empty or not
     Attribute("source-addr", "source_addr", c.text, str),
     Attribute("source-ports", "source_ports", c.text, c.omit_if_empty),  # lbweb extension
-    Attribute(
-        "mode",
-        "mode",
-        c.choice(
-            _words(FarmModeChoices),
-            {
-                "local": "mode local (nftlb's services on the appliance itself, filtered and limited) is not "
-                "supported by lbweb yet; balance to the local service with snat or dnat"
-            },
-        ),
-        str,
-    ),
+    Attribute("mode", "mode", c.choice(_words(FarmModeChoices)), str),
     Attribute("protocol", "protocol", c.choice(_words(FarmProtocolChoices)), str),
     Attribute("scheduler", "scheduler", c.choice(_words(FarmSchedulerChoices)), str),
     Attribute("sched-param", "sched_param", c.hash_fields(list(HashFieldChoices.values)), c.none_if_empty),

@@ -14,6 +14,7 @@ from monitoring.sampler import Sample
 from monitoring.store import MetricStore, client
 from tests import certs
 from tests.conftest import OUTPUT
+from tests.test_ui_browser import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,11 +51,7 @@ def test_http_farms_page_shows_capacity_queue_and_certificate_expiry(
 ):
     farm, backend = page_data
     page = browser_page
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.get_by_label("User name").fill("admin")
-    page.get_by_label("Password").fill("admin-password")
-    page.keyboard.press("Enter")
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, "admin", "admin-password")
     page.get_by_role("link", name="HTTP farms").click()
     page.wait_for_selector(f"#backend-{backend.id}")
     row = page.text_content(f"#backend-{backend.id}")
@@ -89,11 +86,7 @@ def test_an_admin_sets_up_an_https_farm_in_the_browser(https_farm, live_server, 
 
     farm, backend = https_farm
     page = browser_page
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.get_by_label("User name").fill("admin")
-    page.get_by_label("Password").fill("admin-password")
-    page.keyboard.press("Enter")
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, "admin", "admin-password")
     page.goto(f"{live_server.url}/http/")
     page.get_by_role("link", name="New self-signed certificate").click()
     axe.assert_none(page)

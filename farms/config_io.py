@@ -153,6 +153,15 @@ class ImportResult:
         }
 
 
+def validation_errors(location: str, exc: ValidationError) -> list[ImportError_]:
+    """The errors of a refused write, located (each message once)."""
+    if hasattr(exc, "error_dict"):  # a field check and clean() may word the same problem alike: once
+        return [
+            ImportError_(location, name, msg) for name, msgs in exc.message_dict.items() for msg in dict.fromkeys(msgs)
+        ]
+    return [ImportError_(location, "__all__", msg) for msg in dict.fromkeys(exc.messages)]
+
+
 class _Importer:
     def __init__(self, actor) -> None:
         self.actor = actor
@@ -163,15 +172,6 @@ class _Importer:
     def error(self, location: str, field_name: str, message: str) -> None:
         self.result.errors.append(ImportError_(location, field_name, message))
 
-    def validation_errors(self, location: str, exc: ValidationError) -> list[ImportError_]:
-        if hasattr(exc, "error_dict"):  # a field check and clean() may word the same problem alike: once
-            return [
-                ImportError_(location, name, msg)
-                for name, msgs in exc.message_dict.items()
-                for msg in dict.fromkeys(msgs)
-            ]
-        return [ImportError_(location, "__all__", msg) for msg in dict.fromkeys(exc.messages)]
-
     def attempt(self, location: str, write) -> bool:
         """Run one service call in a savepoint; on a validation error record it and go on."""
         try:
@@ -179,7 +179,7 @@ class _Importer:
                 write()
             return True
         except ValidationError as exc:
-            self.result.errors.extend(self.validation_errors(location, exc))
+            self.result.errors.extend(validation_errors(location, exc))
             return False
 
     # -- structure ------------------------------------------------------------------------
@@ -352,7 +352,7 @@ class _Importer:
         except ValidationError as exc:
             if farm is not None:
                 farm.refresh_from_db()  # the failed attempt left its values on the instance
-            return None, self.validation_errors(location, exc)
+            return None, validation_errors(location, exc)
 
     @staticmethod
     def backend_key(item: Json) -> tuple[str, Any]:
@@ -389,7 +389,7 @@ class _Importer:
             try:
                 candidate.full_clean(exclude=["farm"])
             except ValidationError as exc:
-                self.result.errors.extend(self.validation_errors(f"{location}.{loc}", exc))
+                self.result.errors.extend(validation_errors(f"{location}.{loc}", exc))
 
     def sessions(self, location: str, item: Json, farm: Farm) -> None:
         entries = self.items(item, "static_sessions", set(SESSION_FIELDS), SESSION_FIELDS)
@@ -434,7 +434,7 @@ class _Importer:
                     with transaction.atomic():
                         section.load(document[key], self.result)
                 except ValidationError as exc:
-                    self.result.errors.extend(self.validation_errors(key, exc))
+                    self.result.errors.extend(validation_errors(key, exc))
 
 
 def _backend_name(farm: str, address: Any, port: Any) -> str:

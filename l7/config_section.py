@@ -21,7 +21,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from farms.choices import L7_MODES
-from farms.config_io import ImportResult, register_section
+from farms.config_io import ImportError_, ImportResult, register_section, type_errors, validation_errors
 from farms.models import Backend, Farm
 from farms.types import Json
 
@@ -94,8 +94,6 @@ class _Loader:
         self.certificates = {c.name: c for c in Certificate.objects.all()}
 
     def error(self, location: str, field: str, message: str) -> None:
-        from farms.config_io import ImportError_
-
         self.result.errors.append(ImportError_(location, field, message))
 
     def attempt(self, location: str, write) -> bool:
@@ -104,11 +102,17 @@ class _Loader:
             write()
             return True
         except ValidationError as exc:
-            items = exc.message_dict.items() if hasattr(exc, "error_dict") else [("__all__", exc.messages)]
-            for name, messages in items:
-                for message in dict.fromkeys(messages):
-                    self.error(location, name, message)
+            self.result.errors.extend(validation_errors(location, exc))
             return False
+
+    def fields_ok(self, location: str, model, fields: tuple[str, ...], item: Json) -> bool:
+        """Only the service's own fields, each of a JSON type its model field holds (config_io's check): the
+        services take nothing else, and ``clean()`` expects text where the model has text."""
+        problems = [(name, f"Unknown field '{name}'.") for name in sorted(set(item) - set(fields))]
+        problems += type_errors(model, {k: v for k, v in item.items() if k in fields})
+        for name, message in problems:
+            self.error(location, name, message)
+        return not problems
 
     def certificate(self, location: str, field: str, name: Any) -> Certificate | None:
         if name in self.certificates:
@@ -152,13 +156,11 @@ class _Loader:
 
     def options(self, location: str, farm: Farm, entry: Json) -> bool:
         values = {**_field_defaults(L7Farm, OPTION_FIELDS), **(entry.get("options") or {})}
-        unknown = set(values) - set(OPTION_FIELDS)
-        for name in sorted(unknown):
-            self.error(f"{location}.options", name, f"Unknown field '{name}'.")
+        fields_ok = self.fields_ok(f"{location}.options", L7Farm, OPTION_FIELDS, values)
         wanted = [self.certificate(location, "certificates", n) for n in entry.get("certificates") or []]
         default_name = entry.get("default_certificate")
         default = self.certificate(location, "default_certificate", default_name) if default_name else None
-        if unknown or None in wanted or (default_name and default is None):
+        if not fields_ok or None in wanted or (default_name and default is None):
             return False
         current = L7Farm.objects.filter(farm=farm).first()
         same = (
@@ -186,6 +188,8 @@ class _Loader:
             if not isinstance(entry, dict):
                 self.error(where, "__all__", "Must be an object.")
                 continue
+            if not self.fields_ok(where, HttpService, services.SERVICE_FIELDS, entry):
+                continue
             values = {**_field_defaults(HttpService, services.SERVICE_FIELDS), **entry}
             service = existing.get(entry.get("name"))
             if service is None:
@@ -197,7 +201,7 @@ class _Loader:
         return changed
 
     def backends(self, location: str, farm: Farm, entries: list) -> bool:
-        by_key = {(str(b.address), b.port): b for b in Backend.objects.filter(farm=farm).select_related("l7")}
+        by_key = {(str(b.address), b.port): b for b in Backend.objects.filter(farm=farm).select_related("l7__service")}
         service_ids = {s.name: s for s in HttpService.objects.filter(farm=farm)}
         listed: dict[tuple[str, Any], Json] = {}
         for index, entry in enumerate(entries):
@@ -206,6 +210,9 @@ class _Loader:
                 self.error(where, "__all__", "Must be an object.")
                 continue
             key = (str(entry.get("address")), entry.get("port"))
+            options = {k: v for k, v in entry.items() if k not in ("address", "port", "service")}
+            if not self.fields_ok(where, L7Backend, BACKEND_FIELDS, options):
+                continue
             if key not in by_key:
                 self.error(where, "address", f"No backend {key[0]}:{key[1]} in farm '{farm.name}'.")
                 continue

@@ -116,3 +116,23 @@ def test_a_document_without_the_section_leaves_http_options_alone(shop, admin_us
     document = {k: v for k, v in config_io.export_config().items() if k != "http"}
     assert config_io.import_config(document, actor=admin_user).ok
     assert HttpService.objects.count() == 2 and L7Farm.objects.get().hsts_max_age == 600
+
+
+def test_unknown_and_ill_typed_fields_are_refused_where_they_are(shop, admin_user):
+    """Bad input in a service or a backend entry is a located error, never a crash (the services take only their
+    own fields, and clean() expects text where the model has text)."""
+    document = config_io.export_config()
+    entry = document["http"]["farms"][0]
+    entry["services"][0]["colour"] = "blue"
+    entry["services"][1]["hosts"] = ["static.example.com"]
+    entry["backends"][0]["weight"] = 3
+    entry["backends"][1]["capacity"] = "many"
+    result = config_io.import_config(document, actor=admin_user)
+    assert not result.ok
+    assert {(e.location, e.field) for e in result.errors} == {
+        ("http.farms[0].services[0]", "colour"),
+        ("http.farms[0].services[1]", "hosts"),
+        ("http.farms[0].backends[0]", "weight"),
+        ("http.farms[0].backends[1]", "capacity"),
+    }
+    assert HttpService.objects.get(name="static").hosts == "static.example.com"

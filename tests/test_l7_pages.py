@@ -17,46 +17,41 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin(admin_user) -> Client:
-    browser = Client()
-    browser.force_login(admin_user)
-    return browser
-
-
-@pytest.fixture
 def shop():
     farm = farm_services.farm_create(name="shop", vip="198.18.100.10", ports="443", mode="https")
     farm_services.backend_create(farm=farm, address="198.18.1.11", port=8080)
     return farm
 
 
-def test_certificate_pages_check_like_the_api_and_keep_nothing_on_error(admin):
+def test_certificate_pages_check_like_the_api_and_keep_nothing_on_error(admin_client):
     root = certs.issue("root", ca=True)
     leaf = certs.issue("www.example.com", root, names=("www.example.com",))
     other = certs.issue("other.example.com", root, names=("other.example.com",))
-    refused = admin.post(
+    refused = admin_client.post(
         "/http/certificates/add/", {"name": "www", "certificate": leaf.pem, "private_key": other.key_pem, "_save": "1"}
     )
     assert refused.status_code == 200 and not Certificate.objects.exists()
     assert "does not match the certificate" in refused.context["form"].errors["private_key"][0]
-    done = admin.post(
+    done = admin_client.post(
         "/http/certificates/add/",
         {"name": "www", "certificate": leaf.pem + root.pem, "private_key": leaf.key_pem, "_save": "1"},
     )
     assert done.status_code == 302 and done["Location"] == "/http/#certificates"
     stored = Certificate.objects.get(name="www")
     assert stored.names == ["www.example.com"] and stored.chain.count("BEGIN CERTIFICATE") == 1
-    page = admin.get(f"/http/certificates/{stored.pk}/edit/").content.decode()
+    page = admin_client.get(f"/http/certificates/{stored.pk}/edit/").content.decode()
     assert "PRIVATE KEY" not in page  # a stored key never goes back to the browser
-    made = admin.post("/http/certificates/self-signed/", {"name": "self", "names": "a.example.com b.example.com"})
+    made = admin_client.post(
+        "/http/certificates/self-signed/", {"name": "self", "names": "a.example.com b.example.com"}
+    )
     assert made.status_code == 302
     assert Certificate.objects.get(name="self").names == ["a.example.com", "b.example.com"]
     assert AuditEvent.objects.filter(object_type="certificate", action="create").count() == 2
 
 
-def test_options_services_and_backend_options_through_the_pages(admin, shop):
+def test_options_services_and_backend_options_through_the_pages(admin_client, shop):
     cert = services.certificate_self_signed(name="shop-cert", names=["shop.example.com"])
-    page = admin.post(
+    page = admin_client.post(
         f"/http/farms/{shop.pk}/options/",
         {
             "certificates": [cert.pk], "default_certificate": cert.pk, "redirect_ports": "80", "hsts_max_age": "600",
@@ -75,29 +70,29 @@ def test_options_services_and_backend_options_through_the_pages(admin, shop):
         "persistence_ttl": 0, "cookie_name": "LBWEBSRV", "queue_timeout": 5, "reuse": "on", "headers": "[]",
         "_save": "1",
     }  # fmt: skip
-    bad = admin.post(f"/http/farms/{shop.pk}/services/add/", {**service, "path_prefix": "api"})
+    bad = admin_client.post(f"/http/farms/{shop.pk}/services/add/", {**service, "path_prefix": "api"})
     assert bad.status_code == 200 and "path_prefix" in bad.context["form"].errors
-    assert admin.post(f"/http/farms/{shop.pk}/services/add/", service).status_code == 302
+    assert admin_client.post(f"/http/farms/{shop.pk}/services/add/", service).status_code == 302
     api = HttpService.objects.get(farm=shop, name="api")
-    assert admin.post(f"/http/services/{api.pk}/edit/", {**service, "path_prefix": "/v2"}).status_code == 302
+    assert admin_client.post(f"/http/services/{api.pk}/edit/", {**service, "path_prefix": "/v2"}).status_code == 302
     api.refresh_from_db()
     assert api.path_prefix == "/v2"
 
     backend = shop.backends.get()
-    form = admin.get(f"/http/backends/{backend.pk}/options/").context["form"]
+    form = admin_client.get(f"/http/backends/{backend.pk}/options/").context["form"]
     assert list(form.fields["service"].queryset) == [api]  # only this farm's services
-    saved = admin.post(
+    saved = admin_client.post(
         f"/http/backends/{backend.pk}/options/", {"service": api.pk, "capacity": 40, "tls_sni": "", "_save": "1"}
     )
     assert saved.status_code == 302
     assert (L7Backend.objects.get(backend=backend).service, L7Backend.objects.get().capacity) == (api, 40)
 
-    assert f'href="/http/#farm-{shop.pk}"' in admin.get(f"/farms/{shop.pk}/").content.decode()
-    listing = admin.get("/http/").content.decode()
+    assert f'href="/http/#farm-{shop.pk}"' in admin_client.get(f"/farms/{shop.pk}/").content.decode()
+    listing = admin_client.get("/http/").content.decode()
     assert f'href="/http/services/{api.pk}/edit/"' in listing and f"/http/backends/{backend.pk}/options/" in listing
-    assert admin.post(f"/http/services/{api.pk}/delete/").status_code == 302
+    assert admin_client.post(f"/http/services/{api.pk}/delete/").status_code == 302
     assert not HttpService.objects.exists() and L7Backend.objects.get().service is None
-    refused = admin.post(f"/http/certificates/{cert.pk}/delete/")
+    refused = admin_client.post(f"/http/certificates/{cert.pk}/delete/")
     assert refused.status_code == 200 and "take it off them first" in refused.content.decode()
 
 
@@ -112,7 +107,7 @@ def test_only_admins_write(role_users, shop):
     assert not HttpService.objects.exists()
 
 
-def test_an_l4_farm_has_no_http_pages(admin):
+def test_an_l4_farm_has_no_http_pages(admin_client):
     farm = farm_services.farm_create(name="tcp", vip="198.18.100.11", ports="22", mode="dnat")
-    assert admin.get(f"/http/farms/{farm.pk}/options/").status_code == 404
-    assert admin.get(f"/http/farms/{farm.pk}/services/add/").status_code == 404
+    assert admin_client.get(f"/http/farms/{farm.pk}/options/").status_code == 404
+    assert admin_client.get(f"/http/farms/{farm.pk}/services/add/").status_code == 404

@@ -19,13 +19,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin_client(admin_user) -> Client:
-    client = Client()
-    client.force_login(admin_user)
-    return client
-
-
-@pytest.fixture
 def farm():
     farm = services.farm_create(name="web", vip="198.18.100.1", ports="80", mode="dnat")
     services.backend_create(farm=farm, address="198.18.1.11")

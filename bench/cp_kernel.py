@@ -19,31 +19,33 @@ from bench.cp_util import PYTHON, ROOT
 #
 # A long-lived watcher process in the LB namespace subscribes to the nf_tables netlink
 # multicast group, where the kernel announces every object of every ruleset transaction
-# it commits. When the watcher is armed with the expected weights, it waits (blocked in
-# select, costing no CPU) for the announcement of a new rule in the farm's chain whose
-# ``numgen random mod N`` is the new total weight; the time that announcement arrived is
-# the time the rule entered the kernel. (Every change moves the total, so the modulus
-# alone tells the new rule from the old.) It then reads the chain back (off the clock)
-# with one netlink dump of that chain alone and checks the modulus the kernel holds.
-# Started with ``deep``, it also reads the chain once with libnftables (python-nftables,
-# as the worker's applier does) and reports the verdict map's interval widths.
+# it commits. Every change of a farm rewrites the rule of its digest chain
+# (``digest-<farm>``), whose comment carries the farm's new digest: when the watcher is
+# armed with the expected weights, it waits (blocked in select, costing no CPU) for the
+# announcement of a rule in that chain with a digest other than the one the kernel held
+# when it was armed; the time that announcement arrived is the time the change entered
+# the kernel (one transaction: all of it, or nothing). It then reads back (off the clock),
+# with libnftables, the farm's scheduler map and reports its interval widths, which the
+# bench checks against the weights' shares.
 #
 # Why not poll with libnftables? A ``list chain`` builds libnftables' cache of the whole
 # table: ~1 ms with one farm, ~150 ms with 1,000 farms, ~16 s with 10,000, so polling
 # would both blur the figure and take a core of a 2-core VM from gunicorn and the worker.
-# Should announcements be lost (socket overflow), a dump of the chain every 0.5 s is the
-# safety net; the figures count how many changes it had to catch ("read" detections).
-# Times are CLOCK_MONOTONIC, which the watcher shares with this process.
+# Should announcements be lost (socket overflow), a netlink dump of the digest chain
+# alone every 0.5 s is the safety net; the figures count how many changes it had to
+# catch ("read" detections). Times are CLOCK_MONOTONIC, which the watcher shares with
+# this process.
 WATCHER = r"""
 import errno, json, select, socket, struct, sys, time
 
 NETLINK_NETFILTER, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, NFNLGRP_NFTABLES, SO_RCVBUFFORCE = 12, 270, 1, 7, 33
 NEWRULE = (10 << 8) | 6  # NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWRULE
 GETRULE = (10 << 8) | 7
-RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS = 1, 2, 4  # NFTA_RULE_*
-EXPR_NAME, EXPR_DATA, NG_MODULUS = 1, 2, 2  # NFTA_EXPR_NAME, NFTA_EXPR_DATA, NFTA_NG_MODULUS
+RULE_TABLE, RULE_CHAIN, RULE_USERDATA = 1, 2, 7  # NFTA_RULE_*
+UDATA_COMMENT = 0  # NFTNL_UDATA_RULE_COMMENT
 SAFETY_READ, TIMEOUT = 0.5, 60.0
-CHAIN = sys.argv[1]
+FARM = sys.argv[1]
+CHAIN = "digest-" + FARM
 sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
 sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
 sock.bind((0, 0))
@@ -64,8 +66,8 @@ def text(data, span):
     return data[span[0] : span[1]].rstrip(b"\0").decode()
 
 
-def announced_moduli(data):
-    # numgen moduli in the new rules of our chain, in one buffer of announcements
+def announced_digests(data):
+    # the comments of the new rules of the digest chain, in one buffer of announcements
     offset = 0
     while offset + 20 <= len(data):
         length, kind = struct.unpack_from("=IH", data, offset)
@@ -73,14 +75,13 @@ def announced_moduli(data):
             return
         if kind == NEWRULE:
             rule = {k: (a, b) for k, a, b in attrs(data, offset + 20, offset + length)}
-            if RULE_EXPRESSIONS in rule and text(data, rule.get(RULE_TABLE, (0, 0))) == "lbweb" \
+            if RULE_USERDATA in rule and text(data, rule.get(RULE_TABLE, (0, 0))) == "lbweb" \
                     and text(data, rule.get(RULE_CHAIN, (0, 0))) == CHAIN:
-                for _k, a, b in attrs(data, *rule[RULE_EXPRESSIONS]):
-                    expr = {k: (c, d) for k, c, d in attrs(data, a, b)}
-                    if text(data, expr.get(EXPR_NAME, (0, 0))) == "numgen" and EXPR_DATA in expr:
-                        for k, c, _d in attrs(data, *expr[EXPR_DATA]):
-                            if k == NG_MODULUS:
-                                yield struct.unpack_from(">I", data, c)[0]
+                a, b = rule[RULE_USERDATA]
+                while a + 2 <= b:
+                    if data[a] == UDATA_COMMENT:
+                        yield data[a + 2 : a + 2 + data[a + 1]].rstrip(b"\0").decode()
+                    a += 2 + data[a + 1]
         offset += (length + 3) & ~3
 
 
@@ -96,37 +97,27 @@ def drain():
 
 
 def deep_read():
-    # [total weight, sorted interval widths] of the chain's numgen pick, through libnftables: the numgen
-    # the ct mark is set to, and the elements of the named scheduler map the next statement looks up
+    # [modulus, interval widths in the map's order] of the farm's scheduler, through libnftables
     import nftables
 
     nft = nftables.Nftables()
     nft.set_json_output(True)
-    rc, out, _err = nft.cmd(f"list chain inet lbweb {CHAIN}")
-    if rc != 0 or not out:
+    for name in (f"sched-{FARM}-w", f"sched-{FARM}"):
+        rc, out, _err = nft.cmd(f"list map inet lbweb {name}")
+        if rc == 0 and out:
+            break
+    else:
         return None
-    modulus = None
-    for item in json.loads(out)["nftables"]:
-        for expr in item.get("rule", {}).get("expr", []):
-            value = expr.get("mangle", {}).get("value")
-            if isinstance(value, dict) and "numgen" in value:
-                modulus = value["numgen"]["mod"]
-            vmap = expr.get("vmap")
-            if modulus and vmap and isinstance(vmap.get("data"), str):
-                rc, out, _err = nft.cmd(f"list map inet lbweb {vmap['data'].lstrip('@')}")
-                if rc != 0:
-                    return None
-                elements = next(i["map"].get("elem", []) for i in json.loads(out)["nftables"] if "map" in i)
-                widths = []
-                for key, _verdict in elements:
-                    low, high = key["range"] if isinstance(key, dict) else (key, key)
-                    widths.append(high - low + 1)
-                return [modulus, sorted(widths)]
-    return None
+    elements = next(i["map"].get("elem", []) for i in json.loads(out)["nftables"] if "map" in i)
+    widths = []
+    for key, _verdict in elements:
+        low, high = key["range"] if isinstance(key, dict) else (key, key)
+        widths.append(high - low + 1)
+    return [sum(widths), widths]
 
 
 def read():
-    # the numgen modulus of the chain's rules as the kernel holds them: one netlink dump of that chain
+    # the digest the kernel holds for the farm: one netlink dump of its digest chain
     payload = b"".join(struct.pack("=HH", 4 + len(v), k) + v + b"\0" * (-len(v) % 4)
                        for k, v in ((RULE_TABLE, b"lbweb\0"), (RULE_CHAIN, CHAIN.encode() + b"\0")))
     body = struct.pack("=BBH", 1, 0, 0) + payload  # NFPROTO_INET
@@ -134,23 +125,24 @@ def read():
         dump.bind((0, 0))
         dump.settimeout(10)
         dump.send(struct.pack("=IHHII", 16 + len(body), GETRULE, 0x301, 1, 0) + body)  # REQUEST | DUMP
-        moduli = []
+        digests = []
         while True:
             data = dump.recv(1 << 20)
-            moduli += announced_moduli(data)
+            digests += announced_digests(data)
             offset, done = 0, not data
             while offset + 16 <= len(data):
                 length, kind = struct.unpack_from("=IH", data, offset)
                 done = done or kind in (2, 3) or length < 16  # NLMSG_ERROR, NLMSG_DONE
                 offset += max((length + 3) & ~3, 16)
             if done:
-                return moduli[-1] if moduli else None
+                return digests[-1] if digests else None
 
 
-print(json.dumps({"ready": True, "seen": read(), "deep": deep_read() if "deep" in sys.argv else None}), flush=True)
+print(json.dumps({"ready": True, "seen": deep_read()}), flush=True)
 for line in sys.stdin:
     want = json.loads(line)
     drain()  # what was announced before now is not the change to come
+    before = read()
     print(json.dumps({"armed": True}), flush=True)
     found, deadline, last_read = None, time.monotonic() + TIMEOUT, time.monotonic()
     while found is None:
@@ -167,28 +159,38 @@ for line in sys.stdin:
                     raise
                 lost = True
                 continue
-            if found is None and want[0] in announced_moduli(data):
+            if found is None and any(d != before for d in announced_digests(data)):
                 found = ("event", now)
         if found is None and (lost or now - last_read >= SAFETY_READ):
             last_read = time.monotonic()
-            if read() == want[0]:
+            if read() != before:
                 found = ("read", last_read)
         if found is None and now > deadline:
             break
-    seen = read()
+    seen = deep_read()
     if found is None:
         print(json.dumps({"timeout": True, "seen": seen, "want": want}), flush=True)
     else:
-        print(json.dumps({"t": found[1], "via": found[0], "seen": seen, "confirmed": seen == want[0]}), flush=True)
+        print(json.dumps({"t": found[1], "via": found[0], "seen": seen}), flush=True)
 """
 
 
-class Watcher:
-    """The long-lived kernel watcher in the LB namespace (see WATCHER)."""
+def shares_match(seen: list | None, weights: list[int]) -> bool:
+    """Whether a scheduler map's widths (``[modulus, widths]``) give each backend its weight's share:
+    the modulus is the total weight, or a fixed span split in proportion (to within one value)."""
+    if not seen or len(seen[1]) != len(weights):
+        return False
+    modulus, widths = seen
+    total = sum(weights)
+    return all(abs(width * total - modulus * w) <= total for width, w in zip(widths, weights, strict=True))
 
-    def __init__(self, netns: str, chain: str, deep: bool = False):
+
+class Watcher:
+    """The long-lived kernel watcher in the LB namespace (see WATCHER), for one farm."""
+
+    def __init__(self, netns: str, farm: str):
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", netns, str(PYTHON), "-c", WATCHER, chain, *(["deep"] if deep else [])],
+            ["ip", "netns", "exec", netns, str(PYTHON), "-c", WATCHER, farm],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -198,21 +200,22 @@ class Watcher:
         first = json.loads(self.proc.stdout.readline() or "{}")
         if not first.get("ready"):
             raise RuntimeError("the kernel watcher did not start")
-        self.initial = first["seen"]  # the modulus (total weight) the kernel holds
-        self.deep = first["deep"]  # [total weight, sorted widths] read by libnftables, when started with deep
+        self.initial = first["seen"]  # [modulus, widths] of the farm's scheduler map as the kernel holds it
+        self.weights: list[int] = []
 
     def arm(self, weights: list[int]) -> None:
         """Wait for these weights; returns once the watcher listens (the change may then be sent)."""
-        self.proc.stdin.write(json.dumps([sum(weights), sorted(weights)]) + "\n")
+        self.weights = list(weights)
+        self.proc.stdin.write(json.dumps(weights) + "\n")
         if not json.loads(self.proc.stdout.readline() or "{}").get("armed"):
             raise RuntimeError("the kernel watcher died")
 
     def seen_at(self) -> dict:
         answer = json.loads(self.proc.stdout.readline() or '{"timeout": true}')
         if answer.get("timeout"):
-            raise RuntimeError(f"the new weights never reached the kernel: {answer}")
-        if not answer["confirmed"]:
-            raise RuntimeError(f"the kernel announced the new total weight but holds another: {answer}")
+            raise RuntimeError(f"the change never reached the kernel: {answer}")
+        if not shares_match(answer["seen"], self.weights):
+            raise RuntimeError(f"the kernel committed a change but holds other weights: {answer}, {self.weights}")
         return answer
 
     def stop(self) -> None:

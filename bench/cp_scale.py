@@ -11,7 +11,7 @@ import concurrent.futures
 import threading
 import time
 
-from bench.cp_kernel import Watcher, kernel_limit
+from bench.cp_kernel import Watcher, kernel_limit, shares_match
 from bench.cp_util import Api, TreeMemory, ms, next_weight, progress, ratio, summary, wait_until
 
 SCALE_PREFIX = "s"  # scale farms are s00000, s00001, ...
@@ -347,15 +347,14 @@ def single_changes(api: Api, netns: str, count: int, gap: float, farm_count: int
     """One backend's weight of one scale farm, PATCHed through the REST API ``count`` times, each timed from
     the request to the new rule in the kernel; and the worker's ApplyRun of each."""
     from farms.models import ApplyRun, Backend
-    from farms.nft import compiler
 
     name = scale_name(farm_count // 2)
     rows = list(Backend.objects.filter(farm__name=name).order_by("id").values_list("id", "weight"))
     backends, weights = [r[0] for r in rows], [r[1] for r in rows]
-    watcher = Watcher(netns, compiler.farm_chain_name_of(name))
+    watcher = Watcher(netns, name)
     try:
-        if watcher.initial != sum(weights):
-            raise RuntimeError(f"the watcher reads a total weight of {watcher.initial}, expected {sum(weights)}")
+        if not shares_match(watcher.initial, weights):
+            raise RuntimeError(f"the watcher reads {watcher.initial}, expected the shares of {weights}")
         before = last_run_id()
         out = weight_changes(api, watcher, backends, weights, count, gap)
     finally:

@@ -164,12 +164,12 @@ def publish_capabilities() -> dict[str, bool]:
 
 
 def anchor(unit: compiler.UnitRuleset) -> str | None:
-    """Where the kernel carries a unit's digest: its farm chain, or its DSR table."""
+    """Where the kernel carries a unit's digest: its digest chain, or its DSR table."""
     if unit.objects.tables:
         family, name = unit.objects.tables[0]
         return f"{family} {name}"
     if unit.key.startswith("farm:") and unit.objects.chains:
-        return compiler.farm_chain_name_of(unit.name)
+        return compiler.digest_chain_name(unit.name)
     return None
 
 

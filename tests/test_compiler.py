@@ -263,8 +263,9 @@ def test_round_robin_and_weighted_schedulers():
     vmap = scheduler_of(compiler.compile_farm(WEB), "farm-web")
     assert vmap["key"] == {"numgen": {"mode": "inc", "mod": 2, "offset": 0}}  # the disabled backend is left out
     weighted = scheduler_of(compiler.compile_farm(DNS6), "farm-dns6")
-    assert weighted["key"]["numgen"] == {"mode": "random", "mod": 4, "offset": 0}
-    assert [e[0] for e in weighted["data"]["set"]] == [0, {"range": [1, 3]}]
+    span = compiler.WEIGHT_SPAN  # weights 1 and 3: a quarter and three quarters of the span
+    assert weighted["key"]["numgen"] == {"mode": "random", "mod": span, "offset": 0}
+    assert [e[0] for e in weighted["data"]["set"]] == [{"range": [0, span // 4 - 1]}, {"range": [span // 4, span - 1]}]
 
 
 def test_hash_schedulers_and_priority_groups():
@@ -453,8 +454,9 @@ def one_change(old: FarmSpec, new: FarmSpec, *, legacy: bool = False) -> dict:
     applied = compiler.compile_farm(old).objects
     if legacy:  # as recorded before the verdicts of shared-map elements were kept
         applied = compiler.UnitObjects.from_json({k: v for k, v in applied.to_json().items() if k != "element_values"})
-    document, changed = compiler.incremental_document({"farm:1": applied}, {"farm:1": compiler.compile_farm(new)})
-    assert changed == ["farm:1"]
+    key = compiler.farm_key(new.id)
+    document, changed = compiler.incremental_document({key: applied}, {key: compiler.compile_farm(new)})
+    assert changed == [key]
     return document
 
 
@@ -471,7 +473,50 @@ def test_a_change_inside_a_farm_sends_no_element_command():
             assert [list(c) + [c["delete"]["element"]["name"]] for c in elements] == [["delete", "traffic_be4"]]
         else:
             assert document["nftables"] and not elements, new
-        assert any(c.get("add", {}).get("rule", {}).get("chain") == "farm-web" for c in document["nftables"])
+        rewritten = any(c.get("add", {}).get("rule", {}).get("chain") == "farm-web" for c in document["nftables"])
+        assert rewritten == (new is not heavier)  # a random pick's modulus does not follow the weights
+
+
+def _rules_and_flushed_chains(document: dict) -> tuple[set[str], set[str]]:
+    rules = {c["add"]["rule"]["chain"] for c in document["nftables"] if "rule" in c.get("add", {})}
+    flushed = {c["flush"]["chain"]["name"] for c in document["nftables"] if "chain" in c.get("flush", {})}
+    return rules, flushed
+
+
+def test_a_weight_change_rewrites_only_the_scheduler_map_and_the_digest_chain():
+    """Issue 13: any rule that can jump or translate makes the kernel validate every jump of the whole
+    table at commit (~115 ms at 10,000 farms), so a weight change of a random scheduler (weight, and
+    leastconn whose weights the worker keeps changing) adds only the digest chain's counter rule:
+    the pick's modulus does not depend on the weights, the scheduler map's elements change alone, and
+    every other chain stays with its rules."""
+    for scheduler in ("weight", "leastconn"):
+        farm = replace(DNS6, scheduler=scheduler)
+        heavier = replace(farm, backends=(farm.backends[0], replace(farm.backends[1], weight=7)))
+        document = one_change(farm, heavier)
+        rules, flushed = _rules_and_flushed_chains(document)
+        assert rules == flushed == {"digest-dns6"}, document
+        text = json.dumps(document)
+        assert '"flush": {"map"' in text and "sched-dns6-w" in text
+        chains = [c for c in document["nftables"] if "chain" in c.get("add", {}) or "chain" in c.get("delete", {})]
+        assert chains == [{"add": {"chain": compiler.f.chain("digest-dns6")}}]
+    # the shares stay the weights' shares: 1 and 7 of 8
+    elements = [
+        c["add"]["element"]["elem"] for c in compiler.compile_farm(heavier).creates if "element" in c.get("add", {})
+    ]
+    (sched,) = [e for e in elements if e and isinstance(e[0][0], dict) and "range" in e[0][0]]
+    widths = [high - low + 1 for (low, high) in (key["range"] for key, _verdict in sched)]
+    assert widths == [compiler.WEIGHT_SPAN // 8, compiler.WEIGHT_SPAN * 7 // 8]
+
+
+def test_a_change_keeps_the_chains_whose_rules_did_not_change():
+    """A backend's weight in a round-robin farm changes the pick (its modulus), not the backends' chains;
+    a unit recorded before chain digests were kept has every chain rewritten."""
+    rules, flushed = _rules_and_flushed_chains(one_change(WEB, WEB_REWEIGHTED))
+    assert rules == flushed - {"be-web-3", "pick-web-3", "elsewhere-web-3"} == {"farm-web", "digest-web"}
+    old = compiler.compile_farm(WEB).objects
+    legacy = compiler.UnitObjects.from_json({k: v for k, v in old.to_json().items() if k != "chain_digests"})
+    document, _ = compiler.incremental_document({"farm:1": legacy}, {"farm:1": compiler.compile_farm(WEB_REWEIGHTED)})
+    assert _rules_and_flushed_chains(document)[1] == set(old.chains)
 
 
 def test_a_moved_port_or_a_renamed_farm_still_replaces_its_elements():
@@ -497,7 +542,8 @@ def test_a_change_without_element_commands_applies_and_keeps_the_farm_reachable(
     assert result.returncode == 0, result.stderr
     dispatch = nft(throwaway_netns, "list", "map", "inet", "lbweb", "dispatch4").stdout
     assert "198.18.100.1 . tcp . 443 : goto farm-web" in dispatch
-    assert "numgen random mod 2" in nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-web").stdout
+    farm_chain = nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-web").stdout
+    assert f"numgen random mod {compiler.WEIGHT_SPAN}" in farm_chain
 
 
 def _hook_rules(hooks: dict, chain: str) -> list[list]:

@@ -109,6 +109,7 @@ LOG_FORWARD_MAP = "log_forward_marks"  # ct mark -> the farm's chain that logs e
 REUSE_TTL = 120  # conntrack's TCP TIME_WAIT (nf_conntrack_tcp_timeout_time_wait): how long a reopen can happen
 REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when full, new ones are not learnt
 REUSE_ALTERNATIVES = 8  # backends tried after the scheduler's pick when another client holds the port there
+WEIGHT_SPAN = 1 << 24  # a NAT farm's random pick, whatever its weights (see _spread_vmap)
 NUMGEN_SCHEDULERS = ("rr", "weight", "leastconn")  # the others hash the flow: a reused port meets the same backend
 
 FarmObjects = UnitObjects  # a farm's objects are a unit's objects
@@ -118,6 +119,11 @@ __all__ = ["canonical", "digest_of", "DIGEST_PREFIX", "UnitObjects", "UnitRulese
 
 def farm_chain_name(farm: FarmSpec) -> str:
     return farm_chain_name_of(farm.name)
+
+
+def digest_chain_name(name: str) -> str:
+    """The chain that carries a farm's digest, and nothing else (see ``Builder.finish``)."""
+    return f"digest-{name}"
 
 
 def guard_chain_name(farm: FarmSpec) -> str:
@@ -253,6 +259,24 @@ def _weighted_vmap(make_key: Callable[[int], Json], backends: tuple[BackendSpec,
     return f.vmap(make_key(low), {"set": elems})
 
 
+def _spread_vmap(make_key: Callable[[int], Json], backends: tuple[BackendSpec, ...], target: Callable) -> Json:
+    """A random pick over a fixed span, each backend owning a share as wide as its weight's share.
+
+    The pick's modulus so stays the same when a weight changes (or when the worker derives new
+    least-connection weights): only the scheduler map's elements change, and the farm's chain,
+    whose rule would cost the kernel a validation of every jump of the table, stays as it is. The
+    shares are exact to 1 in 2**24. Beyond that total weight, the modulus is the total itself."""
+    total = sum(b.weight for b in backends)
+    if total > WEIGHT_SPAN:
+        return _weighted_vmap(make_key, backends, target)
+    elems, seen = [], 0
+    for b in backends:
+        low, high = seen * WEIGHT_SPAN // total, (seen + b.weight) * WEIGHT_SPAN // total - 1
+        elems.append([f.port_value(low, high), f.jump(target(b))])
+        seen += b.weight
+    return f.vmap(make_key(WEIGHT_SPAN), {"set": elems})
+
+
 def maglev_fields(farm: FarmSpec) -> tuple[str, ...]:
     """What a maglev farm hashes: its hash fields, else the client's address and port (its address
     alone for protocol 'all'), so each connection of a client is placed on its own."""
@@ -274,9 +298,12 @@ def _maglev_vmap(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Call
     return f.vmap(key, {"set": [[slot, f.jump(target(backends[i]))] for slot, i in enumerate(table)]})
 
 
-def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None) -> Json:
+def scheduler_map(
+    farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None, *, spread: bool = False
+) -> Json:
     """The verdict map that picks one backend for a new connection: it jumps to ``target(backend)``,
-    the backend's chain unless told otherwise."""
+    the backend's chain unless told otherwise. ``spread``: a random pick over a span that does not
+    depend on the weights (see :func:`_spread_vmap`)."""
     target = target or (lambda b: backend_chain_name(farm, b.id))
     if farm.scheduler == "rr":  # weighted, as nftlb: each backend takes weight turns in a row
         return _weighted_vmap(lambda total: f.numgen("inc", total), backends, target)
@@ -290,6 +317,8 @@ def scheduler_map(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Cal
     if farm.scheduler == "maglev":
         return _maglev_vmap(farm, backends, target)
     # weight, and leastconn (whose weights the worker derives from live connection counts)
+    if spread:
+        return _spread_vmap(lambda span: f.numgen("random", span), backends, target)
     return _weighted_vmap(lambda total: f.numgen("random", total), backends, target)
 
 
@@ -309,7 +338,7 @@ def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...]
     through the ct mark, a 32-bit key of type ``mark``: ``ct mark set <numgen|jhash|symhash>`` then
     ``ct mark vmap @sched-<name>``; every chain the map jumps to puts the farm's mark back first
     (see :func:`_restore_mark`), before anything reads it."""
-    verdict = scheduler_map(farm, backends, target)["vmap"]
+    verdict = scheduler_map(farm, backends, target, spread=True)["vmap"]
     interval = any(isinstance(key, dict) for key, _target in verdict["data"]["set"])
     name = sched_map_name(farm, interval)
     flags = ["interval"] if interval else None
@@ -819,8 +848,8 @@ def compile_farm(farm: FarmSpec) -> UnitRuleset:
         return dsr.compile_farm(farm, key)
     b = _Builder()
     build = {"stlsdnat": _stateless_farm, "local": _local_farm}.get(farm.mode, _nat_farm)
-    last = build(b, farm)
-    return b.finish(key, farm.name, last)
+    build(b, farm)
+    return b.finish(key, farm.name, digest_chain_name(farm.name))
 
 
 def compile_policy(policy: PolicySpec) -> UnitRuleset:
@@ -1120,18 +1149,22 @@ def full_document(
 
 
 def removal_commands(
-    old: UnitObjects, keep: set[tuple[str, str]], kept_elements: set[tuple[str, str, str]] = frozenset()
+    old: UnitObjects,
+    keep: set[tuple[str, str]],
+    kept_elements: set[tuple[str, str, str]] = frozenset(),
+    same_chains: Collection[str] = frozenset(),
 ) -> list[Json]:
     """Unhook one unit's applied objects; those the new version still names are emptied, not deleted.
 
     Keeping a counter keeps its figures; keeping a persistence set keeps its clients.
-    ``kept_elements`` (map, canonical key, canonical verdict) stay in their shared maps as they are.
+    ``kept_elements`` (map, canonical key, canonical verdict) stay in their shared maps as they are,
+    and ``same_chains`` (the new version holds them with the same rules) with their rules.
     """
     stay = {entry[:2] for entry in kept_elements}
     cmds = [
         f.delete("element", f.element(name, [key])) for name, key in old.elements if (name, canonical(key)) not in stay
     ]
-    cmds += [f.flush("chain", f.chain(name)) for name in old.chains]
+    cmds += [f.flush("chain", f.chain(name)) for name in old.chains if name not in same_chains]
     cmds += [f.flush(kind, f.counter(name)) for kind, name in old.volatile]
     cmds += [f.delete("chain", f.chain(name)) for name in old.chains if ("chain", name) not in keep]
     cmds += [f.delete(kind, f.counter(name)) for kind, name in old.volatile if (kind, name) not in keep]
@@ -1175,15 +1208,32 @@ def incremental_document(
         if key in new:
             keep |= _keep_set(new[key])
     kept = {k: _kept_elements(old[k], new[k]) for k in changed if k in old and k in new}
+    same_chains = {k: old[k].unchanged_chains(new[k].objects) for k in changed if k in old and k in new}
     cmds: list[Json] = []
     for key in sorted(changed, key=lambda k: k.startswith("policy")):
         if key in old:
-            cmds += removal_commands(old[key], keep, kept.get(key, frozenset()))
+            cmds += removal_commands(old[key], keep, kept.get(key, frozenset()), same_chains.get(key, frozenset()))
     for unit in _ordered({k: new[k] for k in changed if k in new}):
         existing = set(old[unit.key].objects) if unit.key in old else set()
         same = kept.get(unit.key, frozenset())
-        cmds += [c for c in unit.creates if not _creates_existing(c, existing) and not _element_kept(c, same)]
+        chains = same_chains.get(unit.key, frozenset())
+        cmds += [
+            c
+            for c in unit.creates
+            if not _creates_existing(c, existing) and not _element_kept(c, same) and not _in_chain(c, chains)
+        ]
     return document(cmds), changed
+
+
+def _in_chain(command: Json, chains: Collection[str]) -> bool:
+    """True for the 'add chain' or 'add rule' of a chain that stays with the same rules."""
+    if not chains:
+        return False
+    add = command.get("add", {})
+    body = add.get("chain") or add.get("rule")
+    if body is None:
+        return False
+    return (body["chain"] if "rule" in add else body["name"]) in chains
 
 
 def incremental_context(new: dict[str, UnitRuleset], changed: list[str]) -> list[Json]:

@@ -111,8 +111,11 @@ def deep_read():
     elements = next(i["map"].get("elem", []) for i in json.loads(out)["nftables"] if "map" in i)
     widths = []
     for key, _verdict in elements:
-        low, high = key["range"] if isinstance(key, dict) else (key, key)
-        widths.append(high - low + 1)
+        if isinstance(key, dict) and "prefix" in key:  # libnftables prints an aligned range as a prefix
+            widths.append(1 << (32 - key["prefix"]["len"]))  # a mark has 32 bits
+        else:
+            low, high = key["range"] if isinstance(key, dict) else (key, key)
+            widths.append(high - low + 1)
     return [sum(widths), widths]
 
 

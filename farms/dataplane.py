@@ -182,6 +182,7 @@ def kernel_matches(state: KernelState, compiled: dict[str, compiler.UnitRuleset]
         return False
     expected_digests: dict[str, str] = {}
     expected_elements: set[tuple[str, str]] = set()
+    shared = compiler.shared_maps()  # a farm's own maps (its targets) are compared in its fingerprints
     for unit in compiled.values():
         where = anchor(unit)
         if where:
@@ -190,7 +191,7 @@ def kernel_matches(state: KernelState, compiled: dict[str, compiler.UnitRuleset]
             return False
         if not {name for kind, name in unit.objects.volatile + unit.objects.objects if kind == "set"} <= state.sets:
             return False
-        expected_elements |= {(name, compiler.canonical(key)) for name, key in unit.objects.elements}
+        expected_elements |= {(n, compiler.canonical(key)) for n, key in unit.objects.elements if n in shared}
     if state.farm_digests != expected_digests:
         return False
     return state.shared_elements == expected_elements

@@ -250,13 +250,21 @@ def last_rule(unit, chain: str) -> list:
 
 
 def scheduler_of(unit, chain: str) -> dict:
-    """A NAT farm's pick as one would read it: the key put in the ct mark, and the named map's elements."""
-    mark, lookup = last_rule(unit, chain)[-2:]
-    assert mark["mangle"]["key"] == {"ct": {"key": "mark"}} and lookup["vmap"]["key"] == {"ct": {"key": "mark"}}
-    name = lookup["vmap"]["data"].removeprefix("@")
-    elements = [c["add"]["element"]["elem"] for c in unit.creates if c["add"].get("element", {}).get("name") == name]
-    assert ("map", name) in unit.objects.volatile and len(elements) == 1
-    return {"key": mark["mangle"]["value"], "data": {"set": elements[0]}}
+    """A NAT farm's pick as one would read it: the key put in the ct mark, and what each value jumps to
+    (the scheduler map's value -> backend id, then the targets map's id -> jump)."""
+    mark, pick, lookup = last_rule(unit, chain)[-3:]
+    ct_mark = {"ct": {"key": "mark"}}
+    assert mark["mangle"]["key"] == pick["mangle"]["key"] == ct_mark and lookup["vmap"]["key"] == ct_mark
+    sched = pick["mangle"]["value"]["map"]["data"].removeprefix("@")
+    targets = lookup["vmap"]["data"].removeprefix("@")
+
+    def elements(name: str) -> list:
+        found = [c["add"]["element"]["elem"] for c in unit.creates if c["add"].get("element", {}).get("name") == name]
+        return [e for elems in found for e in elems]
+
+    assert ("map", sched) in unit.objects.volatile and ("map", targets) in unit.objects.objects
+    jumps = dict((key, verdict) for key, verdict in elements(targets))
+    return {"key": mark["mangle"]["value"], "data": {"set": [[key, jumps[i]] for key, i in elements(sched)]}}
 
 
 def test_round_robin_and_weighted_schedulers():
@@ -463,12 +471,15 @@ def one_change(old: FarmSpec, new: FarmSpec, *, legacy: bool = False) -> dict:
 def test_a_change_inside_a_farm_sends_no_element_command():
     """A weight or a backend's state leaves the farm's entries in the shared maps as they are: any element
     command makes libnftables read the elements of every interval set first (a cost that grows with farms).
-    Only the farm's own scheduler map is refilled."""
+    Only the farm's own scheduler map is refilled, and its targets map gains or loses one backend's entry."""
     heavier = replace(WEB_REWEIGHTED, backends=(replace(WEB.backends[0], weight=5), WEB.backends[1]))
     enabled = replace(WEB, backends=(*WEB.backends[:2], replace(WEB.backends[2], state="enabled")))
     for old, new in ((WEB, WEB_REWEIGHTED), (WEB_REWEIGHTED, heavier), (WEB, enabled)):
         document = one_change(old, new)
-        elements = [c for c in element_commands(document) if "sched-" not in json.dumps(c)]
+        farm_maps = [c for c in element_commands(document) if "targets-" in json.dumps(c)]
+        elements = [c for c in element_commands(document) if "sched-" not in json.dumps(c) and c not in farm_maps]
+        # the farm's own targets map changes by the backend that comes or goes, and by nothing else
+        assert [list(c)[0] for c in farm_maps] == {WEB_REWEIGHTED: [], heavier: [], enabled: ["add"]}[new]
         if new is WEB_REWEIGHTED:  # backend 3 is gone: only its entry in the traffic counter map leaves
             assert [list(c) + [c["delete"]["element"]["name"]] for c in elements] == [["delete", "traffic_be4"]]
         else:
@@ -487,8 +498,8 @@ def test_a_weight_change_rewrites_only_the_scheduler_map_and_the_digest_chain():
     """Issue 13: any rule that can jump or translate makes the kernel validate every jump of the whole
     table at commit (~115 ms at 10,000 farms), so a weight change of a random scheduler (weight, and
     leastconn whose weights the worker keeps changing) adds only the digest chain's counter rule:
-    the pick's modulus does not depend on the weights, the scheduler map's elements change alone, and
-    every other chain stays with its rules."""
+    the pick's modulus does not depend on the weights, the scheduler map's elements (no verdicts: an
+    element that jumps costs a validation too) change alone, and every other chain stays with its rules."""
     for scheduler in ("weight", "leastconn"):
         farm = replace(DNS6, scheduler=scheduler)
         heavier = replace(farm, backends=(farm.backends[0], replace(farm.backends[1], weight=7)))
@@ -497,6 +508,7 @@ def test_a_weight_change_rewrites_only_the_scheduler_map_and_the_digest_chain():
         assert rules == flushed == {"digest-dns6"}, document
         text = json.dumps(document)
         assert '"flush": {"map"' in text and "sched-dns6-w" in text
+        assert not any("jump" in json.dumps(c) for c in element_commands(document))  # jumps cost a validation too
         chains = [c for c in document["nftables"] if "chain" in c.get("add", {}) or "chain" in c.get("delete", {})]
         assert chains == [{"add": {"chain": compiler.f.chain("digest-dns6")}}]
     # the shares stay the weights' shares: 1 and 7 of 8

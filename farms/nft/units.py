@@ -35,7 +35,8 @@ class UnitObjects:
     configuration and are flushed too; ``objects`` (counters, durable sets
     such as persistence entries and rate-limit meters, helpers, flowtables)
     keep their content for as long as the new version still names them;
-    ``elements`` are this unit's entries in the shared maps and
+    ``elements`` are this unit's entries in the shared maps (and in its own
+    maps changed element by element, a NAT farm's ``targets-<name>``) and
     ``element_values`` their verdicts, in the same order (empty when read from
     a record written before they were kept: then every element is replaced on
     a change); ``tables`` are whole tables the unit owns (DSR); ``chain_digests``

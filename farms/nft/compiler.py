@@ -1186,14 +1186,24 @@ def removal_commands(
     and ``same_chains`` (the new version holds them with the same rules) with their rules.
     """
     stay = {entry[:2] for entry in kept_elements}
+    # The unit's own maps that go (a NAT farm's targets) are deleted whole, before the chains their
+    # elements jump to; their elements are not deleted one by one.
+    going = [name for kind, name in old.objects if kind == "map" and (kind, name) not in keep]
     cmds = [
-        f.delete("element", f.element(name, [key])) for name, key in old.elements if (name, canonical(key)) not in stay
+        f.delete("element", f.element(name, [key]))
+        for name, key in old.elements
+        if (name, canonical(key)) not in stay and name not in going
     ]
     cmds += [f.flush("chain", f.chain(name)) for name in old.chains if name not in same_chains]
     cmds += [f.flush(kind, f.counter(name)) for kind, name in old.volatile]
+    cmds += [f.delete("map", f.counter(name)) for name in going]
     cmds += [f.delete("chain", f.chain(name)) for name in old.chains if ("chain", name) not in keep]
     cmds += [f.delete(kind, f.counter(name)) for kind, name in old.volatile if (kind, name) not in keep]
-    cmds += [f.delete(kind, f.counter(name)) for kind, name in old.objects if (kind, name) not in keep]
+    cmds += [
+        f.delete(kind, f.counter(name))
+        for kind, name in old.objects
+        if (kind, name) not in keep and not (kind == "map" and name in going)
+    ]
     for family, name in old.tables:
         if ("table", f"{family} {name}") not in keep:
             cmds.append(f.delete("table", {"family": family, "name": name}))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -91,6 +92,13 @@ def pending_farms() -> bool:
     """Whether a farm waits for an apply (isolated farms wait for a change, not for the worker)."""
     waiting = Farm.objects.exclude(mode__in=L7_MODES).filter(applied_generation__lt=F("config_generation"))
     return waiting.exclude(failed_generation__gte=F("config_generation"), apply_error__startswith=ISOLATED).exists()
+
+
+def configuration_digest(compiled: dict[str, compiler.UnitRuleset]) -> str:
+    """One digest of every unit's: recorded with each apply, so it is a join and one hash, not the
+    canonical JSON of a 10,000-item list (~6 ms a change at 10,000 farms, py-spy)."""
+    text = "\n".join(f"{key} {compiled[key].digest}" for key in sorted(compiled))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def hold(
@@ -274,8 +282,9 @@ class UnitCache:
                 self.farms.clear()
                 self.seen = None
             kernel_farms = Farm.objects.exclude(mode__in=L7_MODES)
-            farm_ids = set(kernel_farms.values_list("id", flat=True))
-            dynamic = set(kernel_farms.filter(scheduler=FarmSchedulerChoices.LEASTCONN).values_list("id", flat=True))
+            rows = list(kernel_farms.values_list("id", "scheduler"))  # one read of every farm on every change
+            farm_ids = {fid for fid, _scheduler in rows}
+            dynamic = {fid for fid, scheduler in rows if scheduler == FarmSchedulerChoices.LEASTCONN}
             # Changed since the cache was last filled: one indexed query, not a row of every farm to compare
             # (a generation only grows, and every write gives its farms a new one).
             newer = kernel_farms if self.seen is None else kernel_farms.filter(config_generation__gt=self.seen)
@@ -715,7 +724,7 @@ class Applier:
                 duration_ms=duration_ms,
                 ok=not failed and not outcome.error,
                 error=outcome.error or "\n".join(f"farm {fid}: {msg}" for fid, msg in sorted(failed.items())),
-                digest=compiler.digest_of(sorted((k, u.digest) for k, u in compiled.items())),
+                digest=configuration_digest(compiled),
                 farms_changed=len([k for k in outcome.changed if not k.startswith(compiler.HOOK_PREFIX)]),
                 commands=outcome.commands,
                 writer=outcome.writer,

@@ -184,7 +184,7 @@ def test_reconcile_compares_only_when_the_kernel_moved_and_still_repairs_a_hand_
     skipped = b"quiet check: kernel generation"
     wait_for(lambda: skipped in worker.log_path.read_bytes()[start:], what="the skipped comparison")
     assert ApplyRun.objects.count() == runs
-    lab.ns(lab.lb, "nft", "flush", "chain", "inet", "lbweb", "farm-watched")  # the farm's digest rule is gone
+    lab.ns(lab.lb, "nft", "flush", "chain", "inet", "lbweb", "farm-watched")  # the farm's rules are gone
     reconcile.apply_async(kwargs={"reason": "after edit"})
     run = wait_for(lambda: ApplyRun.objects.filter(reason__startswith="after edit").first(), what="the repair")
     assert run.kind == "repair" and run.ok, run.error  # that farm alone was written again (tests/test_drift.py)

@@ -102,7 +102,7 @@ def deep_read():
 
     nft = nftables.Nftables()
     nft.set_json_output(True)
-    for name in (f"sched-{FARM}-w", f"sched-{FARM}"):
+    for name in (f"sched-{FARM}-id-w", f"sched-{FARM}-id", f"sched-{FARM}-w", f"sched-{FARM}"):
         rc, out, _err = nft.cmd(f"list map inet lbweb {name}")
         if rc == 0 and out:
             break

@@ -250,18 +250,26 @@ def last_rule(unit, chain: str) -> list:
 
 
 def scheduler_of(unit, chain: str) -> dict:
-    """A NAT farm's pick as one would read it: the key put in the ct mark, and what each value jumps to
-    (the scheduler map's value -> backend id, then the targets map's id -> jump)."""
-    mark, pick, lookup = last_rule(unit, chain)[-3:]
+    """A NAT farm's pick as one would read it: the key put in the ct mark, and what each value jumps to:
+    through one map (value -> jump), or two (the scheduler map's value -> backend id, then the targets
+    map's id -> jump) for the schedulers whose rule does not follow the weights."""
     ct_mark = {"ct": {"key": "mark"}}
-    assert mark["mangle"]["key"] == pick["mangle"]["key"] == ct_mark and lookup["vmap"]["key"] == ct_mark
-    sched = pick["mangle"]["value"]["map"]["data"].removeprefix("@")
-    targets = lookup["vmap"]["data"].removeprefix("@")
 
     def elements(name: str) -> list:
         found = [c["add"]["element"]["elem"] for c in unit.creates if c["add"].get("element", {}).get("name") == name]
         return [e for elems in found for e in elems]
 
+    rule = last_rule(unit, chain)
+    if "map" not in rule[-2]["mangle"]["value"]:  # one map
+        mark, lookup = rule[-2:]
+        name = lookup["vmap"]["data"].removeprefix("@")
+        assert mark["mangle"]["key"] == ct_mark and lookup["vmap"]["key"] == ct_mark
+        assert ("map", name) in unit.objects.volatile and "-id" not in name
+        return {"key": mark["mangle"]["value"], "data": {"set": elements(name)}}
+    mark, pick, lookup = rule[-3:]
+    assert mark["mangle"]["key"] == pick["mangle"]["key"] == ct_mark and lookup["vmap"]["key"] == ct_mark
+    sched = pick["mangle"]["value"]["map"]["data"].removeprefix("@")
+    targets = lookup["vmap"]["data"].removeprefix("@")
     assert ("map", sched) in unit.objects.volatile and ("map", targets) in unit.objects.objects
     jumps = dict((key, verdict) for key, verdict in elements(targets))
     return {"key": mark["mangle"]["value"], "data": {"set": [[key, jumps[i]] for key, i in elements(sched)]}}
@@ -471,15 +479,15 @@ def one_change(old: FarmSpec, new: FarmSpec, *, legacy: bool = False) -> dict:
 def test_a_change_inside_a_farm_sends_no_element_command():
     """A weight or a backend's state leaves the farm's entries in the shared maps as they are: any element
     command makes libnftables read the elements of every interval set first (a cost that grows with farms).
-    Only the farm's own scheduler map is refilled, and its targets map gains or loses one backend's entry."""
+    Only the farm's own scheduler map is refilled."""
     heavier = replace(WEB_REWEIGHTED, backends=(replace(WEB.backends[0], weight=5), WEB.backends[1]))
     enabled = replace(WEB, backends=(*WEB.backends[:2], replace(WEB.backends[2], state="enabled")))
     for old, new in ((WEB, WEB_REWEIGHTED), (WEB_REWEIGHTED, heavier), (WEB, enabled)):
         document = one_change(old, new)
         farm_maps = [c for c in element_commands(document) if "targets-" in json.dumps(c)]
         elements = [c for c in element_commands(document) if "sched-" not in json.dumps(c) and c not in farm_maps]
-        # the farm's own targets map changes by the backend that comes or goes, and by nothing else
-        assert [list(c)[0] for c in farm_maps] == {WEB_REWEIGHTED: [], heavier: [], enabled: ["add"]}[new]
+        # a weight farm's own targets map is filled when it becomes one (rr -> weight), not on a weight change
+        assert [list(c)[0] for c in farm_maps] == {WEB_REWEIGHTED: ["add", "add"], heavier: [], enabled: []}[new]
         if new is WEB_REWEIGHTED:  # backend 3 is gone: only its entry in the traffic counter map leaves
             assert [list(c) + [c["delete"]["element"]["name"]] for c in elements] == [["delete", "traffic_be4"]]
         else:
@@ -500,14 +508,14 @@ def test_a_weight_change_rewrites_only_the_scheduler_map_and_the_digest_chain():
     leastconn whose weights the worker keeps changing) adds only the digest chain's counter rule:
     the pick's modulus does not depend on the weights, the scheduler map's elements (no verdicts: an
     element that jumps costs a validation too) change alone, and every other chain stays with its rules."""
-    for scheduler in ("weight", "leastconn"):
+    for scheduler in ("maglev", "leastconn", "weight"):  # Maglev: its table's size follows the backends, not weights
         farm = replace(DNS6, scheduler=scheduler)
         heavier = replace(farm, backends=(farm.backends[0], replace(farm.backends[1], weight=7)))
         document = one_change(farm, heavier)
         rules, flushed = _rules_and_flushed_chains(document)
         assert rules == flushed == {"digest-dns6"}, document
         text = json.dumps(document)
-        assert '"flush": {"map"' in text and "sched-dns6-w" in text
+        assert '"flush": {"map"' in text and "sched-dns6-id" in text
         assert not any("jump" in json.dumps(c) for c in element_commands(document))  # jumps cost a validation too
         chains = [c for c in document["nftables"] if "chain" in c.get("add", {}) or "chain" in c.get("delete", {})]
         assert chains == [{"add": {"chain": compiler.f.chain("digest-dns6")}}]

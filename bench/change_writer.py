@@ -61,7 +61,10 @@ isolated.check({"nftables": []})  # the kernel writer starts before the first ti
 
 
 def changed(weight):
-    farm = dataclasses.replace(target, backends=tuple(dataclasses.replace(b, weight=weight) for b in target.backends))
+    # one backend's weight: the same weight on every backend would leave a weighted pick's shares, and
+    # so the compiled farm, as they were (nothing to send)
+    first, *rest = target.backends
+    farm = dataclasses.replace(target, backends=(dataclasses.replace(first, weight=weight), *rest))
     new = dict(units)
     new[key] = compiler.compile_farm(farm)
     document, keys = compiler.incremental_document({k: u.objects for k, u in units.items()}, new)

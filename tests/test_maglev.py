@@ -24,6 +24,7 @@ import pytest
 from farms.nft import compiler, maglev
 from farms.nft.spec import BackendSpec, FarmSpec
 from tests.lab import HERE, run_in_netns, sh, udp_question, wait_listening
+from tests.test_compiler import scheduler_of
 
 VIP = "198.18.160.1"
 BACKENDS = {"b1": "198.18.62.11", "b2": "198.18.62.12", "b3": "198.18.62.13"}
@@ -94,13 +95,9 @@ def farm(backend_ids: list[int], names: list[str] = NAMES, farm_id: int = 1, **k
 
 
 def vmap_of(spec: FarmSpec) -> dict:
-    """The table as the farm looks it up: the key the ct mark is set to, then the named scheduler map."""
-    unit = compiler.compile_farm(spec)
-    rules = [c["add"]["rule"] for c in unit.creates if "rule" in c.get("add", {})]
-    key = next(e["mangle"]["value"] for r in rules for e in r["expr"] if "jhash" in str(e.get("mangle", {})))
-    name = compiler.sched_map_name(spec)
-    elements = [c["add"]["element"]["elem"] for c in unit.creates if c["add"].get("element", {}).get("name") == name]
-    return {"key": key, "data": {"set": elements[0]}}
+    """The table as the farm looks it up: the key the ct mark is set to, then each slot's jump (through the
+    scheduler map of backend ids and the farm's targets map, see ``compiler.nat_scheduler``)."""
+    return scheduler_of(compiler.compile_farm(spec), compiler.farm_chain_name(spec))
 
 
 def test_the_farm_looks_up_the_table_by_jhash_of_the_flow():

@@ -349,7 +349,7 @@ def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...]
     (961 s at 10,000 farms). A named map costs no such walk. libnftables 1.0.6 cannot declare (in
     JSON) a named map keyed by ``numgen``/``jhash``, whose type is a bare integer, so the pick goes
     through the ct mark, a 32-bit key of type ``mark``: ``ct mark set <numgen|jhash|symhash>``, then
-    ``ct mark set ct mark map @sched-<name>`` (the pick's value -> the backend's id), then
+    ``ct mark set ct mark map @sched-<name>-id`` (the pick's value -> the backend's id), then
     ``ct mark vmap @targets-<name>`` (the id -> a jump to the backend's chain); every chain that map
     jumps to puts the farm's mark back first (see :func:`_restore_mark`), before anything reads it.
 

@@ -363,19 +363,19 @@ def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...]
     the table's list of sets, so a second set per farm made a 10,000-farm load ~3 times slower
     (23 s -> 67 s of ``nft -j -f``)."""
     verdict = scheduler_map(farm, backends, target, spread=True)["vmap"]
-    if farm.scheduler not in STABLE_PICK_SCHEDULERS:  # the pick's rule follows the weights: one map is enough
-        interval = any(isinstance(key, dict) for key, _target in verdict["data"]["set"])
-        name = sched_map_name(farm, interval)
-        b.obj("map", f.named_map(name, "mark", "verdict", ["interval"] if interval else None), volatile=True)
-        b.creates.append(f.add("element", f.element(name, verdict["data"]["set"])))
+    two_maps = farm.scheduler in STABLE_PICK_SCHEDULERS
+    elements = verdict["data"]["set"]
+    if two_maps:  # the pick's value -> the id of the backend it jumps to
+        target = target or (lambda x: backend_chain_name(farm, x.id))
+        ids = {target(x): x.id for x in backends}
+        elements = [[key, ids[jump["jump"]["target"]]] for key, jump in elements]
+    interval = any(isinstance(key, dict) for key, _value in elements)
+    name = sched_map_name(farm, interval, ids=two_maps)
+    data = "mark" if two_maps else "verdict"
+    b.obj("map", f.named_map(name, "mark", data, ["interval"] if interval else None), volatile=True)
+    b.creates.append(f.add("element", f.element(name, elements)))
+    if not two_maps:
         return [f.set_ct_mark(verdict["key"]), f.vmap(f.ct("mark"), "@" + name)]
-    target = target or (lambda x: backend_chain_name(farm, x.id))
-    ids = {target(x): x.id for x in backends}
-    picks = [[key, ids[jump["jump"]["target"]]] for key, jump in verdict["data"]["set"]]
-    interval = any(isinstance(key, dict) for key, _id in picks)
-    name = sched_map_name(farm, interval, ids=True)
-    b.obj("map", f.named_map(name, "mark", "mark", ["interval"] if interval else None), volatile=True)
-    b.creates.append(f.add("element", f.element(name, picks)))
     targets = targets_map_name(farm)
     b.obj("map", f.named_map(targets, "mark", "verdict"))
     for backend in sorted(backends, key=lambda x: x.id):
@@ -744,7 +744,7 @@ def _fallback_chain(b: _Builder, farm: FarmSpec) -> str:
     return name
 
 
-def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
+def _nat_farm(b: _Builder, farm: FarmSpec) -> None:
     chain = farm_chain_name(farm)
     backends = farm.active_backends
     counters = [chain]
@@ -769,7 +769,7 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
         tail = [f.jump(_fallback_chain(b, farm))]
     else:  # no active backend and no fallback: refuse at once rather than let the VIP fall through to the host
         tail = [{"reject": {"type": "tcp reset"}} if farm.protocol == "tcp" else {"reject": None}]
-    last = b.rule(chain, tail)
+    b.rule(chain, tail)
     for map_name, key in _dispatch_keys(farm):
         _service_element(b, map_name, key, chain)
     if farm.intra_connect:
@@ -793,10 +793,9 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> Json:
             [f.match(f.meta("l4proto"), {"set": ["tcp", "udp"]}), {"flow": {"op": "add", "flowtable": "@" + table_ft}}],
         )
         b.element("offload_marks", farm.mark, f.jump(offload))
-    return last
 
 
-def _local_farm(b: _Builder, farm: FarmSpec) -> Json:
+def _local_farm(b: _Builder, farm: FarmSpec) -> None:
     """nftlb's mode ``local``: the VIP's service runs on the appliance itself.
 
     Read in nftlb's code (``run_farm_local``): the farm's filter chain applies tcp-strict and the per-client
@@ -818,7 +817,7 @@ def _local_farm(b: _Builder, farm: FarmSpec) -> Json:
     b.chain(chain)
     b.rule(chain, [f.counter_ref(chain), f.set_ct_mark(farm.mark)])
     _farm_guards(b, farm, chain)
-    last = b.rule(chain, [{"accept": None}])
+    b.rule(chain, [{"accept": None}])
     for map_name, key in _dispatch_keys(farm):
         _service_element(b, map_name, key, chain)
     if farm.intra_connect:  # nftlb's output chains: the appliance's own connections to the VIP are limited too
@@ -826,7 +825,6 @@ def _local_farm(b: _Builder, farm: FarmSpec) -> Json:
             _service_element(b, map_name, key, chain)
     _direction_counters(b, farm)
     _guard_chain(b, farm)
-    return last
 
 
 def stateless_replies_map(family: int, protocol: str, ranged: bool = False) -> str:
@@ -845,7 +843,7 @@ def _stateless_reply_keys(farm: FarmSpec, backend: BackendSpec) -> list[tuple[st
     ]
 
 
-def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
+def _stateless_farm(b: _Builder, farm: FarmSpec) -> None:
     """UDP or TCP rewritten both ways in the raw hook: no conntrack entry, no NAT table."""
     chain = farm_chain_name(farm)
     l3, l4 = _l3(farm), farm.protocol  # udp or tcp: both rewritten both ways, as nftlb does
@@ -873,10 +871,9 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> Json:
     b.rule(chain, [{"notrack": None}, f.counter_ref(chain)])
     if farm.log:  # nftlb's "input": every packet to the VIP (a stateless farm has no connections)
         b.rule(chain, _log(farm, "IN"))
-    last = b.rule(chain, [scheduler_map(farm, backends) if backends else {"drop": None}])
+    b.rule(chain, [scheduler_map(farm, backends) if backends else {"drop": None}])
     for map_name, key in _dispatch_keys(farm, "stateless"):
         _service_element(b, map_name, key, chain)
-    return last
 
 
 def compile_farm(farm: FarmSpec) -> UnitRuleset:
@@ -1214,11 +1211,8 @@ def removal_commands(
     cmds += [f.delete("map", f.counter(name)) for name in going]
     cmds += [f.delete("chain", f.chain(name)) for name in old.chains if ("chain", name) not in keep]
     cmds += [f.delete(kind, f.counter(name)) for kind, name in old.volatile if (kind, name) not in keep]
-    cmds += [
-        f.delete(kind, f.counter(name))
-        for kind, name in old.objects
-        if (kind, name) not in keep and not (kind == "map" and name in going)
-    ]
+    gone = [(kind, name) for kind, name in old.objects if (kind, name) not in keep and kind != "map"]  # maps: above
+    cmds += [f.delete(kind, f.counter(name)) for kind, name in gone]
     for family, name in old.tables:
         if ("table", f"{family} {name}") not in keep:
             cmds.append(f.delete("table", {"family": family, "name": name}))

@@ -47,8 +47,9 @@ class UnitObjects:
     A change rewrites only the chains whose rules changed: the kernel validates
     every jump of the whole table when a transaction adds a rule that can reach
     another chain or translate (NAT, a verdict map, ``ct mark set``), which cost
-    ~115 ms a change at 10,000 farms; a weight change rewrites no such rule (the
-    scheduler map's elements and the digest chain, see :meth:`Builder.finish`).
+    ~115 ms a change at 10,000 farms; a weight change of a ``weight``,
+    ``leastconn`` or ``maglev`` farm rewrites no such rule (its scheduler map's
+    elements and its digest chain, see :meth:`Builder.finish`).
     """
 
     chains: tuple[str, ...] = ()

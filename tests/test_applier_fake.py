@@ -103,17 +103,67 @@ def test_one_backend_change_is_one_netlink_transaction_of_that_farm_alone(kernel
     assert len(kernel.writes()) == 2
 
 
-def test_a_change_of_most_farms_goes_through_libnftables_and_a_small_one_does_not(kernel, monkeypatch):
+def test_a_change_of_many_farms_goes_in_transactions_of_whole_farms_and_a_small_one_in_one(kernel, monkeypatch):
+    """Over BULK_UNITS units, a change is split (``bulk_transactions``): libnftables would hold it whole
+    (~3.2 GB at 10,000 farms); each transaction is lbweb's own batch of whole farms, in order."""
     monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
-    farms = [farm(f"f{i}", i) for i in range(1, 5)]
+    farms = [farm(f"f{i}", i) for i in range(1, 6)]
     applier(kernel).apply_pending()
-    for f in farms[:3]:
+    first = len(kernel.writes())
+    for f in farms[:4]:
         services.backend_create(farm=f, address=f"198.18.{f.pk}.99")
-    assert applier(kernel).apply_pending().writer == "libnftables"  # 3 of 4 farms: over BULK_UNITS, >= a quarter
-    services.backend_create(farm=farms[3], address="198.18.4.98")
+    compiled, applied_units = dataplane.CACHE.current()[1], dataplane.CACHE.applied()
+    size = max(dataplane.command_count(compiled[k], applied_units[k]) for k in (f"farm:{f.pk}" for f in farms))
+    monkeypatch.setattr(dataplane, "BULK_TRANSACTION_COMMANDS", 2 * size + size // 2)  # two farms a transaction
+    run = applier(kernel).apply_pending()
+    assert (run.kind, run.ok, run.writer, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, True, "netlink", 4)
+    bulk = kernel.writes()[first:]
+    assert [w.method for w in bulk] == ["apply_incremental", "apply_incremental"]
+    for write, pair in zip(bulk, (farms[:2], farms[2:4]), strict=True):
+        written = str(write.commands)
+        assert all(f"198.18.{f.pk}.99" in written for f in pair)  # each farm whole, in its own transaction
+        assert not any(f"198.18.{f.pk}.99" in written for f in farms if f not in pair)
+    assert run.commands == sum(len(w.commands) for w in bulk)
+    services.backend_create(farm=farms[4], address="198.18.5.98")
     assert applier(kernel).apply_pending().writer == "netlink"
-    assert [c.method for c in kernel.writes()] == ["apply", "apply", "apply_incremental"]
+    assert [c.method for c in kernel.writes()[first:]] == ["apply_incremental"] * 3
     assert applied(*farms)
+    rebuilt = FakeKernel(capabilities={"flowtable": True})
+    applier(rebuilt)._resync("the same configuration in one transaction")
+    assert rebuilt.tables == kernel.tables
+
+
+def test_with_no_table_and_many_farms_the_skeleton_goes_alone_and_the_farms_follow_in_transactions(kernel, monkeypatch):
+    """Boot with a big configuration: nothing in the kernel to swap at once, so no transaction of everything."""
+    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    monkeypatch.setattr(dataplane, "BULK_TRANSACTION_COMMANDS", 1)  # a unit a transaction
+    farms = [farm(f"f{i}", i) for i in range(1, 5)]
+    kernel.refuse("198.18.3.11")  # one farm the kernel refuses: isolated, the others written
+    run = applier(kernel).apply_pending()
+    assert (run.kind, run.ok, run.writer, run.farms_changed) == (ApplyKindChoices.FULL, False, "netlink", 3)
+    skeleton, *units = kernel.writes()
+    assert skeleton.method == "apply" and not any(f"farm-{f.name}" in str(skeleton.commands) for f in farms)
+    assert {w.method for w in units} == {"apply_incremental"}
+    assert applied(farms[0], farms[1], farms[3])
+    assert "Operation not supported" in Farm.objects.get(pk=farms[2].pk).apply_error
+    assert applier(kernel).reconcile() is None  # fingerprints of every unit and of the skeleton: no drift
+    rebuilt = FakeKernel(capabilities={"flowtable": True})
+    monkeypatch.setattr(dataplane, "BULK_UNITS", 100)
+    applier(rebuilt)._resync("the same farms in one transaction")
+    assert rebuilt.tables == kernel.tables
+
+
+def test_bulk_transactions_keep_what_depends_on_what():
+    """Units that go and policies or hooks that come first, farms in groups, policies that go last."""
+    from farms.nft import compiler
+
+    unit = lambda key, size: compiler.UnitRuleset(key, key, compiler.UnitObjects(), [{"add": {}}] * size)  # noqa: E731
+    compiled = {k: unit(k, 4) for k in ("farm:1", "farm:2", "farm:3", "policy:1")}
+    applied = {k: compiler.UnitObjects(chains=("c",)) for k in ("farm:9", "policy:9", "farm:2")}
+    changed = sorted([*compiled, "farm:9", "policy:9"])
+    groups = dataplane.bulk_transactions(changed, compiled, applied, limit=10)
+    assert groups == [["farm:9", "policy:1", "farm:1"], ["farm:2", "farm:3", "policy:9"]]
+    assert dataplane.bulk_transactions(["farm:1"], compiled, {}, limit=1) == [["farm:1"]]  # too big: alone
 
 
 def test_a_burst_of_writes_costs_one_apply_and_the_requests_it_covered_are_skipped(kernel, monkeypatch, settings):

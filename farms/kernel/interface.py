@@ -67,7 +67,7 @@ class Interface(Protocol):
         """Dry run: raise :class:`ApplyError` when the kernel would refuse ``document``; change nothing."""
 
     def apply(self, document: Json) -> None:
-        """Commit ``document`` through libnftables (full rebuilds, bulk changes)."""
+        """Commit ``document`` through libnftables (full rebuilds of a table the kernel holds, the skeleton)."""
 
     def apply_incremental(self, document: Json, context: list[Json]) -> str:
         """Commit a change of a few units; returns who wrote it: "netlink", "libnftables" or "none"."""

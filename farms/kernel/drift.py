@@ -210,7 +210,7 @@ def read_elements(family: str, table: str, name: str, sock: socket.socket | None
         for message in nfmsg.dump_objects(nfmsg.GETSETELEM, family, request, sock):
             for kind, _whole, payload in message.attrs:
                 if kind == nfmsg.ELEM_LIST_ELEMENTS:
-                    found += [nfmsg.Element(list(nfmsg.raw_attrs(item))) for _k, _w, item in nfmsg.raw_attrs(payload)]
+                    found += [nfmsg.Element(item) for _k, _w, item in nfmsg.raw_attrs(payload)]
     except netlink.NetlinkError as exc:
         if exc.errno != errno.ENOENT:
             raise

@@ -121,6 +121,6 @@ def farms_queryset():
 def snapshot() -> Snapshot:
     with read_snapshot():  # every farm read at once: web writes must not wait for it (lbweb/db.py)
         generation = ConfigGeneration.current()
-        specs = [farm_spec(f) for f in farms_queryset()]
+        specs = [farm_spec(f) for f in farms_queryset().iterator(chunk_size=500)]  # not 10,000 farms' rows at once
         policies = [policy_spec(p) for p in Policy.objects.order_by("id")]
     return Snapshot(generation, specs, policies)

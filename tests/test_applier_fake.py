@@ -153,6 +153,22 @@ def test_with_no_table_and_many_farms_the_skeleton_goes_alone_and_the_farms_foll
     assert rebuilt.tables == kernel.tables
 
 
+def test_a_farm_deleted_and_another_created_between_two_applies_are_both_seen(kernel):
+    """The worker reads every farm's id only when fewer farms remain than it knows plus the new ones:
+    a deletion and a creation in the same window leave the count as it was, and are still both seen."""
+    first, second = farm("first", 1), farm("second", 2)
+    applier(kernel).apply_pending()
+    services.farm_delete(farm=first)
+    farm("third", 3)
+    applier(kernel).apply_pending()
+    chains = set(kernel.tables[("inet", "lbweb")].chains)
+    assert "farm-first" not in chains and {"farm-second", "farm-third"} <= chains
+    assert set(dataplane.CACHE.farms) == {second.pk, Farm.objects.get(name="third").pk}
+    services.farm_delete(farm=second)
+    applier(kernel).apply_pending()
+    assert "farm-second" not in set(kernel.tables[("inet", "lbweb")].chains)
+
+
 def test_bulk_transactions_keep_what_depends_on_what():
     """Units that go and policies or hooks that come first, farms in groups, policies that go last."""
     from farms.nft import compiler

@@ -222,6 +222,12 @@ class Farm(models.Model):
 
     class Meta:
         ordering = ("name",)
+        # The worker asks on every change which farms changed since it last looked, and which balance by
+        # least connections: with these, neither question reads every farm's row.
+        indexes = [
+            models.Index(fields=["config_generation"], name="farm_config_generation"),
+            models.Index(fields=["scheduler"], name="farm_scheduler"),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -324,13 +324,18 @@ def rename_set_references(rule_attrs: bytes, renames: dict[str, tuple[str, int]]
 
 @dataclass
 class Message:
-    """One request of a batch and what to call it if the kernel refuses it."""
+    """One request of a batch and what to call it if the kernel refuses it (``label``: the words, or
+    what makes them when asked: a bulk transaction has ~50,000 messages, the kernel refuses one)."""
 
     kind: int
     family: str
     flags: int
     payload: bytes
-    what: str
+    label: str | Callable[[], str]
+
+    @property
+    def what(self) -> str:
+        return self.label if isinstance(self.label, str) else self.label()
 
 
 class BatchRefused(Exception):

@@ -273,7 +273,7 @@ class _Writer:
         return self.out
 
     def _emit(self, kind: int, c: Command, payload: bytes, flags: int = 0) -> None:
-        self.out.append(Message(kind, c.where[0], flags, payload, c.describe()))
+        self.out.append(Message(kind, c.where[0], flags, payload, c.describe))
 
     # -- removals: by name --------------------------------------------------------------
 

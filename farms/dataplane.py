@@ -604,11 +604,13 @@ class Applier:
 
         Why not one libnftables transaction, as before: libnftables holds the whole change at once,
         parsed and evaluated, ~3.2 GB for 10,000 farms of 10 backends (``nft -j -f`` of that document
-        alone), and a worker of 1 GB was the goal. Several libnftables transactions cost more than one:
-        before each, libnftables reads every chain, set and counter of the table (96 s for 10,000 farms
-        in chunks of 1,000, against 66 s at once). lbweb's own batch does not read the table; each
-        transaction is loaded in the scratch namespace alone (the units it adds carry their own
-        definitions, so only the units it changes are loaded first as the kernel holds them).
+        alone); the worker's processes peaked at 5.2 GB together, 1.26 GB this way. Several libnftables
+        transactions cost more than one: before each, libnftables reads every chain, set and counter of
+        the table (96 s for 10,000 farms in chunks of 1,000, against 66 s at once). lbweb's own batch
+        does not read the table; each transaction is loaded in the scratch namespace alone (the units it
+        adds carry their own definitions, so only the units it changes are loaded first as the kernel
+        holds them). The price is time: the full apply of those 10,000 farms took 95 s, 80 s through
+        libnftables on the same machine (``bench/control_plane.py``).
         Each transaction holds whole units: a farm is never half written. A refused transaction raises,
         those before it stay written and recorded, and the caller's search for the refused unit finds
         them unchanged."""

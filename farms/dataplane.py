@@ -410,13 +410,19 @@ BULK_UNITS = 100
 
 
 def is_bulk(changed: int, total: int) -> bool:
-    """A drift of more than BULK_UNITS farms and policies that is a quarter of the configuration or
-    more is repaired by a rebuild of the table (one libnftables transaction), not unit by unit: the
-    repair reads back and removes each drifted unit by itself, and by then most of the table goes."""
+    """A change of more than BULK_UNITS farms and policies that is a quarter of the configuration or more:
+    libnftables' cost follows the whole table, lbweb's batch the change, so for most of a small table
+    libnftables is the quicker (up to ``LIBNFTABLES_BULK_COMMANDS``); a drift that big is repaired by a
+    rebuild of the table, not unit by unit (the repair reads back and removes each unit by itself)."""
     return changed > BULK_UNITS and changed * 4 >= total
 
 
 BULK_TRANSACTION_COMMANDS = 20_000
+# A bulk change (``is_bulk``) of at most this many commands goes to libnftables in one transaction:
+# 1,000 farms of 10 backends are 74,000 commands, which libnftables loaded in 2.3 s and ~320 MB, where
+# transactions of lbweb's own batch (``Applier._write_bulk``) took 5.0 s. Beyond, libnftables' memory
+# grows with the change (~3.2 GB at 10,000 farms), and the change goes in transactions.
+LIBNFTABLES_BULK_COMMANDS = 80_000
 
 
 def command_count(unit: compiler.UnitRuleset | None, old: compiler.UnitObjects | None) -> int:
@@ -584,12 +590,26 @@ class Applier:
         changed = compiler.changed_units(CACHE.applied(), compiled, keys)
         if not changed:
             return
-        if len(changed) > BULK_UNITS:
+        bulk = len(changed) > BULK_UNITS
+        applied = CACHE.applied()
+        if bulk and not (
+            is_bulk(len(changed), len(compiled))
+            and sum(command_count(compiled.get(k), applied.get(k)) for k in changed) <= LIBNFTABLES_BULK_COMMANDS
+        ):
             self._write_bulk(compiled, changed, outcome)
             if fingerprint:
                 self._fingerprint_all(only=changed)
             return
-        document, changed = compiler.incremental_document(CACHE.applied(), compiled, only=set(changed))
+        document, changed = compiler.incremental_document(applied, compiled, only=set(changed))
+        if bulk:  # most of a small table: libnftables in one transaction is the quicker
+            self.kernel.apply(document)
+            outcome.writer = "libnftables"
+            outcome.commands += len(document["nftables"])
+            del document
+            self._store_units(compiled, changed)
+            if fingerprint:
+                self._fingerprint_all(only=changed)
+            return
         context = compiler.incremental_context(compiled, changed)
         outcome.writer = self.kernel.apply_incremental(document, context)
         outcome.commands += len(document["nftables"])
@@ -598,18 +618,18 @@ class Applier:
             self._fingerprint_units(changed, document)
 
     def _write_bulk(self, compiled: dict[str, compiler.UnitRuleset], changed: list[str], outcome: Outcome) -> None:
-        """A change of more than BULK_UNITS units (an import, the first apply of a restored database) in
-        transactions of at most ``BULK_TRANSACTION_COMMANDS`` commands (``bulk_transactions``), each
-        lbweb's own batch.
+        """A change of more than BULK_UNITS units (an import, the first apply of a restored database) that
+        libnftables would not take more quickly (``LIBNFTABLES_BULK_COMMANDS``), in transactions of at
+        most ``BULK_TRANSACTION_COMMANDS`` commands (``bulk_transactions``), each lbweb's own batch.
 
         Why not one libnftables transaction, as before: libnftables holds the whole change at once,
         parsed and evaluated, ~3.2 GB for 10,000 farms of 10 backends (``nft -j -f`` of that document
-        alone); the worker's processes peaked at 5.2 GB together, 1.26 GB this way. Several libnftables
+        alone); the worker's processes peaked at 5.2 GB together, 1.25 GB this way. Several libnftables
         transactions cost more than one: before each, libnftables reads every chain, set and counter of
         the table (96 s for 10,000 farms in chunks of 1,000, against 66 s at once). lbweb's own batch
         does not read the table; each transaction is loaded in the scratch namespace alone (the units it
         adds carry their own definitions, so only the units it changes are loaded first as the kernel
-        holds them). The price is time: the full apply of those 10,000 farms took 95 s, 80 s through
+        holds them). The price is time: the full apply of those 10,000 farms took 100 s, 80 s through
         libnftables on the same machine (``bench/control_plane.py``).
         Each transaction holds whole units: a farm is never half written. A refused transaction raises,
         those before it stay written and recorded, and the caller's search for the refused unit finds

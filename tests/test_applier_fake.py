@@ -107,6 +107,7 @@ def test_a_change_of_many_farms_goes_in_transactions_of_whole_farms_and_a_small_
     """Over BULK_UNITS units, a change is split (``bulk_transactions``): libnftables would hold it whole
     (~3.2 GB at 10,000 farms); each transaction is lbweb's own batch of whole farms, in order."""
     monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 0)
     farms = [farm(f"f{i}", i) for i in range(1, 6)]
     applier(kernel).apply_pending()
     first = len(kernel.writes())
@@ -133,9 +134,30 @@ def test_a_change_of_many_farms_goes_in_transactions_of_whole_farms_and_a_small_
     assert rebuilt.tables == kernel.tables
 
 
+def test_most_of_a_small_table_goes_to_libnftables_in_one_transaction(kernel, monkeypatch):
+    """Up to LIBNFTABLES_BULK_COMMANDS, a bulk change (a quarter of the table or more) is one libnftables
+    transaction, quicker there (1,000 farms: 2.3 s, against 5.0 s in lbweb's transactions); past it, or
+    for less than a quarter, transactions of lbweb's own batch."""
+    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    farms = [farm(f"f{i}", i) for i in range(1, 8)]
+    applier(kernel).apply_pending()
+    first = len(kernel.writes())
+    for f in farms[:3]:
+        services.backend_create(farm=f, address=f"198.18.{f.pk}.99")
+    assert applier(kernel).apply_pending().writer == "libnftables"  # 3 of 8 units: a quarter or more
+    assert [w.method for w in kernel.writes()[first:]] == ["apply"]
+    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 10)
+    for f in farms[3:6]:
+        services.backend_create(farm=f, address=f"198.18.{f.pk}.98")
+    assert applier(kernel).apply_pending().writer == "netlink"
+    assert {w.method for w in kernel.writes()[first + 1 :]} == {"apply_incremental"}
+    assert applied(*farms)
+
+
 def test_with_no_table_and_many_farms_the_skeleton_goes_alone_and_the_farms_follow_in_transactions(kernel, monkeypatch):
     """Boot with a big configuration: nothing in the kernel to swap at once, so no transaction of everything."""
     monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 0)
     monkeypatch.setattr(dataplane, "BULK_TRANSACTION_COMMANDS", 1)  # a unit a transaction
     farms = [farm(f"f{i}", i) for i in range(1, 5)]
     kernel.refuse("198.18.3.11")  # one farm the kernel refuses: isolated, the others written

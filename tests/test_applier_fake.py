@@ -367,3 +367,28 @@ def test_one_farms_change_compiles_that_farm_alone_and_reads_no_row_of_the_other
         versions.record_applied(run)
     assert run.farms_changed == 1 and compiled == ["f5"] and versions.PARTS.exported == 1
     assert not [q["sql"] for q in queries if '"config_generation" FROM "farms_farm"' in q["sql"]]
+
+
+def test_the_kernel_writer_is_ended_after_a_big_libnftables_transaction(monkeypatch):
+    """libnftables' memory for a big transaction stays with the writer process once freed: a new one
+    takes the next call."""
+
+    class Writer:
+        def __init__(self):
+            self.calls, self.closed = [], 0
+
+        def call(self, method, *args):
+            self.calls.append((method, len(args[0])))
+
+        def close(self):
+            self.closed += 1
+
+    stub = Writer()
+    monkeypatch.setattr(sandbox, "writer", lambda: stub)
+    monkeypatch.setattr(sandbox, "RESTART_AFTER_BYTES", 1000)
+    small = {"nftables": [{"add": {"table": {"family": "inet", "name": "lbweb"}}}]}
+    sandbox.IsolatedKernel().apply(small)
+    assert (len(stub.calls), stub.closed) == (1, 0)
+    big = {"nftables": small["nftables"] + [{"add": {"chain": {**TABLE, "name": f"c{i}"}}} for i in range(50)]}
+    sandbox.IsolatedKernel().apply(big)
+    assert (len(stub.calls), stub.closed) == (2, 1) and stub.calls[1][1] > 1000

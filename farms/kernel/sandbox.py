@@ -38,6 +38,7 @@ from .applier import ApplyError, Kernel
 ROOT = Path(__file__).resolve().parents[2]
 CRASH_ON, CRASH_SIGNAL = steps.CRASH_ON, steps.CRASH_SIGNAL
 ANSWER_SECONDS = 3600  # a full apply of 10,000 farms took 16 min on 2 cores (bench/RESULTS.md); beyond this it hangs
+RESTART_AFTER_BYTES = 4 << 20  # ~400 farms of 10 backends
 CALLS = {"check", "apply", "apply_text", "apply_incremental", "repair", "list_table", "list_set", "dsr_tables"}
 WRITES = {"apply", "apply_text", "apply_incremental", "repair"}
 
@@ -144,9 +145,19 @@ class IsolatedKernel(Kernel):
 
     def apply(self, document: dict) -> None:
         """The document goes to the writer as its JSON text, which libnftables reads anyway: pickled as
-        dicts it cost the writer ~1 GB and seconds of unpickling at 10,000 farms."""
-        if document.get("nftables"):
-            writer().call("apply_text", json.dumps(merge_elements(document)))
+        dicts it cost the writer ~1 GB and seconds of unpickling at 10,000 farms.
+
+        After a big one (``RESTART_AFTER_BYTES``) the writer is ended, and the next call starts another:
+        the memory libnftables took for it stays with the process once freed (the writer kept ~300 MB
+        after loading 1,000 farms, and the worker's processes peaked 300 MB higher at the next import)."""
+        if not document.get("nftables"):
+            return
+        text = json.dumps(merge_elements(document))
+        try:
+            writer().call("apply_text", text)
+        finally:
+            if len(text) > RESTART_AFTER_BYTES:
+                writer().close()
 
     def apply_incremental(self, document: dict, context: list[dict]) -> str:
         if not document.get("nftables"):

@@ -103,16 +103,22 @@ def test_one_backend_change_is_one_netlink_transaction_of_that_farm_alone(kernel
     assert len(kernel.writes()) == 2
 
 
+def applied_then_changed(kernel, count: int, changed: int) -> tuple[list[Farm], int]:
+    """``count`` farms applied, then a backend (198.18.<pk>.99) added to the first ``changed`` of them;
+    and how many writes the kernel had seen before that change."""
+    farms = [farm(f"f{i}", i) for i in range(1, count + 1)]
+    applier(kernel).apply_pending()
+    for f in farms[:changed]:
+        services.backend_create(farm=f, address=f"198.18.{f.pk}.99")
+    return farms, len(kernel.writes())
+
+
 def test_a_change_of_many_farms_goes_in_transactions_of_whole_farms_and_a_small_one_in_one(kernel, monkeypatch):
     """Over BULK_UNITS units, a change is split (``bulk_transactions``): libnftables would hold it whole
     (~3.2 GB at 10,000 farms); each transaction is lbweb's own batch of whole farms, in order."""
     monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
     monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 0)
-    farms = [farm(f"f{i}", i) for i in range(1, 6)]
-    applier(kernel).apply_pending()
-    first = len(kernel.writes())
-    for f in farms[:4]:
-        services.backend_create(farm=f, address=f"198.18.{f.pk}.99")
+    farms, first = applied_then_changed(kernel, 5, 4)
     compiled, applied_units = dataplane.CACHE.current()[1], dataplane.CACHE.applied()
     size = max(dataplane.command_count(compiled[k], applied_units[k]) for k in (f"farm:{f.pk}" for f in farms))
     monkeypatch.setattr(dataplane, "BULK_TRANSACTION_COMMANDS", 2 * size + size // 2)  # two farms a transaction
@@ -139,11 +145,7 @@ def test_most_of_a_small_table_goes_to_libnftables_in_one_transaction(kernel, mo
     transaction, quicker there (1,000 farms: 2.3 s, against 5.0 s in lbweb's transactions); past it, or
     for less than a quarter, transactions of lbweb's own batch."""
     monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
-    farms = [farm(f"f{i}", i) for i in range(1, 8)]
-    applier(kernel).apply_pending()
-    first = len(kernel.writes())
-    for f in farms[:3]:
-        services.backend_create(farm=f, address=f"198.18.{f.pk}.99")
+    farms, first = applied_then_changed(kernel, 7, 3)
     assert applier(kernel).apply_pending().writer == "libnftables"  # 3 of 8 units: a quarter or more
     assert [w.method for w in kernel.writes()[first:]] == ["apply"]
     monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 10)

@@ -785,7 +785,9 @@ class Applier:
         stale = self.kernel.dsr_tables()
         good = [s for s in snap.specs if s.id not in outcome.failed and s.id not in isolated]
         listing, counters = self._learnt()
-        if build and listing is None and len(good) > BULK_UNITS:
+        # No listing also when libnftables cannot print the table: the skeleton's digest tells that the
+        # table is really absent (a build deletes the table first, and writes the farms back in steps).
+        if build and listing is None and len(good) > BULK_UNITS and self.kernel.base_digest() is None:
             return self._build(snap, good, stale, reason, started, outcome)
         document, carried = carry.carry_over(
             compiler.full_document(good, snap.policies, stale_tables=stale), listing, counters

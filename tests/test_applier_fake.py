@@ -193,6 +193,20 @@ def test_a_farm_deleted_and_another_created_between_two_applies_are_both_seen(ke
     assert "farm-second" not in set(kernel.tables[("inet", "lbweb")].chains)
 
 
+def test_a_table_libnftables_cannot_list_is_still_rebuilt_in_one_transaction(kernel, monkeypatch):
+    """Only a table that is really absent is built in steps: one that holds farms is replaced at once."""
+    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 0)
+    farms = [farm(f"f{i}", i) for i in range(1, 5)]
+    applier(kernel).apply_pending()
+    monkeypatch.setattr(kernel, "list_table", lambda *args: None)  # libnftables cannot print it
+    first = len(kernel.writes())
+    run = applier(kernel)._resync("rebuild")
+    assert (run.kind, run.ok, run.writer) == (ApplyKindChoices.FULL, True, "libnftables")
+    assert [w.method for w in kernel.writes()[first:]] == ["apply"]
+    assert applied(*farms)
+
+
 def test_bulk_transactions_keep_what_depends_on_what():
     """Units that go and policies or hooks that come first, farms in groups, policies that go last."""
     from farms.nft import compiler

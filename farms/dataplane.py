@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from farms.types import Json
 from lbweb.db import read_snapshot
 
 from .choices import (
@@ -304,7 +305,7 @@ class UnitCache:
             # ones: only then is every id read (a read of 10,000 rows cost ~5 ms of every change).
             gone: set[int] = set()
             if kernel_farms.count() != len(known | newer_ids):
-                gone = set(known) - set(kernel_farms.values_list("id", flat=True))
+                gone = known - set(kernel_farms.values_list("id", flat=True))
             stale = sorted(dynamic | newer_ids)
             queryset = farms_queryset() if self.seen is None else farms_queryset().filter(id__in=stale)
             # in batches: 10,000 farms' rows with their backends held ~250 MB at once
@@ -345,7 +346,7 @@ class UnitCache:
         """The hooks the farms need among ``units``, compiled again only when what they need changed
         (the union of every farm's needs, made on each change, cost ~4 ms at 10,000 farms)."""
         needed = frozenset(need for need, count in self.needs.items() if count > 0)
-        if needed == self.hooks[0] and all(k in self.units for k in self.hooks[1]):
+        if needed == self.hooks[0]:
             return
         for key in self.hooks[1]:
             self.units.pop(key, None)
@@ -587,35 +588,49 @@ class Applier:
         """Send the change of ``keys`` as lbweb's own batch, one transaction (a bulk change: several,
         see :meth:`_write_bulk`), and remember what the kernel now holds (``fingerprint``: and what it
         looks like, unless the caller reads the whole table after)."""
-        changed = compiler.changed_units(CACHE.applied(), compiled, keys)
+        applied = CACHE.applied()
+        changed = compiler.changed_units(applied, compiled, keys)
         if not changed:
             return
-        bulk = len(changed) > BULK_UNITS
-        applied = CACHE.applied()
-        if bulk and not (
-            is_bulk(len(changed), len(compiled))
-            and sum(command_count(compiled.get(k), applied.get(k)) for k in changed) <= LIBNFTABLES_BULK_COMMANDS
-        ):
-            self._write_bulk(compiled, changed, outcome)
+        if len(changed) <= BULK_UNITS:
+            document, written = self._commit(compiled, changed, outcome)
             if fingerprint:
-                self._fingerprint_all(only=changed)
+                self._fingerprint_units(written, document)
             return
-        document, changed = compiler.incremental_document(applied, compiled, only=set(changed))
-        if bulk:  # most of a small table: libnftables in one transaction is the quicker
+        commands = sum(command_count(compiled.get(k), applied.get(k)) for k in changed)
+        if is_bulk(len(changed), len(compiled)) and commands <= LIBNFTABLES_BULK_COMMANDS:
+            self._commit(compiled, changed, outcome, libnftables=True)  # most of a small table: the quicker
+        else:
+            self._write_bulk(compiled, changed, outcome)
+        if fingerprint:
+            self._fingerprint_all(only=changed)
+
+    def _commit(
+        self,
+        compiled: dict[str, compiler.UnitRuleset],
+        keys: list[str],
+        outcome: Outcome,
+        *,
+        libnftables: bool = False,
+        adding_in_context: bool = True,
+    ) -> tuple[Json, list[str]]:
+        """One transaction of the change of ``keys``, recorded as applied; (its document, the units it
+        changed). ``libnftables``: written by libnftables, not lbweb's batch; ``adding_in_context``: the
+        units the change adds are loaded in scratch before it (a bulk transaction leaves them out: their
+        own commands define them)."""
+        applied = CACHE.applied()
+        document, written = compiler.incremental_document(applied, compiled, only=set(keys))
+        if not written:
+            return document, written
+        if libnftables:
             self.kernel.apply(document)
             outcome.writer = "libnftables"
-            outcome.commands += len(document["nftables"])
-            del document
-            self._store_units(compiled, changed)
-            if fingerprint:
-                self._fingerprint_all(only=changed)
-            return
-        context = compiler.incremental_context(compiled, changed)
-        outcome.writer = self.kernel.apply_incremental(document, context)
+        else:
+            in_context = written if adding_in_context else [k for k in written if k in applied]
+            outcome.writer = self.kernel.apply_incremental(document, compiler.incremental_context(compiled, in_context))
         outcome.commands += len(document["nftables"])
-        self._store_units(compiled, changed)
-        if fingerprint:
-            self._fingerprint_units(changed, document)
+        self._store_units(compiled, written)
+        return document, written
 
     def _write_bulk(self, compiled: dict[str, compiler.UnitRuleset], changed: list[str], outcome: Outcome) -> None:
         """A change of more than BULK_UNITS units (an import, the first apply of a restored database) that
@@ -634,16 +649,8 @@ class Applier:
         Each transaction holds whole units: a farm is never half written. A refused transaction raises,
         those before it stay written and recorded, and the caller's search for the refused unit finds
         them unchanged."""
-        applied = CACHE.applied()
-        for group in bulk_transactions(changed, compiled, applied):
-            document, written = compiler.incremental_document(CACHE.applied(), compiled, only=set(group))
-            if not written:
-                continue
-            context = compiler.incremental_context(compiled, [k for k in written if k in applied])
-            outcome.writer = self.kernel.apply_incremental(document, context)
-            outcome.commands += len(document["nftables"])
-            del document, context
-            self._store_units(compiled, written)
+        for group in bulk_transactions(changed, compiled, CACHE.applied()):
+            self._commit(compiled, group, outcome, adding_in_context=False)
 
     def _retry_alone(self, compiled: dict, refused: dict[str, str], outcome: Outcome) -> dict[str, str]:
         """A unit refused before the rest of its change went in (a port another farm frees in the same

@@ -122,12 +122,7 @@ class UnitRuleset:
     @property
     def creates(self) -> list[Json]:
         """The unit's commands, a new list of new dicts on every call (the caller may change them)."""
-        return json.loads(self.creates_text) if self._packed else []
-
-    @property
-    def creates_text(self) -> str:
-        """The JSON text of :attr:`creates` (a JSON list)."""
-        return zlib.decompress(self._packed).decode() if self._packed else "[]"
+        return json.loads(zlib.decompress(self._packed)) if self._packed else []
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, UnitRuleset):
@@ -139,7 +134,7 @@ class UnitRuleset:
             other._packed,
         )
 
-    __hash__ = None  # type: ignore[assignment]  # mutable-free but compared by value, as the dataclass was
+    __hash__ = None  # type: ignore[assignment]  # compared by value; the dataclass's hash failed on its list too
 
     def __repr__(self) -> str:
         return f"UnitRuleset({self.key!r}, {self.name!r}, digest={self.objects.digest!r})"

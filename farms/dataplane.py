@@ -12,6 +12,7 @@ import functools
 import gc
 import hashlib
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -407,7 +408,9 @@ def cyclic_gc_paused(function: Callable) -> Callable:
     return paused
 
 
-BULK_UNITS = 100
+# The bounds below can be set from the environment (``LBWEB_BULK_UNITS``, ...): for tests that drive the
+# real worker through the bulk paths with a handful of farms.
+BULK_UNITS = int(os.environ.get("LBWEB_BULK_UNITS", "100"))
 
 
 def is_bulk(changed: int, total: int) -> bool:
@@ -418,12 +421,12 @@ def is_bulk(changed: int, total: int) -> bool:
     return changed > BULK_UNITS and changed * 4 >= total
 
 
-BULK_TRANSACTION_COMMANDS = 20_000
+BULK_TRANSACTION_COMMANDS = int(os.environ.get("LBWEB_BULK_TRANSACTION_COMMANDS", "20000"))
 # A bulk change (``is_bulk``) of at most this many commands goes to libnftables in one transaction:
 # 1,000 farms of 10 backends are 74,000 commands, which libnftables loaded in 2.3 s and ~320 MB, where
 # transactions of lbweb's own batch (``Applier._write_bulk``) took 5.0 s. Beyond, libnftables' memory
 # grows with the change (~3.2 GB at 10,000 farms), and the change goes in transactions.
-LIBNFTABLES_BULK_COMMANDS = 80_000
+LIBNFTABLES_BULK_COMMANDS = int(os.environ.get("LBWEB_LIBNFTABLES_BULK_COMMANDS", "80000"))
 
 
 def command_count(unit: compiler.UnitRuleset | None, old: compiler.UnitObjects | None) -> int:

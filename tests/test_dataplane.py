@@ -13,9 +13,9 @@ import pytest
 
 from farms.models import ApplyRun
 from farms.nft import compiler
-from tests.conftest import wait_for
+from tests.conftest import OUTPUT, wait_for
 from tests.lab import CLIENT4, CLIENT6, LB_BACKSIDE4, KeepAlive, backend4, backend6, vip4, vip6
-from tests.stack import ROOT, VENV_BIN
+from tests.stack import ROOT, VENV_BIN, Worker
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
@@ -276,3 +276,47 @@ def test_a_write_after_the_table_was_deleted_by_hand_rebuilds_it(api, worker, la
     ok, report = kernel_check(lab, worker)
     assert ok, report
     assert lab.http_get(vip4(70), 80)[0]["backend"] in THREE
+
+
+@pytest.fixture
+def bulk_worker(lab, worker_env, request):
+    """The real worker with bulk bounds small enough for a handful of farms: more than 2 units is a bulk
+    change, and each of its transactions holds one unit, written by lbweb's own batch."""
+    lab.ns(lab.lb, "nft", "delete", "table", "inet", "lbweb", check=False)
+    lab.ensure_servers()
+    bounds = {"LBWEB_BULK_UNITS": "2", "LBWEB_BULK_TRANSACTION_COMMANDS": "1", "LBWEB_LIBNFTABLES_BULK_COMMANDS": "0"}
+    proc = Worker(lab.lb, dict(worker_env, **bounds), OUTPUT / "logs" / f"worker-{request.node.name}.log").start()
+    yield proc
+    proc.stop()
+
+
+def test_a_bulk_change_in_transactions_of_whole_farms_carries_traffic(api, bulk_worker, lab):
+    """A first apply with no table (the skeleton alone, then the farms) and a later bulk change, each farm
+    in its own transaction of lbweb's batch: every farm answers, and the kernel matches the database."""
+    from django.db import transaction
+
+    from farms import services
+
+    with transaction.atomic():  # one commit: the worker sees the four farms in one change
+        farms = [
+            services.farm_create(name=f"bulk{i}", vip=vip4(80 + i), protocol="tcp", ports="80", mode="dnat")
+            for i in range(4)
+        ]
+        for farm in farms:
+            for b in THREE:
+                services.backend_create(farm=farm, address=backend4(b))
+    for farm in farms:
+        api.wait_applied(farm.id)
+    build = ApplyRun.objects.exclude(kind="noop").order_by("id").last()
+    assert (build.kind, build.writer, build.ok) == ("full", "netlink", True), build
+    with transaction.atomic():
+        for farm in farms[:3]:
+            services.farm_update(farm=farm, scheduler="weight")
+    for farm in farms:
+        api.wait_applied(farm.id)
+    bulk = ApplyRun.objects.exclude(kind="noop").order_by("id").last()
+    assert (bulk.kind, bulk.writer, bulk.farms_changed) == ("incremental", "netlink", 3), bulk
+    for i in range(4):
+        assert {a["backend"] for a in lab.http_get(vip4(80 + i), 80, count=30)} == set(THREE)
+    ok, output = kernel_check(lab, bulk_worker)
+    assert ok, output

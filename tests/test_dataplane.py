@@ -291,8 +291,9 @@ def bulk_worker(lab, worker_env, request):
 
 
 def test_a_bulk_change_in_transactions_of_whole_farms_carries_traffic(api, bulk_worker, lab):
-    """A first apply with no table (the skeleton alone, then the farms) and a later bulk change, each farm
-    in its own transaction of lbweb's batch: every farm answers, and the kernel matches the database."""
+    """A bulk change, each farm in its own transaction of lbweb's batch, and a rebuild of a table deleted by
+    hand (the skeleton alone, then the farms the same way): every farm answers, and the kernel matches the
+    database."""
     from django.db import transaction
 
     from farms import services
@@ -307,15 +308,18 @@ def test_a_bulk_change_in_transactions_of_whole_farms_carries_traffic(api, bulk_
                 services.backend_create(farm=farm, address=backend4(b))
     for farm in farms:
         api.wait_applied(farm.id)
-    build = ApplyRun.objects.exclude(kind="noop").order_by("id").last()
-    assert (build.kind, build.writer, build.ok) == ("full", "netlink", True), build
+    bulk = ApplyRun.objects.exclude(kind="noop").order_by("id").last()
+    assert (bulk.writer, bulk.ok, bulk.farms_changed) == ("netlink", True, 4), bulk
+    first_run = bulk.id
+    lab.ns(lab.lb, "nft", "delete", "table", "inet", "lbweb")
     with transaction.atomic():
         for farm in farms[:3]:
             services.farm_update(farm=farm, scheduler="weight")
     for farm in farms:
         api.wait_applied(farm.id)
-    bulk = ApplyRun.objects.exclude(kind="noop").order_by("id").last()
-    assert (bulk.kind, bulk.writer, bulk.farms_changed) == ("incremental", "netlink", 3), bulk
+    build = ApplyRun.objects.filter(id__gt=first_run).exclude(kind="noop").order_by("id").first()
+    assert (build.kind, build.writer, build.ok) == ("full", "netlink", True), build
+    assert build.reason.endswith("table missing"), build.reason
     for i in range(4):
         assert {a["backend"] for a in lab.http_get(vip4(80 + i), 80, count=30)} == set(THREE)
     ok, output = kernel_check(lab, bulk_worker)

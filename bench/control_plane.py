@@ -152,7 +152,7 @@ def print_report(r: dict) -> None:
     print(" same configuration into the LB namespace without lbweb's table, median of --full-reps; write: farm 0")
     print(" through the services and the rest as bulk rows, one transaction; drain: commit to the apply queue")
     print(" empty (* = estimated from the rate, the rest purged); worker MB: peak of the summed RSS of the worker's")
-    print(" processes (main, pool, kernel writer, scratch) sampled every 50 ms; max proc MB: the largest VmHWM;")
+    print(" processes (worker, kernel writer, scratch) sampled every 50 ms; max proc MB: the largest VmHWM;")
     print(" CPU s: user + system time of those processes meanwhile, the figure the machine's other load leaves alone)")
     print()
     print("Single-backend change (one backend's weight through the API), N farms present")

@@ -306,7 +306,8 @@ def resync_after_reload() -> None:
 
     def idle() -> bool:
         inspect = app.control.inspect(timeout=1)
-        busy = [*(inspect.active() or {}).values(), *(inspect.reserved() or {}).values()]
+        active = inspect.active()  # None: no answer, and the worker answers only between tasks (solo pool)
+        busy = [*(active or {"": ["no answer"]}).values(), *(inspect.reserved() or {}).values()]
         return not any(busy) and app.connection().default_channel.client.llen("dataplane") == 0
 
     wait_until(lambda: done.exists() or idle(), 3600, "the reconcile after the reload", 0.1)

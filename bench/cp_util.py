@@ -79,8 +79,8 @@ class Api:
 
 
 class TreeMemory:
-    """Peak memory of a process and all its descendants (the Celery worker: its main process, the pool
-    process that runs the tasks, the kernel writer and the scratch process that one starts).
+    """Peak memory of a process and all its descendants (the Celery worker, which runs its tasks itself
+    (``CELERY_WORKER_POOL``), the kernel writer and the scratch process that one starts).
 
     A thread reads /proc every ``interval`` seconds: the sum of the tree's resident sets at each sample
     (its peak is what the machine had to give the worker at once), each process's own high-water

@@ -171,7 +171,7 @@ def publish_capabilities() -> dict[str, bool]:
     from .capabilities import REDIS_KEY
 
     capabilities = IsolatedKernel().capabilities()
-    writer().close()  # this is Celery's main process: its pool processes start kernel writers of their own
+    writer().close()  # a fresh writer for the first task (and for any process that probes without applying)
     try:
         get_redis().set(REDIS_KEY, json.dumps(capabilities))
     except Exception as exc:  # Redis down: the capabilities are only shown, never needed to apply

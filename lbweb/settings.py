@@ -243,6 +243,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The worker runs one task at a time (``-c 1``) in its own process: prefork's pool process beside a main
+# process that only dispatches cost ~117 MB more at 10,000 farms (bench/control_plane.py: the summed peak of
+# the worker's processes), and crash containment does not need it: libnftables and netlink run in the
+# kernel writer process (farms/kernel/sandbox.py), which the worker restarts when it dies. The worker's
+# heartbeat is a thread, so it beats while a task runs.
+CELERY_WORKER_POOL = "solo"
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {
         "task": "farms.tasks.reconcile",

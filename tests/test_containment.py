@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +200,37 @@ def test_a_reconcile_that_finds_writes_not_applied_yet_applies_them_without_a_re
     assert not runs_after(before).filter(kind="full").exists()
     ok, report = kernel_check(lab, worker)
     assert ok, report
+
+
+def process_tree(pid: int) -> list[tuple[int, str]]:
+    """Every descendant of ``pid`` with its command line, from /proc."""
+    parents: dict[int, list[int]] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:  # gone meanwhile
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        parents.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append((child, commands.get(child, "")))
+            todo.append(child)
+    return found
+
+
+def test_the_worker_runs_its_tasks_itself_and_only_the_kernel_writer_beside_it(api, worker, lab):
+    """No prefork pool beside the worker (``CELERY_WORKER_POOL``: ~117 MB at 10,000 farms): after an apply, the
+    one process under it is its kernel writer (with that one's scratch process), and the apply ran in it."""
+    farm = make_farm(api, "solo", vip4(89))
+    assert lab.http_get(vip4(89), 80)[0]["backend"] in THREE
+    tree = process_tree(worker.proc.pid)
+    celery = [(pid, command) for pid, command in tree if "celery" in command]
+    writers = [pid for pid, command in tree if "-m farms.kernel.sandbox" in command]
+    assert not celery and len(writers) == 1, tree
+    assert Farm.objects.get(id=farm["id"]).apply_status == "applied"

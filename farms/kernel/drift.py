@@ -110,12 +110,14 @@ def rule_body(rule: nfmsg.Obj) -> bytes:
     return b"".join(whole for kind, whole, _p in rule.attrs if kind in RULE_BODY)
 
 
-def read_rule_bodies(family: str, table: str, sock: socket.socket | None = None) -> dict[str, list[bytes]]:
-    """Every rule of a table as its chain and :func:`rule_body`, in order: one dump, parsed in one tight
-    loop (most of a table is rules: 21 per farm here, and ``nfmsg.Obj`` for each cost seconds)."""
+def read_rule_hashes(family: str, table: str, view: Any, sock: socket.socket | None = None) -> dict[str, list[str]]:
+    """Every rule of a table as its chain and :func:`rule_hash`, in order: one dump, parsed in one tight
+    loop and hashed as it comes (most of a table is rules: 21 per farm here; an ``nfmsg.Obj`` for each
+    cost seconds, and keeping their bodies until the records were made cost ~80 MB at 10,000 farms).
+    ``view`` answers the sets the rules name (:func:`anonymous_hash`)."""
     unpack = netlink.ATTR_HEADER.unpack_from
     message_type = (nfmsg.NFNL_SUBSYS_NFTABLES << 8) | nfmsg.GETRULE
-    found: dict[str, list[bytes]] = {}
+    found: dict[str, list[str]] = {}
     chunks = netlink.dump_chunks(
         netlink.NETLINK_NETFILTER, message_type, nfmsg.FAMILIES[family], _table_attr(table), sock=sock
     )
@@ -133,16 +135,35 @@ def read_rule_bodies(family: str, table: str, sock: socket.socket | None = None)
                 elif kind in RULE_BODY:
                     body.append(data[position:following])
                 position = following
-            found.setdefault(chain.decode(), []).append(b"".join(body))
+            found.setdefault(chain.decode(), []).append(rule_hash(b"".join(body), view))
     return found
 
 
-class FullView:
-    """Lookups in one table read whole (``nfmsg.read_table``; rules by :func:`read_rule_bodies`)."""
+class _Hashes:
+    """What a record takes of each object, for views that hold the objects themselves (``chain``,
+    ``rules``, ``set``, ``elements``, ``object``)."""
 
-    def __init__(self, dump: nfmsg.TableDump, rules: dict[str, list[bytes]] | None = None):
+    def chain_hash(self, name: str) -> str | None:
+        chain = self.chain(name)
+        return None if chain is None else _hash(chain.request(nfmsg.GETCHAIN))
+
+    def rule_hashes(self, chain: str) -> list[str]:
+        return [rule_hash(body, self) for body in self.rules(chain)]
+
+    def element_hashes(self, name: str) -> list[str]:
+        return [element_hash(e) for e in self.elements(name)]
+
+    def object_hash(self, kind: str, name: str) -> str | None:
+        obj = self.object(kind, name)
+        return None if obj is None else object_hash(obj)
+
+
+class FullView(_Hashes):
+    """Lookups in one table read whole (``nfmsg.read_table``): a DSR table, a few dozen objects."""
+
+    def __init__(self, dump: nfmsg.TableDump):
         self.dump = dump
-        self._rules = rules if rules is not None else {c: [rule_body(r) for r in rs] for c, rs in dump.rules.items()}
+        self._rules = {c: [rule_body(r) for r in rs] for c, rs in dump.rules.items()}
 
     def chain(self, name: str) -> nfmsg.Obj | None:
         return self.dump.chains.get(name)
@@ -163,7 +184,7 @@ class FullView:
         return obj
 
 
-class ProbeView:
+class ProbeView(_Hashes):
     """Lookups by name, each one small request, so reading one unit back costs the same whatever the
     number of farms (a chain's rules and a set's elements are dumps the kernel filters itself)."""
 
@@ -304,13 +325,10 @@ def element_owner(element: nfmsg.Element, owners: Owners) -> str:
 
 
 def _chain_entries(view: Any, name: str, prefix: str = "") -> Record:
-    chain = view.chain(name)
+    chain = view.chain_hash(name)
     if chain is None:
         return {}
-    return {
-        f"chain {prefix}{name}": _hash(chain.request(nfmsg.GETCHAIN)),
-        f"rules {prefix}{name}": [rule_hash(r, view) for r in view.rules(name)],
-    }
+    return {f"chain {prefix}{name}": chain, f"rules {prefix}{name}": view.rule_hashes(name)}
 
 
 def unit_record(view: Any, objects: UnitObjects) -> Record:
@@ -324,11 +342,11 @@ def unit_record(view: Any, objects: UnitObjects) -> Record:
             if set_ is not None:
                 record[f"set {name}"] = set_hash(set_)
                 if (kind, name) in objects.volatile:
-                    record[f"elements {name}"] = sorted(element_hash(e) for e in view.elements(name))
+                    record[f"elements {name}"] = sorted(view.element_hashes(name))
         elif kind in OBJECT_KINDS:
-            obj = view.object(kind, name)
-            if obj is not None:
-                record[f"{kind} {name}"] = object_hash(obj)
+            found = view.object_hash(kind, name)
+            if found is not None:
+                record[f"{kind} {name}"] = found
     return record
 
 
@@ -380,13 +398,85 @@ def add_shared_elements(
             records.setdefault(owner, {})[f"elements {name}"] = sorted(hashes)
 
 
+class TableHashes:
+    """``table inet lbweb`` as the records need it, hashed as it is read: a chain, a rule, a named object
+    and an element of a unit's own set are kept as their hashes, not as themselves. A table of 10,000
+    farms is ~700,000 objects; kept whole until the records were made, they held ~320 MB of the worker
+    at the end of a full apply. The sets are kept whole (a rule's anonymous set is hashed by its
+    definition, and a repair reads their flags), and so are the elements of the shared maps (each is
+    filed under the unit it jumps or counts for, and a repair removes a unit's)."""
+
+    def __init__(self) -> None:
+        self.table: nfmsg.Obj | None = None
+        self.chains: dict[str, str] = {}  # name -> hash of its definition
+        self.rules: dict[str, list[str]] = {}  # chain -> its rules' hashes, in order
+        self.sets: dict[str, nfmsg.Obj] = {}
+        self.objects: dict[str, tuple[bytes, str]] = {}  # name -> (its NFTA_OBJ_TYPE, its hash)
+        self.hashed_elements: dict[str, list[str]] = {}  # a unit's static set -> its elements' hashes
+        self.shared: dict[str, list[nfmsg.Element]] = {}  # a shared map -> its elements, whole
+
+    def chain_hash(self, name: str) -> str | None:
+        return self.chains.get(name)
+
+    def rule_hashes(self, chain: str) -> list[str]:
+        return self.rules.get(chain, [])
+
+    def set(self, name: str) -> nfmsg.Obj | None:
+        return self.sets.get(name)
+
+    def elements(self, name: str) -> list[nfmsg.Element]:
+        return self.shared.get(name, [])
+
+    def element_hashes(self, name: str) -> list[str]:
+        if name in self.shared:
+            return [element_hash(e) for e in self.shared[name]]
+        return self.hashed_elements.get(name, [])
+
+    def object_hash(self, kind: str, name: str) -> str | None:
+        found = self.objects.get(name)
+        if found is None or found[0] != nfmsg.U32.pack(nfmsg.OBJECT_TYPES[kind]):
+            return None
+        return found[1]
+
+
+def read_table_hashes(
+    owners: Owners, family: str = TABLE_FAMILY, name: str = TABLE_NAME, sock: socket.socket | None = None
+) -> TableHashes:
+    """One table of lbweb's, read with a dump of each kind (a dump of elements per static set: the
+    elements of dynamic sets are the kernel's state, and anonymous sets count by their handle, see
+    :func:`anonymous_hash`); raises NetlinkError."""
+    read = TableHashes()
+    table_attr = _table_attr(name)
+    for table in nfmsg.each_object(nfmsg.GETTABLE, family, b"", sock):
+        if table.name(nfmsg.TABLE_NAME) == name:
+            read.table = table
+    if read.table is None:
+        return read
+    for set_ in nfmsg.each_object(nfmsg.GETSET, family, table_attr, sock):
+        read.sets[set_.name(nfmsg.SET_NAME)] = set_
+    for chain in nfmsg.each_object(nfmsg.GETCHAIN, family, table_attr, sock):
+        if chain.name(nfmsg.CHAIN_TABLE) == name:
+            read.chains[chain.name(nfmsg.CHAIN_NAME)] = _hash(chain.request(nfmsg.GETCHAIN))
+    for obj in nfmsg.each_object(nfmsg.GETOBJ, family, table_attr, sock):
+        read.objects[obj.name(nfmsg.OBJ_NAME)] = (obj.get(nfmsg.OBJ_TYPE) or b"", object_hash(obj))
+    read.rules = read_rule_hashes(family, name, read, sock)
+    for set_name in [n for n in read.sets if n in owners.sets and n not in owners.dynamic]:
+        elements = read_elements(family, name, set_name, sock)
+        if set_name in owners.shared:
+            read.shared[set_name] = elements
+        else:
+            read.hashed_elements[set_name] = [element_hash(e) for e in elements]
+    return read
+
+
 @dataclass
 class Reading:
-    """lbweb's tables as read whole from the kernel, and every unit's record."""
+    """lbweb's tables as read from the kernel (``table``: what the records and a repair need of
+    ``table inet lbweb``), and every unit's record."""
 
     present: bool
     owners: Owners
-    dump: nfmsg.TableDump
+    table: TableHashes
     records: dict[str, Record]
     dsr_tables: dict[tuple[str, str], nfmsg.TableDump]
 
@@ -401,26 +491,21 @@ def read_kernel(units: Mapping[str, UnitObjects], sock: socket.socket | None = N
     unit lbweb wrote (``units``: what it wrote of each) and of the skeleton."""
     sock = sock or nfmsg.shared_socket()
     owners = owners_of(units)
-
-    def compared(dump: nfmsg.TableDump) -> list[str]:  # static sets only (see anonymous_hash)
-        return [n for n in dump.sets if n in owners.sets and n not in owners.dynamic]
-
-    dump = nfmsg.read_table(TABLE_FAMILY, TABLE_NAME, compared, sock, rules=False)
-    view = FullView(dump, read_rule_bodies(TABLE_FAMILY, TABLE_NAME, sock) if dump.table is not None else {})
+    view = read_table_hashes(owners, sock=sock)
     records: dict[str, Record] = {key: {} for key in owners.units | set(units)}
-    if dump.table is not None:
+    if view.table is not None:
         for key, objects in units.items():
             if not objects.tables:
                 records[key] = unit_record(view, objects)
         skeleton = skeleton_record(view)
-        for name in dump.chains.keys() - owners.chains.keys():  # chains nobody owns
+        for name in view.chains.keys() - owners.chains.keys():  # chains nobody owns
             skeleton.update(_chain_entries(view, name))
-        for name, set_ in dump.sets.items():
+        for name, set_ in view.sets.items():
             if name not in owners.sets and not nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS:
                 skeleton[f"set {name}"] = set_hash(set_)
-        for name, obj in dump.objects.items():
+        for name, (_kind, found) in view.objects.items():
             if name not in owners.objects:
-                skeleton[f"object {name}"] = object_hash(obj)
+                skeleton[f"object {name}"] = found
         records[SKELETON] = skeleton
         add_shared_elements(records, view, sorted(owners.shared), owners)
     dsr_tables = {}
@@ -432,7 +517,7 @@ def read_kernel(units: Mapping[str, UnitObjects], sock: socket.socket | None = N
             records[SKELETON][f"table netdev {name}"] = "present"
         else:
             records[owner] = table_record(table)
-    return Reading(dump.table is not None, owners, dump, records, dsr_tables)
+    return Reading(view.table is not None, owners, view, records, dsr_tables)
 
 
 def probe_records(
@@ -526,7 +611,7 @@ def removal_messages(
     so a missing object is no error), and the objects kept because they are as lbweb wrote them:
     counters and dynamic sets keep their state, and a static set is emptied rather than removed.
     ``wanted`` are the units' new versions (absent: the unit goes)."""
-    dump = reading.dump
+    dump = reading.table
     table = TABLE_NAME
     out: list[nfmsg.Message] = []
     kept: set[tuple[str, str]] = set()
@@ -550,7 +635,7 @@ def removal_messages(
     for name in sorted(owners.shared):
         gone = [
             e
-            for e in dump.elements.get(name, [])
+            for e in dump.elements(name)
             if element_owner(e, owners) in rewrite and (repair_skeleton or element_owner(e, owners) != SKELETON)
         ]
         payload = _attr(nfmsg.ELEM_LIST_TABLE, table) + _attr(nfmsg.ELEM_LIST_SET, name)
@@ -602,7 +687,7 @@ def removal_messages(
         out.insert(len(out), _message(nfmsg.DELCHAIN, f"delete chain {name}", payload))
 
     # 4. counters and other named objects
-    for name, obj in dump.objects.items():
+    for name, (object_type, _found) in dump.objects.items():
         key = owner(name, owners.objects)
         if not (key in rewrite or name in new_objects or (key is None and repair_skeleton)):
             continue
@@ -610,9 +695,7 @@ def removal_messages(
             kept.add((new_objects[name][1], name))
             continue
         payload = _attr(nfmsg.OBJ_TABLE, table) + _attr(nfmsg.OBJ_NAME, name)
-        payload += netlink.attr(
-            nfmsg.OBJ_TYPE, obj.get(nfmsg.OBJ_TYPE) or nfmsg.U32.pack(nfmsg.OBJECT_TYPES["counter"])
-        )
+        payload += netlink.attr(nfmsg.OBJ_TYPE, object_type or nfmsg.U32.pack(nfmsg.OBJECT_TYPES["counter"]))
         out.append(_message(nfmsg.DELOBJ, f"delete object {name}", payload))
 
     # 5. DSR tables of units that go, and lbweb tables nobody owns (the others are re-made whole)

@@ -360,7 +360,7 @@ class FakeKernel:
         expected: Mapping[str, drift.Record],
     ) -> tuple[list[Json], set[tuple[str, str]]]:
         """The same choices as ``drift.removal_messages``, as JSON commands on this fake's reading."""
-        table: Table = reading.dump or Table()
+        table: Table = reading.table or Table()
         owners, actual = reading.owners, reading.records
         repair_skeleton = drift.SKELETON in rewrite
         out: list[Json] = []

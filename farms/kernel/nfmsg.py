@@ -195,7 +195,9 @@ class TableDump:
     elements: dict[str, list[Element]] = field(default_factory=dict)  # set -> elements
 
 
-def _dump(message: int, family: str, payload: bytes, sock: socket.socket | None) -> Iterator[Obj]:
+def each_object(message: int, family: str, payload: bytes, sock: socket.socket | None = None) -> Iterator[Obj]:
+    """The objects one dump answers, one at a time: a caller that keeps less than each object holds less
+    than the dump (the caller's payload names the table, chain or set)."""
     message_type = (NFNL_SUBSYS_NFTABLES << 8) | message
     answers = netlink.dump(netlink.NETLINK_NETFILTER, message_type, FAMILIES[family], payload, sock=sock)
     for data, start, end in answers:
@@ -204,7 +206,7 @@ def _dump(message: int, family: str, payload: bytes, sock: socket.socket | None)
 
 def dump_objects(message: int, family: str, payload: bytes, sock: socket.socket | None = None) -> list[Obj]:
     """Every object one dump answers (the caller's payload names the table, chain or set)."""
-    return list(_dump(message, family, payload, sock))
+    return list(each_object(message, family, payload, sock))
 
 
 def get_one(message: int, family: str, payload: bytes, sock: socket.socket | None = None) -> Obj | None:
@@ -242,26 +244,26 @@ def read_table(
     of the sets ``elements_of`` names (all without it)."""
     table_attr = netlink.attr(1, string(name))  # NFTA_{CHAIN,RULE,SET,OBJ}_TABLE are all 1
     dump = TableDump(family, name)
-    for table in _dump(GETTABLE, family, b"", sock):
+    for table in each_object(GETTABLE, family, b"", sock):
         if table.name(TABLE_NAME) == name:
             dump.table = table
     if dump.table is None:
         return dump
-    for chain in _dump(GETCHAIN, family, table_attr, sock):
+    for chain in each_object(GETCHAIN, family, table_attr, sock):
         if chain.name(CHAIN_TABLE) == name:
             dump.chains[chain.name(CHAIN_NAME)] = chain
             dump.rules[chain.name(CHAIN_NAME)] = []
-    for rule in _dump(GETRULE, family, table_attr, sock) if rules else ():
+    for rule in each_object(GETRULE, family, table_attr, sock) if rules else ():
         dump.rules.setdefault(rule.name(RULE_CHAIN), []).append(rule)
-    for set_ in _dump(GETSET, family, table_attr, sock):
+    for set_ in each_object(GETSET, family, table_attr, sock):
         dump.sets[set_.name(SET_NAME)] = set_
-    for obj in _dump(GETOBJ, family, table_attr, sock):
+    for obj in each_object(GETOBJ, family, table_attr, sock):
         dump.objects[obj.name(OBJ_NAME)] = obj
     wanted = dump.sets if elements_of is None else [n for n in elements_of(dump) if n in dump.sets]
     for set_name in wanted:
         request = table_attr + netlink.attr(ELEM_LIST_SET, string(set_name))
         found: list[Element] = []
-        for message in _dump(GETSETELEM, family, request, sock):
+        for message in each_object(GETSETELEM, family, request, sock):
             for kind, _whole, payload in message.attrs:
                 if kind == ELEM_LIST_ELEMENTS:
                     found += [Element(item) for _k, _w, item in raw_attrs(payload)]

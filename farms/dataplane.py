@@ -652,8 +652,11 @@ class Applier:
         Each transaction holds whole units: a farm is never half written. A refused transaction raises,
         those before it stay written and recorded, and the caller's search for the refused unit finds
         them unchanged."""
-        for group in bulk_transactions(changed, compiled, CACHE.applied()):
-            self._commit(compiled, group, outcome, adding_in_context=False)
+        try:
+            for group in bulk_transactions(changed, compiled, CACHE.applied()):
+                self._commit(compiled, group, outcome, adding_in_context=False)
+        finally:  # the processes that wrote it let go of their memory before the worker reads the table back
+            self.kernel.release()
 
     def _retry_alone(self, compiled: dict, refused: dict[str, str], outcome: Outcome) -> dict[str, str]:
         """A unit refused before the rest of its change went in (a port another farm frees in the same

@@ -125,6 +125,9 @@ class Kernel:
         if rc != 0:
             raise ApplyError((err or f"libnftables returned {rc}").strip())
 
+    def release(self) -> None:
+        """Nothing to let go of in this process: its libnftables context is reused."""
+
     def apply_incremental(self, document: dict, context: list[dict]) -> str:
         """Commit a change as one transaction written by lbweb itself (see ``transcribe``), so its cost
         does not grow with the number of farms; libnftables does it when it cannot be transcribed.

@@ -186,6 +186,9 @@ class FakeKernel:
         if document.get("nftables"):
             self._commit(document, "apply", writer="libnftables")
 
+    def release(self) -> None:
+        self.calls.append(Call("release"))
+
     def apply_incremental(self, document: Json, context: list[Json]) -> str:
         if not document.get("nftables"):
             return "none"
@@ -300,6 +303,7 @@ class FakeKernel:
     # -- interface: drift ----------------------------------------------------------------------
 
     def read_units(self, units: Mapping[str, UnitObjects]) -> drift.Reading:
+        self.calls.append(Call("read_units"))
         owners = drift.owners_of(units)
         records: dict[str, drift.Record] = {key: {} for key in owners.units | set(units)}
         table = self._ours()

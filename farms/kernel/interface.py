@@ -75,6 +75,10 @@ class Interface(Protocol):
     def repair(self, removals: list[Any], document: Json, context: list[Json]) -> str:
         """Remove (``removals``, from :meth:`removals`) and write again (``document``) in one transaction."""
 
+    def release(self) -> None:
+        """Let go of what writing a big change left behind (the memory of the processes that wrote it); the
+        next call starts afresh. Changes nothing in the kernel."""
+
     def generation_id(self) -> int:
         """The ruleset generation: moves with every committed nf_tables transaction, whoever sends it."""
 

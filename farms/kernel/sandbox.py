@@ -167,6 +167,11 @@ class IsolatedKernel(Kernel):
     def repair(self, removals: list[nfmsg.Message], document: dict, context: list[dict]) -> str:
         return writer().call("repair", removals, document, context)
 
+    def release(self) -> None:
+        """End the kernel writer (and its scratch process with it): what they took for a bulk change stays
+        with them once freed, ~290 MB after 10,000 farms, while the worker reads the whole table back."""
+        writer().close()
+
     def list_table(self, family: str | None = None, name: str | None = None) -> list[dict[str, Any]] | None:
         return writer().call("list_table", *(a for a in (family, name) if a is not None))
 

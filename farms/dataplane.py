@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-import hashlib
 import logging
 import os
 import time
@@ -41,6 +40,7 @@ from .kernel.sandbox import IsolatedKernel, writer
 from .kernel.transcribe import Untranscribable
 from .models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFingerprint, KernelUnit, Policy
 from .nft import carry, compiler
+from .nft.units import UnitMap, combined_digest
 from .translate import Snapshot, farm_spec, farms_queryset, policy_spec, snapshot  # noqa: F401 (re-exported)
 
 log = logging.getLogger("lbweb.dataplane")
@@ -98,10 +98,9 @@ def pending_farms() -> bool:
 
 
 def configuration_digest(compiled: dict[str, compiler.UnitRuleset]) -> str:
-    """One digest of every unit's: recorded with each apply, so it is a join and one hash, not the
-    canonical JSON of a 10,000-item list (~6 ms a change at 10,000 farms, py-spy)."""
-    text = "\n".join(f"{key} {compiled[key].digest}" for key in sorted(compiled))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """One digest of every unit's, recorded with each apply: the cache's units keep theirs up to date
+    (``UnitMap``), so a single change does not hash 10,000 units (~6 ms at 10,000 farms, py-spy)."""
+    return combined_digest(compiled)
 
 
 def left_out(snap: Snapshot, good: list) -> set[int]:
@@ -280,7 +279,7 @@ class UnitCache:
         self.needs: Counter = Counter()  # how many farms of ``farms`` need each hook (compiler.farm_needs)
         self.hooks: tuple[frozenset, dict[str, compiler.UnitRuleset]] = (frozenset(), {})
         # every unit above by key, kept as they change: made anew, 10,000 entries cost ~3 ms a change
-        self.units: dict[str, compiler.UnitRuleset] = {}
+        self.units: dict[str, compiler.UnitRuleset] = UnitMap()
         self.policies: dict[int, tuple[int, compiler.UnitRuleset]] = {}
         self.kernel: dict[str, compiler.UnitObjects] | None = None
         # (ruleset generation id, configuration generation) when the kernel was last known to match
@@ -305,7 +304,7 @@ class UnitCache:
             # A farm gone (deleted, or now HAProxy's) leaves fewer rows than the farms known and the new
             # ones: only then is every id read (a read of 10,000 rows cost ~5 ms of every change).
             gone: set[int] = set()
-            if kernel_farms.count() != len(known | newer_ids):
+            if kernel_farms.count() != len(known) + len(newer_ids - known):
                 gone = known - set(kernel_farms.values_list("id", flat=True))
             stale = sorted(dynamic | newer_ids)
             queryset = farms_queryset() if self.seen is None else farms_queryset().filter(id__in=stale)
@@ -364,7 +363,7 @@ class UnitCache:
         }
         self.uncompiled = set(failures)
         self.needs = Counter(need for _g, _u, needs in self.farms.values() for need in needs)
-        self.units = {unit.key: unit for _g, unit, _n in self.farms.values()}
+        self.units = UnitMap({unit.key: unit for _g, unit, _n in self.farms.values()})
         self.units.update({unit.key: unit for _g, unit in self.policies.values()})
         self.hooks = (frozenset(), {})
         self._place_hooks()

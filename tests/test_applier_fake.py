@@ -19,6 +19,7 @@ from farms.kernel import sandbox
 from farms.kernel.fake import FakeKernel
 from farms.kernel.interface import Interface
 from farms.models import ApplyRun, ConfigGeneration, Farm, KernelFingerprint
+from farms.nft import units
 
 pytestmark = pytest.mark.django_db
 
@@ -382,11 +383,16 @@ def test_one_farms_change_compiles_that_farm_alone_and_reads_no_row_of_the_other
     compiled = []
     real = compiler.compile_farm
     monkeypatch.setattr(compiler, "compile_farm", lambda spec: compiled.append(spec.name) or real(spec))
+    hashed = []  # the configuration's digest: the changed unit's terms alone, not every unit's (units.UnitMap)
+    term = units._digest_term
+    monkeypatch.setattr(units, "_digest_term", lambda key, unit: hashed.append(key) or term(key, unit))
     services.backend_update(backend=farms[5].backends.get(), weight=3)
     with CaptureQueriesContext(connection) as queries:
         run = applier(kernel).apply_pending()
         versions.record_applied(run)
     assert run.farms_changed == 1 and compiled == ["f5"] and versions.PARTS.exported == 1
+    assert set(hashed) == {f"farm:{farms[5].pk}"}
+    assert run.digest == units.combined_digest(dict(dataplane.CACHE.units))
     assert not [q["sql"] for q in queries if '"config_generation" FROM "farms_farm"' in q["sql"]]
 
 

@@ -745,3 +745,23 @@ def test_merge_elements_sends_each_sets_additions_as_one_command_after_what_they
         )
         == 3
     )
+
+
+def test_a_unit_map_keeps_the_digest_of_the_units_it_holds():
+    """The worker's units keep one digest of the configuration up to date as they change (recorded with
+    every apply): whatever the order of the changes, it is the digest of the same units in a plain dict."""
+    from farms.nft.units import UnitMap, combined_digest
+
+    first = compiler.compile_units(ALL_FARMS, [DENY, ALLOW])
+    changed = compiler.compile_units([WEB_REWEIGHTED, *ALL_FARMS[1:]], [DENY])
+    kept = UnitMap(first)
+    assert kept.combined == combined_digest(dict(first))
+    for key in list(kept):
+        if key not in changed:
+            kept.pop(key)
+    kept.update(changed)
+    kept.setdefault("farm:999", changed["farm:1"])
+    del kept["farm:999"]
+    assert kept.combined == combined_digest(dict(changed)) != combined_digest(dict(first))
+    kept.clear()
+    assert kept.combined == combined_digest({})

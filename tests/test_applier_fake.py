@@ -18,7 +18,7 @@ from farms.choices import ApplyKindChoices
 from farms.kernel import sandbox
 from farms.kernel.fake import FakeKernel
 from farms.kernel.interface import Interface
-from farms.models import ApplyRun, ConfigGeneration, Farm, KernelFingerprint
+from farms.models import ApplyRun, ConfigGeneration, Farm, KernelFingerprint, Policy
 from farms.nft import units
 
 pytestmark = pytest.mark.django_db
@@ -394,6 +394,36 @@ def test_one_farms_change_compiles_that_farm_alone_and_reads_no_row_of_the_other
     assert set(hashed) == {f"farm:{farms[5].pk}"}
     assert run.digest == units.combined_digest(dict(dataplane.CACHE.units))
     assert not [q["sql"] for q in queries if '"config_generation" FROM "farms_farm"' in q["sql"]]
+
+
+def test_a_change_compares_only_the_units_that_changed_and_a_refused_policy_is_tried_again(kernel, monkeypatch):
+    """Issue 13: which units changed is asked at every change. The worker compares the units written or
+    recompiled since it last asked, and those that differed then, not all of them (~5 ms at 10,000 farms):
+    a policy the kernel refused still differs, and the next change tries it again."""
+    from farms.nft import compiler
+
+    farms = [farm(f"f{i}", i + 1, backends=1) for i in range(8)]
+    applier(kernel).apply_pending()
+    assert applier(kernel).apply_pending().kind == ApplyKindChoices.NOOP  # after a rebuild, all are compared once
+    compared = []
+    real = compiler.changed_units
+    monkeypatch.setattr(
+        compiler, "changed_units", lambda old, new, among=None: compared.append(among) or real(old, new, among)
+    )
+    kernel.refuse("policy-office")
+    services.policy_create(name="office", type="deny", elements="198.18.9.0/24")
+    run = applier(kernel).apply_pending()
+    assert not run.ok and "policy:" in run.error
+    assert compared[0] is not None and len(compared[0]) < len(dataplane.CACHE.units)
+    kernel._refusals.clear()  # the kernel takes it now: the next change, of one farm, brings the policy too
+    services.backend_create(farm=farms[3], address="198.18.4.99")
+    compared.clear()
+    run = applier(kernel).apply_pending()
+    assert run.ok and run.farms_changed == 2, run.error  # the farm and the policy
+    assert set(compared[0]) == {f"farm:{farms[3].pk}", f"policy:{Policy.objects.get().pk}"}
+    assert "policy-office-v4" in kernel.tables[("inet", "lbweb")].sets
+    assert applier(kernel).apply_pending().kind == ApplyKindChoices.NOOP
+    assert applier(kernel).reconcile() is None
 
 
 def test_the_kernel_writer_is_ended_after_a_big_libnftables_transaction(monkeypatch):

@@ -216,7 +216,8 @@ def _digest_term(key: str, unit: Any) -> int:
 
 
 class UnitMap(dict):
-    """Units by key that keep one digest of all of them up to date as they change (:attr:`combined`).
+    """Units by key that keep one digest of all of them up to date as they change (:attr:`combined`), and
+    the keys that changed (:attr:`touched`).
 
     Why: the worker records that digest with every apply; made anew from 10,000 units it cost ~6 ms of each
     single change (py-spy). It is the sum of one hash per (key, digest), so a unit written costs one hash,
@@ -225,6 +226,7 @@ class UnitMap(dict):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         self._sum = 0
+        self.touched: set[str] = set()  # keys set or removed since the owner last emptied it
         self.update(*args, **kwargs)
 
     def __setitem__(self, key: str, unit: Any) -> None:
@@ -232,10 +234,12 @@ class UnitMap(dict):
             self._sum -= _digest_term(key, self[key])
         super().__setitem__(key, unit)
         self._sum += _digest_term(key, unit)
+        self.touched.add(key)
 
     def __delitem__(self, key: str) -> None:
         self._sum -= _digest_term(key, self[key])
         super().__delitem__(key)
+        self.touched.add(key)
 
     def pop(self, key: str, *default: Any) -> Any:
         if key in self:
@@ -260,6 +264,7 @@ class UnitMap(dict):
             self[key] = unit
 
     def clear(self) -> None:
+        self.touched.update(self)
         super().clear()
         self._sum = 0
 

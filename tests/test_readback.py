@@ -9,14 +9,10 @@ change would find drift where there is none, or miss some.
 from __future__ import annotations
 
 import json
-import subprocess
-import uuid
-
-import pytest
 
 from farms.nft import compiler
-from tests.stack import ROOT, VENV_BIN
-from tests.test_compiler import ALL_FARMS, ALLOW, DENY, FEATURES
+from tests.test_compiler import ALL_FARMS, ALLOW, DENY, FEATURES, throwaway_netns  # noqa: F401 (a fixture)
+from tests.test_transcribe import run_in
 
 READ_BOTH_WAYS = """
 import json, sys
@@ -35,18 +31,7 @@ print(json.dumps({"whole": whole.records, "by_name": by_name, "shared": kept}))
 """
 
 
-@pytest.fixture
-def namespace():
-    if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
-        pytest.fail("namespaces need root")
-    name = f"lbt-rb-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    subprocess.run(["ip", "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True)
-    yield name
-    subprocess.run(["ip", "netns", "del", name], check=False)
-
-
-def test_the_whole_table_read_makes_the_records_the_read_by_name_makes(namespace):
+def test_the_whole_table_read_makes_the_records_the_read_by_name_makes(throwaway_netns):  # noqa: F811
     farms = [f for f in [*FEATURES, *ALL_FARMS] if f.mode != "dsr"]  # DSR tables are read whole both ways
     policies = [DENY, ALLOW]
     units = compiler.compile_units(farms, policies)
@@ -54,16 +39,7 @@ def test_the_whole_table_read_makes_the_records_the_read_by_name_makes(namespace
         "full": compiler.full_document(farms, policies),
         "units": {k: u.objects.to_json() for k, u in units.items()},
     }
-    result = subprocess.run(
-        ["ip", "netns", "exec", namespace, str(VENV_BIN / "python"), "-c", READ_BOTH_WAYS],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    read = json.loads(result.stdout)
+    read = json.loads(run_in(throwaway_netns, job, READ_BOTH_WAYS))
     whole, by_name = read["whole"], read["by_name"]
     assert set(whole) == set(by_name)
     for key in sorted(whole):

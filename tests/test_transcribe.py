@@ -50,9 +50,10 @@ def two_namespaces():
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
-def run_in(netns: str, job: dict) -> str:
+def run_in(netns: str, job: dict, script: str = APPLY) -> str:
+    """``script`` (Python, reading ``job`` as JSON on its standard input) in the namespace; what it printed."""
     result = subprocess.run(
-        ["ip", "netns", "exec", netns, str(VENV_BIN / "python"), "-c", APPLY],
+        ["ip", "netns", "exec", netns, str(VENV_BIN / "python"), "-c", script],
         input=json.dumps(job),
         capture_output=True,
         text=True,

@@ -372,19 +372,21 @@ class UnitCache:
         self.seen = generation
 
     def applied(self) -> dict[str, compiler.UnitObjects]:
-        """What lbweb last put in the kernel, unit by unit. Change it through :meth:`record_applied`."""
+        """What lbweb last put in the kernel, unit by unit. Change it through :meth:`record_applied` or
+        :meth:`replace_applied`."""
         if self.kernel is None:
             self.kernel = {u.key: compiler.UnitObjects.from_json(u.objects_json) for u in KernelUnit.objects.all()}
             self.unsettled = None
         return self.kernel
 
-    def record_applied(self, units: dict[str, compiler.UnitObjects | None] | None, everything: dict | None = None):
-        """The kernel now holds ``everything`` (a whole table), or these units (None: removed)."""
-        if everything is not None:
-            self.kernel, self.unsettled = dict(everything), None
-            return
+    def replace_applied(self, everything: dict[str, compiler.UnitObjects]) -> None:
+        """The kernel now holds these units and no other (a whole table written)."""
+        self.kernel, self.unsettled = dict(everything), None
+
+    def record_applied(self, units: dict[str, compiler.UnitObjects | None]) -> None:
+        """The kernel now holds these units as they are here (None: removed); the others are unchanged."""
         mirror = self.applied()
-        for key, objects in (units or {}).items():
+        for key, objects in units.items():
             if objects is None:
                 mirror.pop(key, None)
             else:
@@ -937,7 +939,7 @@ class Applier:
                 batch_size=500,
             )
         if changed is None:
-            CACHE.record_applied(None, everything={k: u.objects for k, u in compiled.items()})
+            CACHE.replace_applied({k: u.objects for k, u in compiled.items()})
         else:
             CACHE.record_applied({k: compiled[k].objects if k in compiled else None for k in keys})
 

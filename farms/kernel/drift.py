@@ -447,9 +447,7 @@ def read_table_hashes(
     :func:`anonymous_hash`); raises NetlinkError."""
     read = TableHashes()
     table_attr = _table_attr(name)
-    for table in nfmsg.each_object(nfmsg.GETTABLE, family, b"", sock):
-        if table.name(nfmsg.TABLE_NAME) == name:
-            read.table = table
+    read.table = nfmsg.find_table(family, name, sock)
     if read.table is None:
         return read
     for set_ in nfmsg.each_object(nfmsg.GETSET, family, table_attr, sock):

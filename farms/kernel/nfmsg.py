@@ -232,28 +232,32 @@ def get_one(message: int, family: str, payload: bytes, sock: socket.socket | Non
             return Obj(data[start + netlink.NFGEN_HEADER_SIZE : end])
 
 
+def find_table(family: str, name: str, sock: socket.socket | None = None) -> Obj | None:
+    """The table of that name in the current network namespace, None when there is none."""
+    found = None
+    for table in each_object(GETTABLE, family, b"", sock):
+        if table.name(TABLE_NAME) == name:
+            found = table
+    return found
+
+
 def read_table(
     family: str,
     name: str,
     elements_of: Callable[[TableDump], Iterable[str]] | None = None,
     sock: socket.socket | None = None,
-    rules: bool = True,
 ) -> TableDump:
-    """One table of the current network namespace (raises NetlinkError): its chains, rules (unless
-    ``rules`` is false: the caller reads them its own way), sets and named objects, and the elements
-    of the sets ``elements_of`` names (all without it)."""
+    """One table of the current network namespace (raises NetlinkError): its chains, rules, sets and
+    named objects, and the elements of the sets ``elements_of`` names (all without it)."""
     table_attr = netlink.attr(1, string(name))  # NFTA_{CHAIN,RULE,SET,OBJ}_TABLE are all 1
-    dump = TableDump(family, name)
-    for table in each_object(GETTABLE, family, b"", sock):
-        if table.name(TABLE_NAME) == name:
-            dump.table = table
+    dump = TableDump(family, name, find_table(family, name, sock))
     if dump.table is None:
         return dump
     for chain in each_object(GETCHAIN, family, table_attr, sock):
         if chain.name(CHAIN_TABLE) == name:
             dump.chains[chain.name(CHAIN_NAME)] = chain
             dump.rules[chain.name(CHAIN_NAME)] = []
-    for rule in each_object(GETRULE, family, table_attr, sock) if rules else ():
+    for rule in each_object(GETRULE, family, table_attr, sock):
         dump.rules.setdefault(rule.name(RULE_CHAIN), []).append(rule)
     for set_ in each_object(GETSET, family, table_attr, sock):
         dump.sets[set_.name(SET_NAME)] = set_

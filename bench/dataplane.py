@@ -453,13 +453,6 @@ def without_forward(command: dict) -> bool:
     return not (isinstance(body, dict) and "forward" in (body.get("name"), body.get("chain")))
 
 
-def without_backend_accounting(command: dict) -> bool:
-    """A diagnostic variant's filter: the forward hook with its first lookup only (each farm's bytes in and
-    out), without the second (each backend's bytes): what one lookup per packet would cost instead of two."""
-    body = next(iter(next(iter(command.values())).values()))
-    return not (isinstance(body, dict) and body.get("chain") == "forward" and "traffic_be" in json.dumps(body))
-
-
 def without_fib(command: dict) -> bool:
     """A diagnostic variant's filter: the FIB test that keeps the appliance's own conversations with a
     stateless farm's backends unrewritten, left out (as the minimal ruleset does without it)."""
@@ -524,13 +517,6 @@ def all_cases() -> list[Case]:
             "dnat",
             0,
             keep=without_forward,
-            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
-        ),
-        compiled_case(
-            "lbweb-c1-dnat-oneacct",
-            "dnat",
-            0,
-            keep=without_backend_accounting,
             peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
         ),
         compiled_case(

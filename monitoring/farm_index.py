@@ -2,6 +2,11 @@
 
 Built from the database (the truth) with the compiler's own naming functions,
 so a counter the compiler creates is the counter the collector reads.
+
+The kernel counts a NAT farm's bytes once per packet, by backend and direction (one lookup in the
+forward hook, see :mod:`farms.nft.compiler`); a farm's bytes each way and a backend's bytes both
+ways are sums of those (:attr:`FarmInfo.sums`), which ``monitoring.sampler.add_sums`` adds to a
+reading under the names the rest of the collector reads, as if the kernel had counted them itself.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from farms.choices import BackendStateChoices, FarmModeChoices, FarmStateChoices
+from farms.choices import BackendStateChoices, FarmAllDownChoices, FarmModeChoices, FarmStateChoices
 from farms.models import ConfigGeneration, Farm
 from farms.nft import compiler
 from farms.nft.spec import FarmSpec
@@ -41,6 +46,9 @@ class FarmInfo:
     traffic_out_counter: str
     backends: tuple[BackendInfo, ...] = ()
     snat_tuples: int = 0  # SNAT: source address:port pairs available towards one backend (Farm.snat_capacity)
+    # Counters the kernel does not hold, each the sum of the kernel's counters named beside it: a NAT farm's
+    # in and out (the first two), then each backend's traffic (see the module's docstring). None for a local farm.
+    sums: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def counters(self) -> tuple[str, ...]:
@@ -78,6 +86,7 @@ def farm_info(farm: Farm) -> FarmInfo:
     """The collector's view of one farm row (backends prefetched)."""
     spec = FarmSpec(id=farm.id, name=farm.name, vip=farm.vip)
     chain = compiler.farm_chain_name(spec)
+    rows = sorted(farm.backends.all(), key=lambda b: b.id)
     backends = tuple(
         BackendInfo(
             id=b.id,
@@ -87,8 +96,23 @@ def farm_info(farm: Farm) -> FarmInfo:
             new_connections_counter=compiler.backend_chain_name(spec, b.id),
             traffic_counter=compiler.backend_traffic_counter_name(farm.name, b.id),
         )
-        for b in farm.backends.all()
+        for b in rows
     )
+    traffic_in = compiler.traffic_counter_name(farm.name, "in")
+    traffic_out = compiler.traffic_counter_name(farm.name, "out")
+    sums: list[tuple[str, tuple[str, ...]]] = []
+    if farm.mode != FarmModeChoices.LOCAL:  # a local farm's kernel counts each direction itself
+        # Backends that share an address are counted on the lowest id (the compiler's _traffic): the others'
+        # counters stay at zero, so adding every backend's gives the farm's bytes.
+        fallback = farm.when_all_down == FarmAllDownChoices.FALLBACK and farm.fallback_address  # as translate's
+        destinations = [b.id for b in rows] + (["fallback"] if fallback else [])
+        for total, direction in ((traffic_in, "in"), (traffic_out, "out")):
+            sums.append(
+                (total, tuple(compiler.backend_traffic_counter_name(farm.name, d, direction) for d in destinations))
+            )
+        for b in rows:
+            both = tuple(compiler.backend_traffic_counter_name(farm.name, b.id, d) for d in ("in", "out"))
+            sums.append((compiler.backend_traffic_counter_name(farm.name, b.id), both))
     return FarmInfo(
         id=farm.id,
         name=farm.name,
@@ -96,10 +120,11 @@ def farm_info(farm: Farm) -> FarmInfo:
         snat=farm.mode == "snat",
         enabled=farm.state == FarmStateChoices.UP,
         new_connections_counter=chain,
-        traffic_in_counter=compiler.traffic_counter_name(farm.name, "in"),
-        traffic_out_counter=compiler.traffic_counter_name(farm.name, "out"),
+        traffic_in_counter=traffic_in,
+        traffic_out_counter=traffic_out,
         backends=backends,
         snat_tuples=(farm.snat_capacity or {}).get("per_backend", 0),
+        sums=tuple(sums),
     )
 
 

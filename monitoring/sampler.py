@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
@@ -23,7 +24,7 @@ from farms.kernel import collectors, conntrack
 from farms.kernel.applier import CounterValue, Kernel
 from farms.types import Json
 
-from .farm_index import FarmIndex
+from .farm_index import FarmIndex, FarmInfo
 from .http_stats import HttpFarmStats
 
 log = logging.getLogger("lbweb.monitoring")
@@ -86,6 +87,25 @@ def counter_rates(
             continue  # re-created counter: no rate yet
         rates[name] = (round((packets - before.packets) / seconds, 1), round((octets - before.bytes) / seconds, 1))
     return rates
+
+
+def add_sums(counters: dict[str, CounterValue], farms: Iterable[FarmInfo], *, backends: bool) -> None:
+    """Add to ``counters`` (one reading of the kernel's) the sums of ``farms`` (:attr:`FarmInfo.sums`): the
+    farms' own in and out, or (``backends``) their backends' traffic. A sum is there when every counter it
+    adds up is, so a half-written farm shows no figure rather than a wrong one. Two parts because the
+    collector needs every farm's own figures at each reading (to tell idle farms) and the backends' only
+    for the farms whose figures it reports."""
+    for farm in farms:
+        for name, parts in farm.sums[2:] if backends else farm.sums[:2]:
+            packets = octets = 0
+            for part in parts:
+                value = counters.get(part)
+                if value is None:
+                    break
+                packets += value.packets
+                octets += value.bytes
+            else:
+                counters[name] = CounterValue(packets, octets)
 
 
 def total(values: list[float | None]) -> float | None:
@@ -161,6 +181,7 @@ class Sampler:
         shortcut = previous is not None and by_mark is None and self._generation == index.generation
         self._generation = index.generation
         now, before = current.counters, previous.counters if previous else {}
+        add_sums(now, index.farms, backends=False)
         idle, busy, totals = set(), [], {}
         for farm in index.farms:
             traffic_in, traffic_out = now.get(farm.traffic_in_counter), now.get(farm.traffic_out_counter)
@@ -182,6 +203,8 @@ class Sampler:
                 idle.add(farm.id)
             else:
                 busy.append(farm)
+        for counters in (now, before):  # a farm idle at the last reading has no backend sums in it yet
+            add_sums(counters, busy, backends=True)
         rates = counter_rates(now, before, seconds, names=[n for farm in busy for n in farm.counters])
         farms = {farm.id: self._farm(farm, now, rates, by_mark, index) for farm in busy}
         farms.update(self.http.sample(current.monotonic))

@@ -343,7 +343,8 @@ def test_with_every_backend_down_the_fallback_takes_new_connections():
 
 
 def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
-    """Per-packet accounting is two lookups in shared counter maps, whatever the number of farms and backends."""
+    """Per-packet accounting is one lookup in a shared counter map, whatever the number of farms and backends:
+    the backend's address, the farm's mark and the direction give the backend's counter for that direction."""
     ruleset = compiler.compile_farm(WEB)
     assert not [c for c in ruleset.creates if c["add"].get("rule", {}).get("chain", "").startswith("traffic")]
     elements = {
@@ -352,25 +353,47 @@ def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
         if (e := c["add"].get("element")) and e["name"].startswith("traffic")
     }
     mark = WEB.mark
-    assert elements[("traffic_dir", compiler.canonical({"concat": [mark, "original"]}))] == "traffic-in-web"
-    assert elements[("traffic_dir", compiler.canonical({"concat": [mark, "reply"]}))] == "traffic-out-web"
-    # The disabled backend still counts its draining connections.
-    for backend in WEB.backends:
-        key = compiler.canonical({"concat": [mark, backend.address]})
-        assert elements[("traffic_be4", key)] == f"traffic-be-web-{backend.id}"
+    expected = {}
+    for backend in WEB.backends:  # the disabled backend still counts its draining connections
+        for direction, ct_direction in (("in", "original"), ("out", "reply")):
+            key = compiler.canonical({"concat": [backend.address, mark, ct_direction]})
+            expected[("traffic4", key)] = f"traffic-be-web-{backend.id}-{direction}"
+    assert elements == expected
     counters = {name for kind, name in ruleset.objects.objects if kind == "counter"}
-    assert {"traffic-in-web", "traffic-out-web", "traffic-be-web-3"} <= counters
+    assert set(expected.values()) <= counters
+    assert not {"traffic-in-web", "traffic-out-web", "traffic-be-web-3"} & counters  # the collector's sums
     forward = compiler.compile_hooks([WEB])["hook:forward"]
     rules = [c["add"]["rule"]["expr"] for c in forward.creates if "rule" in c["add"]]
-    mark, direction = {"ct": {"key": "mark"}}, {"ct": {"key": "direction"}}
     source = {"ct": {"key": "ip saddr", "dir": "reply"}}
-    assert rules == [
-        [{"counter": {"map": {"key": {"concat": [mark, direction]}, "data": "@traffic_dir"}}}],
-        [
-            {"match": {"op": "==", "left": {"meta": {"key": "nfproto"}}, "right": "ipv4"}},
-            {"counter": {"map": {"key": {"concat": [mark, source]}, "data": "@traffic_be4"}}},
-        ],
-    ]
+    mark, direction = {"ct": {"key": "mark"}}, {"ct": {"key": "direction"}}
+    assert rules == [[{"counter": {"map": {"key": {"concat": [source, mark, direction]}, "data": "@traffic4"}}}]]
+
+
+def test_a_farms_fallback_address_is_counted_and_a_shared_address_once():
+    """Traffic to the fallback address has counters of its own; backends that share an address are counted on
+    the lowest id (one key, one counter), and the others' counters exist, at zero, for the collector's sums."""
+    twins = replace(
+        WEB,
+        backends=(BackendSpec(id=7, address="198.18.1.11"), BackendSpec(id=8, address="198.18.1.11", port=81)),
+        fallback=BackendSpec(id=0, address="198.18.1.99"),
+    )
+    ruleset = compiler.compile_farm(twins)
+    elements = {
+        json.loads(compiler.canonical(e["elem"][0][0]))["concat"][0] + "/" + e["elem"][0][1]
+        for c in ruleset.creates
+        if (e := c["add"].get("element")) and e["name"] == "traffic4"
+    }
+    assert elements == {
+        "198.18.1.11/traffic-be-web-7-in",
+        "198.18.1.11/traffic-be-web-7-out",
+        "198.18.1.99/traffic-be-web-fallback-in",
+        "198.18.1.99/traffic-be-web-fallback-out",
+    }
+    counters = {name for kind, name in ruleset.objects.objects if kind == "counter"}
+    assert {"traffic-be-web-8-in", "traffic-be-web-8-out"} <= counters
+    no_backend = replace(twins, backends=())
+    assert "hook:forward" in compiler.compile_hooks([no_backend])  # its fallback's traffic is counted
+    assert "hook:forward" not in compiler.compile_hooks([replace(no_backend, fallback=None)])  # nothing to count
 
 
 def test_the_scheduler_map_is_named_and_every_chain_it_jumps_to_restores_the_farm_mark():
@@ -415,8 +438,8 @@ def test_removing_a_farm_unhooks_its_traffic_counters_first():
     objects = compiler.compile_farm(DNS6).objects
     cmds = compiler.removal_commands(objects, set())
     verbs = [(verb, kind, body.get("name")) for c in cmds for verb, x in c.items() for kind, body in x.items()]
-    assert verbs.index(("delete", "element", "traffic_dir")) < verbs.index(("delete", "counter", "traffic-in-dns6"))
-    assert verbs.index(("delete", "element", "traffic_be6")) < verbs.index(("delete", "counter", "traffic-be-dns6-4"))
+    counter = ("delete", "counter", "traffic-be-dns6-4-in")
+    assert verbs.index(("delete", "element", "traffic6")) < verbs.index(counter)
 
 
 def _chains_and_sets(unit) -> tuple[set[str], set[str]]:
@@ -488,8 +511,8 @@ def test_a_change_inside_a_farm_sends_no_element_command():
         elements = [c for c in element_commands(document) if "sched-" not in json.dumps(c) and c not in farm_maps]
         # a weight farm's own targets map is filled when it becomes one (rr -> weight), not on a weight change
         assert [list(c)[0] for c in farm_maps] == {WEB_REWEIGHTED: ["add", "add"], heavier: [], enabled: []}[new]
-        if new is WEB_REWEIGHTED:  # backend 3 is gone: only its entry in the traffic counter map leaves
-            assert [list(c) + [c["delete"]["element"]["name"]] for c in elements] == [["delete", "traffic_be4"]]
+        if new is WEB_REWEIGHTED:  # backend 3 is gone: only its entries in the traffic counter map leave
+            assert [list(c) + [c["delete"]["element"]["name"]] for c in elements] == [["delete", "traffic4"]] * 2
         else:
             assert document["nftables"] and not elements, new
         rewritten = any(c.get("add", {}).get("rule", {}).get("chain") == "farm-web" for c in document["nftables"])
@@ -598,7 +621,7 @@ def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms(
     passes look up only hash maps when no farm has a port range (an interval map keyed by a concatenation
     costs in proportion to its elements). An established TCP packet of a DNAT farm meets, beside a
     stateless UDP farm: one missed stateless lookup and one failed protocol match (raw), and the two
-    counter-map lookups of the per-backend accounting (forward); a stateless datagram's reply two lookups."""
+    counter-map lookup of the per-backend accounting (forward); a stateless datagram's reply two lookups."""
     small = compiler.compile_hooks(_bench_farms(3, 0))
     for backends, farms in ((100, 0), (3, 10_000)):
         assert compiler.compile_hooks(_bench_farms(backends, farms)) == small, (backends, farms)
@@ -608,7 +631,7 @@ def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms(
     assert [_looked_up(r) for r in stateless] == [["stateless4"], ["stateless_replies4"]]
     assert stateless[1][0] == udp  # a TCP packet stops at the first expression of the replies' rule
     forward = _hook_rules(small, "forward")
-    assert [_looked_up(r) for r in forward] == [["traffic_dir"], ["traffic_be4"]]
+    assert [_looked_up(r) for r in forward] == [["traffic4"]]
     maps = {c["add"]["map"]["name"]: c["add"]["map"] for c in compiler.base_commands() if "map" in c["add"]}
     for rule in stateless + forward:
         for name in _looked_up(rule):
@@ -684,7 +707,7 @@ def test_a_local_farm_filters_limits_and_logs_then_accepts_without_nat():
     assert "@policy-deny9-v4" in guard and '"invalid"' in guard and '"rst"' in guard
     elements = {(name, json.dumps(key)) for name, key in unit.objects.elements}
     assert ("dispatch4", json.dumps(f.concat("198.18.100.30", "tcp", 443))) in elements
-    assert not any(name in ("snat_farms", "traffic_be4", compiler.ROUTE_MARKS) for name, _key in elements)
+    assert not any(name in ("snat_farms", "traffic4", compiler.ROUTE_MARKS) for name, _key in elements)
     assert {"traffic-in-onbox", "traffic-out-onbox"} <= {name for _kind, name in unit.objects.objects}
 
 

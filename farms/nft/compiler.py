@@ -58,16 +58,19 @@ no packet anything.
   reuse would not get again.
 * ``forward`` (filter) sees every forwarded packet, not only a connection's
   first, so it holds no chain per farm and no rule per backend: one lookup of
-  ``ct mark . ct direction`` in the counter map ``traffic_dir`` counts bytes
-  and packets into ``traffic-in-<name>`` (client to backend) or
-  ``traffic-out-<name>`` (backend to client), and one lookup of
-  ``ct mark . ct reply <l3> saddr`` in ``traffic_be4``/``traffic_be6`` into
-  ``traffic-be-<name>-<id>`` for the backend the connection went to: O(1) per
-  packet whatever the number of farms and backends. (Backends of one farm that
-  share an address are counted together, on the lowest id: nft 1.0.6 cannot
-  put ``ct proto-src`` in a key.) The ``farm-``/``be-`` counters in the nat
-  chains count new connections. (NAT farms only: stateless and DSR farms have
-  no conntrack mark; offloaded flows skip the hook.)
+  ``ct reply <l3> saddr . ct mark . ct direction`` in the counter map
+  ``traffic4``/``traffic6`` counts bytes and packets into
+  ``traffic-be-<name>-<id>-in`` (client to backend) or ``-out`` (backend to
+  client) of the backend the connection went to (``-fallback-`` for the
+  farm's fallback address): one lookup per packet whatever the number of
+  farms and backends, and a farm's bytes each way are the sum of its
+  backends' (the collector adds them up, :mod:`monitoring.farm_index`). The
+  address comes first in the key so that a packet of the other family stops
+  at the first expression of the other family's rule. (Backends of one farm
+  that share an address are counted together, on the lowest id: nft 1.0.6
+  cannot put ``ct proto-src`` in a key.) The ``farm-``/``be-`` counters in
+  the nat chains count new connections. (NAT farms only: stateless and DSR
+  farms have no conntrack mark; offloaded flows skip the hook.)
 
 DSR farms live in ``table netdev lbweb-<interface>`` (see :mod:`.dsr`).
 
@@ -104,7 +107,7 @@ PRIO_GUARD = -150
 PRIO_DSTNAT = -100
 PRIO_FILTER = 0
 PRIO_SRCNAT = 100
-TRAFFIC_DIR_MAP = "traffic_dir"  # ct mark . ct direction -> the farm's in/out counter
+TRAFFIC_DIR_MAP = "traffic_dir"  # ct mark . ct direction -> a local farm's in/out counter
 LOCAL_IN, LOCAL_OUT = "local-in", "local-out"  # local farms' traffic counters: filter input and output hooks
 HOOK_PREFIX = "hook:"
 HASH_SEED = 0x6C627765  # fixed, so every lbweb node hashes a flow to the same backend
@@ -150,18 +153,22 @@ def fallback_chain_name(farm: FarmSpec) -> str:
 
 
 def traffic_counter_name(farm_name: str, direction: str) -> str:
-    """Bytes of one farm in one direction: ``in`` (client to backend) or ``out`` (backend to client)."""
+    """Bytes of one farm in one direction: ``in`` (client to backend) or ``out`` (backend to client).
+    A local farm's own counter; a NAT farm's is the sum of its backends' (:func:`backend_traffic_counter_name`)."""
     return f"traffic-{direction}-{farm_name}"
 
 
-def backend_traffic_counter_name(farm_name: str, backend_id: int) -> str:
-    """Bytes of one backend, both directions."""
-    return f"traffic-be-{farm_name}-{backend_id}"
+def backend_traffic_counter_name(farm_name: str, backend_id: int | str, direction: str | None = None) -> str:
+    """Bytes of one backend (``fallback``: the farm's fallback address): the kernel counts each
+    ``direction`` on its own; without one, the name of their sum, which the collector adds up. The
+    direction comes last, so no farm name (which may hold ``-``) makes two of these names alike."""
+    name = f"traffic-be-{farm_name}-{backend_id}"
+    return f"{name}-{direction}" if direction else name
 
 
-def traffic_backend_map(family: int) -> str:
-    """ct mark . the reply's source address -> the backend's traffic counter."""
-    return f"traffic_be{family}"
+def traffic_map(family: int) -> str:
+    """The reply's source address . ct mark . ct direction -> the backend's counter for that direction."""
+    return f"traffic{family}"
 
 
 def hook_key(chain: str) -> str:
@@ -698,30 +705,33 @@ def _snat(b: _Builder, farm: FarmSpec) -> None:
     b.element("snat_farms", farm.mark, f.jump(chain))
 
 
-def _direction_counters(b: _Builder, farm: FarmSpec, others: tuple[str, ...] = ()) -> None:
-    """The farm's byte counters by direction (and ``others``), the first two reached through ``traffic_dir``
-    by the connection's ct mark."""
+def _direction_counters(b: _Builder, farm: FarmSpec) -> None:
+    """A local farm's byte counters by direction, reached through ``traffic_dir`` by the connection's ct mark
+    (in the input and output hooks: a local farm has no backend)."""
     directions = {d: traffic_counter_name(farm.name, d) for d in ("in", "out")}
-    for name in (*directions.values(), *others):
+    for name in directions.values():
         b.obj("counter", f.counter(name))
     b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "original"), directions["in"])
     b.element(TRAFFIC_DIR_MAP, f.concat(farm.mark, "reply"), directions["out"])
 
 
 def _traffic(b: _Builder, farm: FarmSpec) -> None:
-    """The farm's byte counters and its entries in the forward hook's counter maps (see the module's docstring).
+    """The farm's byte counters, by backend and direction, and their entries in the forward hook's counter map
+    (see the module's docstring).
 
     Disabled backends are counted too: their established connections still carry traffic.
     """
-    backends = sorted(farm.backends, key=lambda x: x.id)
-    _direction_counters(b, farm, tuple(backend_traffic_counter_name(farm.name, x.id) for x in backends))
+    destinations = [(x.id, x.address) for x in sorted(farm.backends, key=lambda x: x.id)]
+    if farm.fallback is not None:
+        destinations.append(("fallback", farm.fallback.address))
     seen = set()
-    for backend in backends:
-        if backend.address in seen:
-            continue
-        seen.add(backend.address)
-        key = f.concat(farm.mark, backend.address)
-        b.element(traffic_backend_map(farm.family), key, backend_traffic_counter_name(farm.name, backend.id))
+    for destination, address in destinations:
+        for direction, ct_direction in (("in", "original"), ("out", "reply")):
+            name = backend_traffic_counter_name(farm.name, destination, direction)
+            b.obj("counter", f.counter(name))
+            if address not in seen:
+                b.element(traffic_map(farm.family), f.concat(address, farm.mark, ct_direction), name)
+        seen.add(address)
     if farm.log_forward:  # nftlb's "forward": every forwarded packet of the farm, both ways
         chain = f"logfwd-{farm.name}"
         b.chain(chain)
@@ -958,8 +968,8 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         f.add("map", f.named_map("snat_farms", "mark", "verdict")),
         f.add("map", f.named_map("offload_marks", "mark", "verdict")),
         f.add("map", f.named_map(TRAFFIC_DIR_MAP, ["mark", "ct_dir"], "counter")),
-        f.add("map", f.named_map(traffic_backend_map(4), ["mark", "ipv4_addr"], "counter")),
-        f.add("map", f.named_map(traffic_backend_map(6), ["mark", "ipv6_addr"], "counter")),
+        f.add("map", f.named_map(traffic_map(4), ["ipv4_addr", "mark", "ct_dir"], "counter")),
+        f.add("map", f.named_map(traffic_map(6), ["ipv6_addr", "mark", "ct_dir"], "counter")),
         f.add("map", f.named_map(LOG_FORWARD_MAP, "mark", "verdict")),
         f.add("map", f.named_map(ROUTE_MARKS, "mark", "verdict")),
         f.add("chain", f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT)),
@@ -980,7 +990,8 @@ def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
             for name, _key in _stateless_reply_keys(farm, backend):
                 needs.add(("stateless_replies", farm.family, farm.protocol, _ranged(name)))
         return frozenset(needs)
-    needs = {("local_traffic",)} if farm.mode == "local" else {("forward", farm.family, bool(farm.backends))}
+    counted = bool(farm.backends) or farm.fallback is not None  # somewhere the forward hook's counter map sends it
+    needs = {("local_traffic",)} if farm.mode == "local" else {("forward", farm.family, counted)}
     if farm.policies or farm.tcp_strict or farm.rst_rtlimit or (farm.persistence and farm.sticky_backends):
         needs |= {("guard", farm.family, ranged) for ranged in ranges}  # the farm has a guard chain (see _guard_chain)
     if farm.intra_connect:
@@ -1031,19 +1042,16 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
     local = {(n[1], n[2]) for n in needs if n[0] == "output"}
     if local:
         hooks["output"] = ("nat", "output", PRIO_DSTNAT, _dispatch_rules("local", local))
-    forward = {n for n in needs if n[0] == "forward"}
-    if forward:
-        rules = []
-        if ("log_forward",) in needs:
-            rules.append([f.vmap(f.ct("mark"), "@" + LOG_FORWARD_MAP)])  # nftlb's "forward" log
-        if ("offload",) in needs:
-            rules.append([f.vmap(f.ct("mark"), "@offload_marks")])  # offloaded flows leave the hook from here on
-        rules.append([f.counter_map_ref(f.concat(f.ct("mark"), f.ct("direction")), TRAFFIC_DIR_MAP)])
-        for family, proto in ((4, "ip"), (6, "ip6")):
-            if ("forward", family, True) in forward:
-                key = f.concat(f.ct("mark"), f.ct(f"{proto} saddr", "reply"))
-                version = f.match(f.meta("nfproto"), f"ipv{family}")
-                rules.append([version, f.counter_map_ref(key, traffic_backend_map(family))])
+    rules = []
+    if ("log_forward",) in needs:
+        rules.append([f.vmap(f.ct("mark"), "@" + LOG_FORWARD_MAP)])  # nftlb's "forward" log
+    if ("offload",) in needs:
+        rules.append([f.vmap(f.ct("mark"), "@offload_marks")])  # offloaded flows leave the hook from here on
+    for family, proto in ((4, "ip"), (6, "ip6")):
+        if ("forward", family, True) in needs:
+            key = f.concat(f.ct(f"{proto} saddr", "reply"), f.ct("mark"), f.ct("direction"))
+            rules.append([f.counter_map_ref(key, traffic_map(family))])
+    if rules:
         hooks["forward"] = ("filter", "forward", PRIO_FILTER, rules)
     if ("postrouting",) in needs:
         hooks["postrouting"] = ("nat", "postrouting", PRIO_SRCNAT, [[f.vmap(f.ct("mark"), "@snat_farms")]])

@@ -69,12 +69,21 @@ class FarmIndex:
     # (mark, address, port) -> backend id; port None matches a backend that keeps the client's port
     backend_of: dict[tuple[int, bytes, int | None], int] = field(default_factory=dict)
 
+    # Every counter of the kernel's that the farms' figures come from (a reading asks for these alone).
+    counter_names: frozenset[str] = frozenset()
+
     def backend_for(self, mark: int, address: bytes, port: int | None) -> int | None:
         return self.backend_of.get((mark, address, port)) or self.backend_of.get((mark, address, None))
 
 
 def build_index(farms: list[FarmInfo], generation: int = 0) -> FarmIndex:
     index = FarmIndex(generation=generation, farms=tuple(farms))
+    names = set()
+    for farm in farms:
+        summed = {name for name, _parts in farm.sums}
+        names.update(name for name in farm.counters if name not in summed)
+        names.update(part for _name, parts in farm.sums for part in parts)
+    index.counter_names = frozenset(names)
     for farm in farms:
         index.by_mark[farm.mark] = farm
         for backend in farm.backends:

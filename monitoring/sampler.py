@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
@@ -154,10 +154,11 @@ class Sampler:
     def close(self) -> None:
         self.ipr.close()
 
-    def read(self) -> Reading:
+    def read(self, counters: Collection[str] | None = None) -> Reading:
+        """One reading of the kernel: ``counters`` (every counter of lbweb's table without it)."""
         reading = Reading(monotonic=time.monotonic(), wall=time.time())
         for name, read in (
-            ("counters", self.kernel.read_counters),
+            ("counters", lambda: self.kernel.read_counters(counters)),
             ("links", lambda: collectors.read_links(self.ipr)),
             ("cpu", collectors.read_cpu_times),
             ("conntrack_stats", collectors.read_conntrack_stats),
@@ -171,7 +172,7 @@ class Sampler:
 
     def sample(self, index: FarmIndex) -> Sample:
         started = time.thread_time()
-        current = self.read()
+        current = self.read(index.counter_names)
         previous = self.previous
         self.previous = current
         seconds = current.monotonic - previous.monotonic if previous else 0.0

@@ -14,7 +14,7 @@ from farms import services
 from farms.kernel.interface import CounterValue
 from farms.nft import compiler
 from farms.translate import farm_spec
-from monitoring.farm_index import farm_info
+from monitoring.farm_index import build_index, farm_info
 from monitoring.sampler import add_sums
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def test_every_counter_a_sum_adds_up_is_one_the_compiler_creates_and_every_traff
     )
     first = services.backend_create(farm=farm, address="198.18.1.11")
     services.backend_create(farm=farm, address="198.18.1.11", port=8080)  # same address: counted on the first
-    services.backend_create(farm=farm, address="198.18.1.12", state="disabled")  # still draining: counted
+    disabled = services.backend_create(farm=farm, address="198.18.1.12", state="disabled")  # draining: counted
     info = farm_info(farm)
     created = kernel_counters(farm)
     parts = {part for _name, group in info.sums for part in group}
@@ -47,6 +47,10 @@ def test_every_counter_a_sum_adds_up_is_one_the_compiler_creates_and_every_traff
     assert set(sums) - {info.traffic_in_counter, info.traffic_out_counter} == {b.traffic_counter for b in info.backends}
     assert f"traffic-be-web-2-{first.id}-in" in sums[info.traffic_in_counter]
     assert "traffic-be-web-2-fallback-out" in sums[info.traffic_out_counter]
+    # What a reading asks the kernel for: its own counters, not the sums it makes of them.
+    names = build_index([info]).counter_names
+    assert parts <= names and names - created == {f"be-web-2-{disabled.id}"}  # no chain while it is disabled
+    assert {info.new_connections_counter, *(b.new_connections_counter for b in info.backends)} <= names
 
 
 def test_a_sum_is_read_only_when_every_counter_it_adds_is_there():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from farms.nft import compiler
+from farms.nft import carry, compiler
 from tests.test_compiler import ALL_FARMS, ALLOW, DENY, FEATURES, throwaway_netns  # noqa: F401 (a fixture)
 from tests.test_transcribe import run_in
 
@@ -50,3 +50,35 @@ def test_the_whole_table_read_makes_the_records_the_read_by_name_makes(throwaway
     assert {"chain", "rules", "set", "elements", "counter"} <= entries, entries
     assert read["shared"]["dispatch4"] and read["shared"][compiler.traffic_map(4)], read["shared"]
     assert any(record.get("rules farm-sticky") for record in whole.values())
+
+
+READ_COUNTERS = """
+import json, sys
+from farms.kernel import applier
+job = json.load(sys.stdin)
+kernel = applier.Kernel()
+kernel.apply(job["full"])
+dumped = kernel.read_counters()
+names = sorted(dumped)[: len(dumped) // 2] + ["no-such-counter"]
+applier.COUNTERS_BY_DUMP = 0  # by name, as past 50,000 counters
+by_name = kernel.read_counters(names)
+applier.COUNTERS_BY_DUMP = 10**9
+filtered = kernel.read_counters(names)
+print(json.dumps({"dumped": dumped, "by_name": by_name, "filtered": filtered, "names": names}))
+"""
+
+
+def test_counters_read_by_name_are_those_the_dump_reads(throwaway_netns):  # noqa: F811
+    """The collector asks for its counters by name past ``COUNTERS_BY_DUMP`` (a dump costs the square of
+    the table's objects): the same names and values as the dump, and a name the kernel lacks left out."""
+    farms = [f for f in [*FEATURES, *ALL_FARMS] if f.mode != "dsr"]
+    units = compiler.compile_units(farms, [DENY, ALLOW])
+    names = sorted(name for u in units.values() for kind, name in u.objects.objects if kind == "counter")
+    values = {name: (i + 1, 1000 + i) for i, name in enumerate(names)}  # each its own, as a rebuild carries them
+    document, _carried = carry.carry_over(compiler.full_document(farms, [DENY, ALLOW]), None, values)
+    read = json.loads(run_in(throwaway_netns, {"full": document}, READ_COUNTERS))
+    dumped = read["dumped"]
+    assert len(names) >= 50 and dumped == {name: list(value) for name, value in values.items()}
+    wanted = {name: dumped[name] for name in read["names"] if name in dumped}
+    assert len(wanted) == len(read["names"]) - 1
+    assert read["by_name"] == wanted and read["filtered"] == wanted

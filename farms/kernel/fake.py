@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -257,14 +257,15 @@ class FakeKernel:
         items += [{"rule": {**where, "chain": c, **r}} for c, rules in table.rules.items() for r in rules]
         return items
 
-    def read_counters(self) -> dict[str, CounterValue]:
+    def read_counters(self, names: Collection[str] | None = None) -> dict[str, CounterValue]:
         table = self._ours()
         if table is None:
             return {}
+        wanted = None if names is None else set(names)
         return {
             n: CounterValue(b.get("packets", 0), b.get("bytes", 0))
             for (k, n), b in table.objects.items()
-            if k == "counter"
+            if k == "counter" and (wanted is None or n in wanted)
         }
 
     def dsr_tables(self) -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ No libnftables and no socket here: importing this module costs nothing and needs
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -88,8 +88,8 @@ class Interface(Protocol):
     def list_table(self, family: str = ..., name: str = ...) -> list[Json] | None:
         """The table as libnftables lists it (None: absent), for a rebuild to carry its learnt state."""
 
-    def read_counters(self) -> dict[str, CounterValue]:
-        """Every named counter of lbweb's table."""
+    def read_counters(self, names: Collection[str] | None = None) -> dict[str, CounterValue]:
+        """Every named counter of lbweb's table, or those of ``names`` that it holds."""
 
     def dsr_tables(self) -> list[tuple[str, str]]:
         """lbweb's netdev tables (one per DSR farm) present in the kernel."""

@@ -7,6 +7,7 @@ for a handful of links, but a conntrack table of 100,000 entries takes it
 looking only at the attributes we need costs a small fraction of that (see
 ``bench/collector.py``). Dumps change nothing; :func:`acknowledged` sends the few
 requests that do (conntrack deletes, ``conntrack.py``); nf_tables batches are ``nfmsg.py``'s.
+:func:`get_each` asks for many objects by name, where a dump of a large table costs more.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ ATTR_HEADER = struct.Struct("=HH")  # length, type
 NFGEN_HEADER = struct.Struct("=BBH")  # family, version, resource id (big endian, unused here)
 NFGEN_HEADER_SIZE = NFGEN_HEADER.size
 ERROR_CODE = struct.Struct("=i")
+SO_RCVBUFFORCE = 33  # not in Python's socket module
 
 _sequence = itertools.count(1)
 
@@ -116,6 +118,42 @@ def dump_chunks(
             offset += align(length)
         if spans:
             yield data, spans
+
+
+def get_each(
+    protocol: int, message_type: int, family: int, payloads: list[bytes], batch: int = 256
+) -> Iterator[tuple[bytes, list[tuple[int, int, int]]]]:
+    """Send each payload as a GET request of its own (no DUMP), ``batch`` of them per send, and yield each
+    buffer received with the (message type, body start, body end) of the answers in it: one per request,
+    the object asked for or an NLMSG_ERROR (ENOENT: no such object), which the caller tells apart.
+
+    Why: a DUMP starts again from the table's first object for every buffer it fills (the kernel's object
+    list has no cursor), so dumping n objects walks about n^2 / 300 list entries: 0.4 s for 100,000
+    counters and 9 s for 300,000 here. Asked for by name, each costs the same whatever the table holds.
+    The kernel answers every request of a send before the send returns, so a batch's answers must fit in
+    the socket's receive buffer (forced to 8 MB where the process may: about 1 KB an answer).
+    """
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol) as sock:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
+        except PermissionError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        sock.bind((0, 0))
+        sock.settimeout(10)
+        header = NFGEN_HEADER.pack(family, 0, 0)
+        for first in range(0, len(payloads), batch):
+            requests = bytearray()
+            for payload in payloads[first : first + batch]:
+                sequence = next(_sequence) & 0x7FFFFFFF
+                length = MESSAGE_HEADER.size + len(header) + len(payload)
+                requests += MESSAGE_HEADER.pack(length, message_type, NLM_F_REQUEST, sequence, 0) + header + payload
+            sock.send(bytes(requests))
+            waiting = min(batch, len(payloads) - first)
+            while waiting:
+                data = sock.recv(1 << 22)
+                answers = [(kind, start + NFGEN_HEADER_SIZE, end) for kind, _seq, start, end in messages(data)]
+                waiting -= len(answers)
+                yield data, answers
 
 
 def dump_raw(

@@ -82,3 +82,47 @@ def test_counters_read_by_name_are_those_the_dump_reads(throwaway_netns):  # noq
     wanted = {name: dumped[name] for name in read["names"] if name in dumped}
     assert len(wanted) == len(read["names"]) - 1
     assert read["by_name"] == wanted and read["filtered"] == wanted
+
+
+READ_OBJECTS = """
+import json, subprocess, sys
+from farms.kernel import drift
+from farms.kernel.applier import Kernel
+from farms.nft.units import UnitObjects
+job = json.load(sys.stdin)
+Kernel().apply(job["full"])
+owners = drift.owners_of({k: UnitObjects.from_json(v) for k, v in job["units"].items()})
+
+def objects(by_name):
+    drift.OBJECTS_BY_DUMP = 0 if by_name else 10**9
+    read = drift.read_table_hashes(owners)
+    return read, {name: [kind.hex(), digest] for name, (kind, digest) in read.objects.items()}
+
+read, by_name = objects(True)
+named = drift._owned_objects(owners, "inet", "lbweb", read, None)
+_, dumped = objects(False)
+subprocess.run(["nft", "add", "counter", "inet", "lbweb", "put-there-by-hand"], check=True)
+read, with_extra = objects(True)
+print(json.dumps({
+    "by_name": by_name, "dumped": dumped, "named": named is not None, "owned": len(owners.objects),
+    "with_extra": with_extra, "extra_named": drift._owned_objects(owners, "inet", "lbweb", read, None) is not None,
+}))
+"""
+
+
+def test_named_objects_read_by_name_are_those_the_dump_reads_and_one_nobody_wrote_is_still_seen(
+    throwaway_netns,  # noqa: F811
+):
+    """Past ``OBJECTS_BY_DUMP`` named objects the whole-table read asks for lbweb's by name (a dump costs the
+    square of their number); the table's use count tells whether it holds any other, and then it dumps."""
+    farms = [f for f in [*FEATURES, *ALL_FARMS] if f.mode != "dsr"]
+    units = compiler.compile_units(farms, [DENY, ALLOW])
+    job = {
+        "full": compiler.full_document(farms, [DENY, ALLOW]),
+        "units": {k: u.objects.to_json() for k, u in units.items()},
+    }
+    read = json.loads(run_in(throwaway_netns, job, READ_OBJECTS))
+    assert read["named"], "the use count should have matched: the objects were read by name"
+    assert read["by_name"] == read["dumped"] and len(read["dumped"]) == read["owned"] >= 50
+    assert not read["extra_named"]  # one object more than lbweb wrote: the count tells, the dump shows it
+    assert set(read["with_extra"]) - set(read["dumped"]) == {"put-there-by-hand"}

@@ -35,6 +35,7 @@ NEWRULE, GETRULE, DELRULE = 6, 7, 8
 NEWSET, GETSET, DELSET = 9, 10, 11
 NEWSETELEM, GETSETELEM, DELSETELEM = 12, 13, 14
 NEWOBJ, GETOBJ, DELOBJ = 18, 19, 20
+GETFLOWTABLE = 23
 
 FAMILIES = {"ip": 2, "ip6": 10, "inet": 1, "arp": 3, "bridge": 7, "netdev": 5}
 OBJECT_TYPES = {"counter": 1, "quota": 2, "ct helper": 3, "limit": 4}
@@ -43,6 +44,7 @@ OBJECT_TYPES = {"counter": 1, "quota": 2, "ct helper": 3, "limit": 4}
 # message may carry. A dump says more (handles, use counts, element counts, backend names;
 # newer kernels add more), so what is sent is chosen from a list of what a request may say.
 TABLE_NAME = 1
+TABLE_USE = 3  # NFTA_TABLE_USE: the table's chains, named sets, named objects and flowtables (the kernel's count)
 CHAIN_TABLE, CHAIN_NAME = 1, 3
 RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS, RULE_COMPAT, RULE_USERDATA = 1, 2, 4, 5, 7
 SET_TABLE, SET_NAME, SET_FLAGS, SET_ID = 1, 2, 3, 10

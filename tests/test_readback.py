@@ -99,7 +99,7 @@ def objects(by_name):
     return read, {name: [kind.hex(), digest] for name, (kind, digest) in read.objects.items()}
 
 read, by_name = objects(True)
-named = drift._owned_objects(owners, "inet", "lbweb", read, None)
+named = drift._owned_objects(owners, "inet", "lbweb", read, None)  # None: it dumped them after all
 _, dumped = objects(False)
 subprocess.run(["nft", "add", "counter", "inet", "lbweb", "put-there-by-hand"], check=True)
 read, with_extra = objects(True)

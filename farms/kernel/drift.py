@@ -460,8 +460,11 @@ def read_table_hashes(
         if chain.name(nfmsg.CHAIN_TABLE) == name:
             read.chains[chain.name(nfmsg.CHAIN_NAME)] = _hash(chain.request(nfmsg.GETCHAIN))
     objects = _owned_objects(owners, family, name, read, sock) if len(owners.objects) > OBJECTS_BY_DUMP else None
-    for obj in nfmsg.each_object(nfmsg.GETOBJ, family, table_attr, sock) if objects is None else objects:
-        read.objects[obj.name(nfmsg.OBJ_NAME)] = (obj.get(nfmsg.OBJ_TYPE) or b"", object_hash(obj))
+    if objects is not None:
+        read.objects = objects
+    else:
+        for obj in nfmsg.each_object(nfmsg.GETOBJ, family, table_attr, sock):
+            read.objects[obj.name(nfmsg.OBJ_NAME)] = _object_entry(obj)
     read.rules = read_rule_hashes(family, name, read, sock)
     for set_name in [n for n in read.sets if n in owners.sets and n not in owners.dynamic]:
         elements = read_elements(family, name, set_name, sock)
@@ -472,10 +475,15 @@ def read_table_hashes(
     return read
 
 
+def _object_entry(obj: nfmsg.Obj) -> tuple[bytes, str]:
+    return obj.get(nfmsg.OBJ_TYPE) or b"", object_hash(obj)
+
+
 def _owned_objects(
     owners: Owners, family: str, name: str, read: TableHashes, sock: socket.socket | None
-) -> list[nfmsg.Obj] | None:
-    """The named objects lbweb wrote, each asked for by name; None when the table holds others too.
+) -> dict[str, tuple[bytes, str]] | None:
+    """The named objects lbweb wrote (``TableHashes.objects``), each asked for by name; None when the
+    table holds others too.
 
     Why: a dump of named objects costs the square of their number (the kernel walks its list from the
     start for every buffer it fills: 300,000 counters, 9 s), and 10,000 farms of 10 backends have
@@ -492,9 +500,12 @@ def _owned_objects(
         for n in owners.objects
     ]
     message_type = (nfmsg.NFNL_SUBSYS_NFTABLES << 8) | nfmsg.GETOBJ
-    found = []
+    found = {}
     for data, answers in netlink.get_each(netlink.NETLINK_NETFILTER, message_type, nfmsg.FAMILIES[family], payloads):
-        found += [nfmsg.Obj(data[start:end]) for kind, start, end in answers if kind != netlink.NLMSG_ERROR]
+        for kind, start, end in answers:
+            if kind != netlink.NLMSG_ERROR:  # ENOENT: lbweb wrote it, the kernel has it no more
+                obj = nfmsg.Obj(data[start:end])
+                found[obj.name(nfmsg.OBJ_NAME)] = _object_entry(obj)
     table = nfmsg.find_table(family, name, sock)
     use = table.get(nfmsg.TABLE_USE) if table is not None else None
     flowtables = sum(1 for _ in nfmsg.each_object(nfmsg.GETFLOWTABLE, family, table_attr, sock))

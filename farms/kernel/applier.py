@@ -265,7 +265,7 @@ class Kernel:
     def _read_counters_by_name(names: Collection[str]) -> dict[str, CounterValue]:
         table = netlink.attr(nfmsg.OBJ_TABLE, TABLE_NAME.encode() + b"\0")
         table += netlink.attr(nfmsg.OBJ_TYPE, struct.pack(">I", nfmsg.OBJECT_TYPES["counter"]))
-        payloads = [table + netlink.attr(nfmsg.OBJ_NAME, name.encode() + b"\0") for name in names]
+        payloads = (table + netlink.attr(nfmsg.OBJ_NAME, name.encode() + b"\0") for name in names)
         message_type = (nfmsg.NFNL_SUBSYS_NFTABLES << 8) | nfmsg.GETOBJ
         counters: dict[str, CounterValue] = {}
         family = nfmsg.FAMILIES["inet"]

@@ -493,12 +493,12 @@ def _owned_objects(
     just read, the objects found and the flowtables, the caller dumps the objects after all (also when
     the table changed meanwhile)."""
     table_attr = _table_attr(name)
-    payloads = [
+    payloads = (
         table_attr
         + netlink.attr(nfmsg.OBJ_NAME, nfmsg.string(n))
         + netlink.attr(nfmsg.OBJ_TYPE, nfmsg.U32.pack(nfmsg.OBJECT_TYPES[owners.object_kinds[n]]))
         for n in owners.objects
-    ]
+    )
     message_type = (nfmsg.NFNL_SUBSYS_NFTABLES << 8) | nfmsg.GETOBJ
     found = {}
     for data, answers in netlink.get_each(netlink.NETLINK_NETFILTER, message_type, nfmsg.FAMILIES[family], payloads):

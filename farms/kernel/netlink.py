@@ -16,7 +16,7 @@ import itertools
 import os
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 NETLINK_NETFILTER = 12
 NLM_F_REQUEST = 0x1
@@ -121,7 +121,7 @@ def dump_chunks(
 
 
 def get_each(
-    protocol: int, message_type: int, family: int, payloads: list[bytes], batch: int = 256
+    protocol: int, message_type: int, family: int, payloads: Iterable[bytes], batch: int = 256
 ) -> Iterator[tuple[bytes, list[tuple[int, int, int]]]]:
     """Send each payload as a GET request of its own (no DUMP), ``batch`` of them per send, and yield each
     buffer received with the (message type, body start, body end) of the answers in it: one per request,
@@ -141,14 +141,17 @@ def get_each(
         sock.bind((0, 0))
         sock.settimeout(10)
         header = NFGEN_HEADER.pack(family, 0, 0)
-        for first in range(0, len(payloads), batch):
-            requests = bytearray()
-            for payload in payloads[first : first + batch]:
+        payloads = iter(payloads)  # made as they are sent: 300,000 requests held at once would be ~40 MB
+        while True:
+            requests, waiting = bytearray(), 0
+            for payload in itertools.islice(payloads, batch):
                 sequence = next(_sequence) & 0x7FFFFFFF
                 length = MESSAGE_HEADER.size + len(header) + len(payload)
                 requests += MESSAGE_HEADER.pack(length, message_type, NLM_F_REQUEST, sequence, 0) + header + payload
+                waiting += 1
+            if not waiting:
+                return
             sock.send(bytes(requests))
-            waiting = min(batch, len(payloads) - first)
             while waiting:
                 data = sock.recv(1 << 22)
                 answers = [(kind, start + NFGEN_HEADER_SIZE, end) for kind, _seq, start, end in messages(data)]

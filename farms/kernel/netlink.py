@@ -128,7 +128,7 @@ def get_each(
     the object asked for or an NLMSG_ERROR (ENOENT: no such object), which the caller tells apart.
 
     Why: a DUMP starts again from the table's first object for every buffer it fills (the kernel's object
-    list has no cursor), so dumping n objects walks about n^2 / 300 list entries: 0.4 s for 100,000
+    list has no cursor), so dumping n objects walks about n^2 / 600 list entries: 0.4 s for 100,000
     counters and 9 s for 300,000 here. Asked for by name, each costs the same whatever the table holds.
     The kernel answers every request of a send before the send returns, so a batch's answers must fit in
     the socket's receive buffer (forced to 8 MB where the process may: about 1 KB an answer).

@@ -53,7 +53,12 @@ def wait_applied(client, farm_id: int) -> dict:
         farm = client.get(f"/api/v1/farms/{farm_id}/").json()
         return farm if farm["apply_status"]["status"] == "applied" else None
 
-    return wait_for(applied, timeout=30, what=f"farm {farm_id} applied")
+    try:
+        return wait_for(applied, timeout=30, what=f"farm {farm_id} applied")
+    except TimeoutError as exc:  # say where it stands: which apply ran last, and what HAProxy's said
+        farm = client.get(f"/api/v1/farms/{farm_id}/").json()
+        runs = client.get("/api/v1/apply-runs/?limit=5").json()["results"]
+        raise TimeoutError(f"{exc}: {farm['apply_status']}; newest runs: {runs}") from exc
 
 
 def haproxy_runs(client) -> list[dict]:

@@ -35,12 +35,14 @@ def engine() -> Engine:
 
 
 def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
-    """Bring HAProxy to the database; nothing is recorded when it already serves exactly this."""
+    """Bring HAProxy to the database; no ApplyRun when it already serves exactly this (its farms are marked
+    applied all the same, :func:`_served`)."""
     eng = engine()
     generation, spec, farms = snapshot()
     if not spec.farms and not force and not (eng.running and eng.running.farms) and not _farms_on_disk(eng):
         return None  # no HTTP farm, none served: nothing to write (an L4-only appliance never sees HAProxy)
     if not force and eng.running == spec and eng.cli.alive():
+        _served(generation, farms)
         return None
     if spec.farms:
         ensure_nonlocal_bind()
@@ -84,6 +86,17 @@ def _farms_on_disk(eng: Engine) -> bool:
         return "\nfrontend " in (eng.conf_dir / CONFIG_NAME).read_text()
     except OSError:
         return False
+
+
+def _served(generation: int, farms: dict[int, int]) -> None:
+    """HAProxy already serves exactly the database's farms at ``generation``: those not marked applied yet are.
+
+    Why: an apply that wrote this very spec may have marked them at an older generation than the one they
+    were read at (seen in CI: HAProxy's apply at the worker's start served a new farm with its backends,
+    the farm stayed at applied_generation 0, and every later apply found nothing to write, so it stayed
+    pending for good). A farm with an error (an HTTPS farm without a certificate) keeps it."""
+    behind = Farm.objects.filter(id__in=list(farms), config_generation__lte=generation, apply_error="")
+    behind.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
 
 
 def _record(generation, kind, reason, started, error, digest, commands, farms, idle) -> ApplyRun:

@@ -83,12 +83,15 @@ def farm_spec(farm: Farm) -> FarmSpec:
             SessionSpec(client=session_key_parts(s.client, farm), backend_id=s.backend_id)
             for s in farm.static_sessions.all()
         ),
-        fallback=(
-            BackendSpec(id=0, address=farm.fallback_address, port=farm.fallback_port)
-            if farm.when_all_down == FarmAllDownChoices.FALLBACK and farm.fallback_address
-            else None
-        ),
+        fallback=fallback_spec(farm),
     )
+
+
+def fallback_spec(farm: Farm) -> BackendSpec | None:
+    """Where a farm sends new connections while no backend is active, when it has such an address."""
+    if farm.when_all_down == FarmAllDownChoices.FALLBACK and farm.fallback_address:
+        return BackendSpec(id=0, address=farm.fallback_address, port=farm.fallback_port)
+    return None
 
 
 def policy_spec(policy: Policy) -> PolicySpec:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from farms.choices import BackendStateChoices, FarmAllDownChoices, FarmModeChoices, FarmStateChoices
+from farms.choices import BackendStateChoices, FarmModeChoices, FarmStateChoices
 from farms.models import ConfigGeneration, Farm
 from farms.nft import compiler
 from farms.nft.spec import FarmSpec
+from farms.translate import fallback_spec
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class FarmInfo:
     backends: tuple[BackendInfo, ...] = ()
     snat_tuples: int = 0  # SNAT: source address:port pairs available towards one backend (Farm.snat_capacity)
     # Counters the kernel does not hold, each the sum of the kernel's counters named beside it: a NAT farm's
-    # in and out (the first two), then each backend's traffic (see the module's docstring). None for a local farm.
+    # in and out (the first two), then each backend's traffic (see the module's docstring). Empty for a local farm.
     sums: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
@@ -113,8 +114,7 @@ def farm_info(farm: Farm) -> FarmInfo:
     if farm.mode != FarmModeChoices.LOCAL:  # a local farm's kernel counts each direction itself
         # Backends that share an address are counted on the lowest id (the compiler's _traffic): the others'
         # counters stay at zero, so adding every backend's gives the farm's bytes.
-        fallback = farm.when_all_down == FarmAllDownChoices.FALLBACK and farm.fallback_address  # as translate's
-        destinations = [b.id for b in rows] + (["fallback"] if fallback else [])
+        destinations = [b.id for b in rows] + (["fallback"] if fallback_spec(farm) else [])
         for total, direction in ((traffic_in, "in"), (traffic_out, "out")):
             sums.append(
                 (total, tuple(compiler.backend_traffic_counter_name(farm.name, d, direction) for d in destinations))

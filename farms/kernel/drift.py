@@ -487,25 +487,18 @@ def _owned_objects(
 
     Why: a dump of named objects costs the square of their number (the kernel walks its list from the
     start for every buffer it fills: 300,000 counters, 9 s), and 10,000 farms of 10 backends have
-    ~310,000. Asked for by name they cost ~1 s. What the names cannot show, an object nobody in lbweb
+    ~310,000. Asked for by name they cost ~2 s. What the names cannot show, an object nobody in lbweb
     wrote, the kernel's own count tells: the table's use count is its chains, named sets (not the
     anonymous ones), named objects and flowtables, so when it is more than the chains and named sets
     just read, the objects found and the flowtables, the caller dumps the objects after all (also when
     the table changed meanwhile)."""
-    table_attr = _table_attr(name)
-    payloads = (
-        table_attr
-        + netlink.attr(nfmsg.OBJ_NAME, nfmsg.string(n))
-        + netlink.attr(nfmsg.OBJ_TYPE, nfmsg.U32.pack(nfmsg.OBJECT_TYPES[owners.object_kinds[n]]))
-        for n in owners.objects
-    )
-    message_type = (nfmsg.NFNL_SUBSYS_NFTABLES << 8) | nfmsg.GETOBJ
     found = {}
-    for data, answers in netlink.get_each(netlink.NETLINK_NETFILTER, message_type, nfmsg.FAMILIES[family], payloads):
-        for kind, start, end in answers:
-            if kind != netlink.NLMSG_ERROR:  # ENOENT: lbweb wrote it, the kernel has it no more
-                obj = nfmsg.Obj(data[start:end])
-                found[obj.name(nfmsg.OBJ_NAME)] = _object_entry(obj)
+    named = ((owners.object_kinds[n], n) for n in owners.objects)
+    for data, spans, _answers in nfmsg.each_named_object(family, name, named):  # one lbweb wrote may be gone
+        for start, end in spans:
+            obj = nfmsg.Obj(data[start:end])
+            found[obj.name(nfmsg.OBJ_NAME)] = _object_entry(obj)
+    table_attr = _table_attr(name)
     table = nfmsg.find_table(family, name, sock)
     use = table.get(nfmsg.TABLE_USE) if table is not None else None
     flowtables = sum(1 for _ in nfmsg.each_object(nfmsg.GETFLOWTABLE, family, table_attr, sock))

@@ -234,6 +234,22 @@ def get_one(message: int, family: str, payload: bytes, sock: socket.socket | Non
             return Obj(data[start + netlink.NFGEN_HEADER_SIZE : end])
 
 
+def each_named_object(
+    family: str, table: str, named: Iterable[tuple[str, str]]
+) -> Iterator[tuple[bytes, list[tuple[int, int]], int]]:
+    """The named objects (kind, name) of ``table``, each asked for by name (``netlink.get_each``: where a dump
+    of a large table costs the square of its objects): each buffer received, the (start, end) of the objects
+    in it, and how many answers it held (an object the kernel does not have answers with an error)."""
+    table_attr = netlink.attr(OBJ_TABLE, string(table))
+    payloads = (
+        table_attr + netlink.attr(OBJ_NAME, string(name)) + netlink.attr(OBJ_TYPE, U32.pack(OBJECT_TYPES[kind]))
+        for kind, name in named
+    )
+    message_type = (NFNL_SUBSYS_NFTABLES << 8) | GETOBJ
+    for data, answers in netlink.get_each(netlink.NETLINK_NETFILTER, message_type, FAMILIES[family], payloads):
+        yield data, [(start, end) for kind, start, end in answers if kind != netlink.NLMSG_ERROR], len(answers)
+
+
 def find_table(family: str, name: str, sock: socket.socket | None = None) -> Obj | None:
     """The table of that name in the current network namespace, None when there is none."""
     found = None

@@ -869,9 +869,10 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> None:
         b.rule(name, expr)
         reply = f"reply-{farm.name}-{backend.id}"
         b.chain(reply)
-        # The appliance's own conversations with the backend (a health check, say) keep their addresses.
-        b.rule(reply, [f.match({"fib": {"result": "type", "flags": ["daddr"]}}, "local"), {"return": None}])
-        back = [{"notrack": None}, {"mangle": {"key": f.payload(l3, "saddr"), "value": farm.vip}}]
+        # The appliance's own conversations with the backend (a health check, say) keep their addresses:
+        # the FIB test is the rule's first match, so an answer to a client costs one rule, not two.
+        local = f.match({"fib": {"result": "type", "flags": ["daddr"]}}, "local", "!=")
+        back = [local, {"notrack": None}, {"mangle": {"key": f.payload(l3, "saddr"), "value": farm.vip}}]
         if backend.port is not None:
             back.append({"mangle": {"key": f.payload(l4, "sport"), "value": (farm.ports or EVERY_PORT)[0][0]}})
         b.rule(reply, back)

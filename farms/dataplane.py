@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import transaction
@@ -471,6 +472,14 @@ def command_count(unit: compiler.UnitRuleset | None, old: compiler.UnitObjects |
     return removal + (unit.size if unit else 0)
 
 
+class Prepared(NamedTuple):
+    """One transaction made ready: its document, the units it writes, and the context lbweb's batch needs."""
+
+    document: Json
+    written: list[str]
+    context: list[Json]
+
+
 def bulk_transactions(
     changed: list[str],
     compiled: dict[str, compiler.UnitRuleset],
@@ -656,19 +665,39 @@ class Applier:
         changed). ``libnftables``: written by libnftables, not lbweb's batch; ``adding_in_context``: the
         units the change adds are loaded in scratch before it (a bulk transaction leaves them out: their
         own commands define them)."""
+        prepared = self._prepare(compiled, keys, adding_in_context=adding_in_context, context=not libnftables)
+        self._commit_prepared(compiled, prepared, outcome, libnftables=libnftables)
+        return prepared.document, prepared.written
+
+    @staticmethod
+    def _prepare(
+        compiled: dict[str, compiler.UnitRuleset], keys: list[str], *, adding_in_context: bool, context: bool = True
+    ) -> Prepared:
+        """The document of one transaction of the change of ``keys`` and, for lbweb's batch, its context."""
         applied = CACHE.applied()
         document, written = compiler.incremental_document(applied, compiled, only=set(keys))
-        if not written:
-            return document, written
+        if not written or not context:
+            return Prepared(document, written, [])
+        in_context = written if adding_in_context else [k for k in written if k in applied]
+        return Prepared(document, written, compiler.incremental_context(compiled, in_context))
+
+    def _commit_prepared(
+        self,
+        compiled: dict[str, compiler.UnitRuleset],
+        prepared: Prepared,
+        outcome: Outcome,
+        *,
+        libnftables: bool = False,
+    ) -> None:
+        if not prepared.written:
+            return
         if libnftables:
-            self.kernel.apply(document)
+            self.kernel.apply(prepared.document)
             outcome.writer = "libnftables"
         else:
-            in_context = written if adding_in_context else [k for k in written if k in applied]
-            outcome.writer = self.kernel.apply_incremental(document, compiler.incremental_context(compiled, in_context))
-        outcome.commands += len(document["nftables"])
-        self._store_units(compiled, written)
-        return document, written
+            outcome.writer = self.kernel.apply_incremental(prepared.document, prepared.context)
+        outcome.commands += len(prepared.document["nftables"])
+        self._store_units(compiled, prepared.written)
 
     def _write_bulk(self, compiled: dict[str, compiler.UnitRuleset], changed: list[str], outcome: Outcome) -> None:
         """A change of more than BULK_UNITS units (an import, the first apply of a restored database) that
@@ -689,8 +718,21 @@ class Applier:
         those before it stay written and recorded, and the caller's search for the refused unit finds
         them unchanged."""
         try:
-            for group in bulk_transactions(changed, compiled, CACHE.applied()):
-                self._commit(compiled, group, outcome, adding_in_context=False)
+            groups = bulk_transactions(changed, compiled, CACHE.applied())
+            following = self._prepare(compiled, groups[0], adding_in_context=False) if groups else None
+            for index in range(len(groups)):
+                current = following
+                # The next transaction is announced before this one is committed: the kernel writer's
+                # scratch process loads it meanwhile. Units of one transaction are in no other, so its
+                # document does not depend on this one being recorded first.
+                following = (
+                    self._prepare(compiled, groups[index + 1], adding_in_context=False)
+                    if index + 1 < len(groups)
+                    else None
+                )
+                if following is not None and following.written:
+                    self.kernel.prefetch(following.document, following.context)
+                self._commit_prepared(compiled, current, outcome)
         finally:  # the processes that wrote it let go of their memory before the worker reads the table back
             self.kernel.release()
 

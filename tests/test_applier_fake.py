@@ -132,6 +132,10 @@ def test_a_change_of_many_farms_goes_in_transactions_of_whole_farms_and_a_small_
         assert all(f"198.18.{f.pk}.99" in written for f in pair)  # each farm whole, in its own transaction
         assert not any(f"198.18.{f.pk}.99" in written for f in farms if f not in pair)
     assert run.commands == sum(len(w.commands) for w in bulk)
+    # The second transaction is announced before the first is committed (the scratch process loads it meanwhile).
+    order = [c for c in kernel.calls if c.method in ("prefetch", "apply_incremental")][-3:]
+    assert [c.method for c in order] == ["prefetch", "apply_incremental", "apply_incremental"]
+    assert order[0].commands == bulk[1].commands
     # The processes that wrote it let go of their memory (~290 MB at 10,000 farms) before the table is read back.
     after = [c.method for c in kernel.calls if c.method in ("apply_incremental", "release", "read_units")]
     assert after[-4:] == ["apply_incremental", "apply_incremental", "release", "read_units"]

@@ -236,3 +236,58 @@ def test_only_a_big_drift_is_repaired_by_a_rebuild():
     assert not is_bulk(1, 10_000) and not is_bulk(1, 1) and not is_bulk(100, 100)
     assert not is_bulk(200, 10_000) and not is_bulk(101, 405)
     assert is_bulk(101, 404) and is_bulk(1_000, 1_000) and is_bulk(10_000, 10_100)
+
+
+PREFETCH = """
+import json, sys
+from farms.kernel.applier import Kernel
+from farms.kernel.scratch import scratch
+job = json.load(sys.stdin)
+kernel = Kernel()
+kernel.apply(job["full"])
+loads, submit = [], scratch().submit
+scratch().submit = lambda function, *args: loads.append(function.__name__) or submit(function, *args)
+token = kernel.prefetch(job["second"], job["second_context"])
+first = kernel.apply_incremental(job["first"], job["first_context"])
+second = kernel.apply_prefetched(token)
+print(json.dumps({"writers": [first, second], "loads": loads, "again": kernel.apply_prefetched(token)}))
+"""
+
+
+LIBNFTABLES_TWICE = """
+import json, sys
+from farms.kernel.applier import Kernel
+job = json.load(sys.stdin)
+kernel = Kernel()
+for document in (job["full"], job["first"], job["second"]):
+    kernel.apply(document)
+"""
+
+
+def test_a_transaction_announced_ahead_is_loaded_in_scratch_once_while_the_one_before_is_written(two_namespaces):
+    """A bulk apply announces its next transaction (``Kernel.prefetch``) before it commits the current one:
+    the scratch process loads it meanwhile, and committing it loads nothing more. The table ends as
+    libnftables makes it of the same two changes."""
+    old, new = ALL_FARMS[2:], ALL_FARMS
+    old_units = {k: u.objects for k, u in compiler.compile_units(list(old), []).items()}
+    units = compiler.compile_units(list(new), [])
+    added = sorted(set(units) - set(old_units))
+    farms = [k for k in added if k.startswith("farm:")]
+    assert len(farms) == 2, added
+    groups = [set(added) - {farms[1]}, {farms[1]}]  # the first takes the hooks, as bulk_transactions does
+    documents = [compiler.incremental_document(old_units, units, only=group)[0] for group in groups]
+    job = {
+        "full": compiler.full_document(list(old), []),
+        "first": documents[0],
+        "first_context": compiler.incremental_context(units, []),
+        "second": documents[1],
+        "second_context": compiler.incremental_context(units, []),
+    }
+    ours, theirs = two_namespaces
+    said = json.loads(run_in(ours, job, PREFETCH))
+    assert said == {"writers": ["netlink", "netlink"], "loads": ["_read_scratch", "_read_scratch"], "again": None}
+    run_in(theirs, job, LIBNFTABLES_TWICE)
+    mine, reference = ruleset(ours), ruleset(theirs)
+    assert mine == reference, "\n".join(
+        json.dumps(x) for x in [i for i in mine if i not in reference] + [i for i in reference if i not in mine]
+    )

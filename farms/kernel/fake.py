@@ -189,6 +189,11 @@ class FakeKernel:
     def release(self) -> None:
         self.calls.append(Call("release"))
 
+    def prefetch(self, document: Json, context: list[Json]) -> int:
+        """Nothing to start ahead here: recorded, so a test sees which changes were announced."""
+        self.calls.append(Call("prefetch", document.get("nftables", [])))
+        return len(self.calls)
+
     def apply_incremental(self, document: Json, context: list[Json]) -> str:
         if not document.get("nftables"):
             return "none"

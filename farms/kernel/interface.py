@@ -69,6 +69,11 @@ class Interface(Protocol):
     def apply(self, document: Json) -> None:
         """Commit ``document`` through libnftables (full rebuilds of a table the kernel holds, the skeleton)."""
 
+    def prefetch(self, document: Json, context: list[Json]) -> int:
+        """Announce a change that :meth:`apply_incremental` of the same document object will commit: the
+        kernel may start preparing it (the real one transcribes it in the scratch process meanwhile).
+        Changes nothing in the kernel; a change never committed after it is forgotten."""
+
     def apply_incremental(self, document: Json, context: list[Json]) -> str:
         """Commit a change of a few units; returns who wrote it: "netlink", "libnftables" or "none"."""
 

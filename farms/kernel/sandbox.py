@@ -39,8 +39,19 @@ ROOT = Path(__file__).resolve().parents[2]
 CRASH_ON, CRASH_SIGNAL = steps.CRASH_ON, steps.CRASH_SIGNAL
 ANSWER_SECONDS = 3600  # a full apply of 10,000 farms took 16 min on 2 cores (bench/RESULTS.md); beyond this it hangs
 RESTART_AFTER_BYTES = 4 << 20  # ~400 farms of 10 backends
-CALLS = {"check", "apply", "apply_text", "apply_incremental", "repair", "list_table", "list_set", "dsr_tables"}
-WRITES = {"apply", "apply_text", "apply_incremental", "repair"}
+CALLS = {
+    "check",
+    "apply",
+    "apply_text",
+    "apply_incremental",
+    "prefetch",
+    "apply_prefetched",
+    "repair",
+    "list_table",
+    "list_set",
+    "dsr_tables",
+}
+WRITES = {"apply", "apply_text", "apply_incremental", "apply_prefetched", "repair"}
 
 
 class KernelCrash(ApplyError):
@@ -140,6 +151,10 @@ def writer() -> Writer:
 class IsolatedKernel(Kernel):
     """:class:`Kernel` whose libnftables calls and netlink batches run in the kernel writer."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._announced: dict[int, tuple[dict, int]] = {}  # id(document) -> (document, the writer's token)
+
     def check(self, document: dict) -> None:
         writer().call("check", document)
 
@@ -159,9 +174,25 @@ class IsolatedKernel(Kernel):
             if len(text) > RESTART_AFTER_BYTES:
                 writer().close()
 
+    def prefetch(self, document: dict, context: list[dict]) -> int:
+        """The writer starts the change's scratch loads now (see ``Kernel.prefetch``); the document is sent
+        once: :meth:`apply_incremental` of the same object sends only its token."""
+        if not document.get("nftables"):
+            return 0
+        token = writer().call("prefetch", document, context)
+        self._announced[id(document)] = (document, token)
+        while len(self._announced) > 2:
+            self._announced.pop(next(iter(self._announced)))
+        return token
+
     def apply_incremental(self, document: dict, context: list[dict]) -> str:
         if not document.get("nftables"):
             return "none"
+        announced = self._announced.pop(id(document), None)
+        if announced is not None and announced[0] is document:
+            writer_said = writer().call("apply_prefetched", announced[1])
+            if writer_said is not None:
+                return writer_said
         return writer().call("apply_incremental", document, context)
 
     def repair(self, removals: list[nfmsg.Message], document: dict, context: list[dict]) -> str:

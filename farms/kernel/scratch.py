@@ -27,7 +27,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from . import nfmsg, steps
 
@@ -64,22 +64,51 @@ class Scratch:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
+        self._pending: Pending | None = None  # the call under way, whose answer is not read yet
 
     def run(self, function: Callable[..., T], *args: Any) -> T:
+        return self.submit(function, *args).result()
+
+    def submit(self, function: Callable[..., T], *args: Any) -> Pending[T]:
+        """Start ``function(kernel, *args)`` in the scratch process and return at once.
+
+        Why: a bulk apply writes its transactions one after the other, and the scratch load of the next
+        one can go on in this child while the kernel writer builds and commits the current one (the two
+        processes took turns before, one core idle). The child serves one call at a time, so a call
+        still under way is waited for first and its outcome kept for its own :meth:`Pending.result`."""
         with self._lock:
-            conn = self._connection()
+            self._settle()
+            pending: Pending[T] = Pending(self)
+            try:
+                conn = self._connection()
+            except ScratchUnavailable as exc:
+                pending._outcome = (False, exc)
+                return pending
             try:
                 conn.send((function, args))
-                ok, value = conn.recv()
-            except (EOFError, OSError) as exc:
-                returncode = self._proc.wait() if self._proc is not None else None
-                self._stop()
-                if returncode is not None and returncode < 0:
-                    raise ScratchCrashed(steps.signal_name(-returncode)) from None
-                raise ScratchUnavailable(f"the scratch process ended during a call ({exc or 'no answer'})") from exc
-        if not ok:
-            raise value
-        return value
+            except OSError as exc:
+                pending._outcome = (False, self._ended(exc))
+                return pending
+            self._pending = pending
+            return pending
+
+    def _settle(self) -> None:
+        """Take the answer of the call under way, if any, into its :class:`Pending` (lock held)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            pending._outcome = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            pending._outcome = (False, self._ended(exc))
+
+    def _ended(self, exc: BaseException) -> Exception:
+        """What the caller is told when the child stopped answering: a crash by a signal, or gone."""
+        returncode = self._proc.wait() if self._proc is not None else None
+        self._stop()
+        if returncode is not None and returncode < 0:
+            return ScratchCrashed(steps.signal_name(-returncode))
+        return ScratchUnavailable(f"the scratch process ended during a call ({exc or 'no answer'})")
 
     def _connection(self) -> Connection:
         if self._proc is not None and self._proc.poll() is None and self._conn is not None:
@@ -118,7 +147,30 @@ class Scratch:
 
     def close(self) -> None:
         with self._lock:
+            if self._pending is not None:  # not waited for: the child is ended with it
+                self._pending._outcome = (False, ScratchUnavailable("the scratch process was closed during the call"))
+                self._pending = None
             self._stop()
+
+
+class Pending(Generic[T]):
+    """A call :meth:`Scratch.submit` started: :meth:`result` waits for its answer, or raises what it raised."""
+
+    def __init__(self, scratch: Scratch) -> None:
+        self._scratch = scratch
+        self._outcome: tuple[bool, Any] | None = None
+
+    def result(self) -> T:
+        if self._outcome is None:
+            with self._scratch._lock:
+                if self._scratch._pending is self:
+                    self._scratch._settle()
+        if self._outcome is None:  # cannot happen: a submitted call is settled before the next one
+            raise ScratchUnavailable("the scratch call was never answered")
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
 
 
 def _project_root() -> str:

@@ -31,7 +31,7 @@ from farms.types import Json
 
 from . import nfmsg
 from .nfmsg import Message
-from .scratch import Scratch, ScratchError, ScratchKernel
+from .scratch import Pending, Scratch, ScratchError, ScratchKernel
 
 OBJECTS = {"counter", "quota", "limit", "ct helper"}
 SUPPORTED = {
@@ -110,14 +110,40 @@ def transcribe(document: Json, context: list[Json], scratch: Scratch) -> list[Me
     every unit the document touches (and the definitions of those it refers to). Their
     definitions and rules are loaded in scratch, never their elements.
     """
-    commands = [_command(c) for c in document.get("nftables", [])]
-    if not commands:
-        return []
-    try:
-        reads = scratch.run(_read_scratch, commands, context)
-    except OSError as exc:  # no scratch process (no user namespaces?): libnftables does it
-        raise Untranscribable(f"no scratch namespace: {exc}") from exc
-    return _Writer(reads).messages(commands)
+    return Transcription(document, context, scratch).messages()
+
+
+class Transcription:
+    """:func:`transcribe` in two halves: made, it starts the scratch loads (in the scratch process);
+    :meth:`messages` waits for them and builds the batch. A bulk apply makes the next transaction's
+    while it commits the current one, so the scratch process and the kernel writer work side by side."""
+
+    def __init__(self, document: Json, context: list[Json], scratch: Scratch) -> None:
+        self._reads: Pending[_Reads] | None = None
+        self._failed: Exception | None = None  # raised by messages(), where the caller expects it
+        try:
+            self._commands = [_command(c) for c in document.get("nftables", [])]
+        except Untranscribable as exc:
+            self._commands, self._failed = [], exc
+            return
+        if self._commands:
+            try:
+                self._reads = scratch.submit(_read_scratch, self._commands, context)
+            except OSError as exc:
+                self._failed = exc
+
+    def messages(self) -> list[Message]:
+        if isinstance(self._failed, Untranscribable):
+            raise self._failed
+        if not self._commands:
+            return []
+        try:
+            if self._failed is not None:
+                raise self._failed
+            reads = self._reads.result()
+        except OSError as exc:  # no scratch process (no user namespaces?): libnftables does it
+            raise Untranscribable(f"no scratch namespace: {exc}") from exc
+        return _Writer(reads).messages(self._commands)
 
 
 def _definitions(context: list[Json], tables: set[tuple[str, str]]) -> list[Json]:

@@ -716,7 +716,8 @@ class Applier:
         libnftables on the same machine (``bench/control_plane.py``).
         Each transaction holds whole units: a farm is never half written. A refused transaction raises,
         those before it stay written and recorded, and the caller's search for the refused unit finds
-        them unchanged."""
+        them unchanged. Each transaction is announced to the kernel (``prefetch``) before the one before
+        it is committed, so the scratch process loads it while the kernel writer commits the other."""
         try:
             groups = bulk_transactions(changed, compiled, CACHE.applied())
             following = self._prepare(compiled, groups[0], adding_in_context=False) if groups else None

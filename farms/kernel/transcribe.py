@@ -53,6 +53,9 @@ class Command:
     kind: str
     body: Json
 
+    def __reduce__(self) -> tuple[type, tuple[str, str, Json]]:
+        return Command, (self.verb, self.kind, self.body)  # sent to scratch: twice as quick as a dataclass's
+
     @property
     def where(self) -> tuple[str, str]:
         if self.kind == "table":

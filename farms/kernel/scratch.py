@@ -204,9 +204,13 @@ class ScratchKernel:
         self._sock: socket.socket | None = None
 
     def load(self, commands: list[dict]) -> None:
-        if not commands:
+        if commands:
+            self.load_text(json.dumps({"nftables": commands}))
+
+    def load_text(self, text: str) -> None:
+        """Load libnftables JSON given as its text (nothing when empty)."""
+        if not text:
             return
-        text = json.dumps({"nftables": commands})
         steps.enter(steps.SCRATCH, text)
         rc, _out, err = self._nft.cmd(text)
         if rc != 0:

@@ -447,24 +447,30 @@ def filler_farms(count: int) -> list[FarmSpec]:
     return farms
 
 
-def without_forward(command: dict) -> bool:
-    """A diagnostic variant's filter: the forward hook (per-backend byte accounting) left out."""
+def without_forward(command: dict) -> dict | None:
+    """A diagnostic variant's edit: the forward hook (per-backend byte accounting) left out."""
     body = next(iter(next(iter(command.values())).values()))
-    return not (isinstance(body, dict) and "forward" in (body.get("name"), body.get("chain")))
+    return None if isinstance(body, dict) and "forward" in (body.get("name"), body.get("chain")) else command
 
 
-def without_fib(command: dict) -> bool:
-    """A diagnostic variant's filter: the FIB test that keeps the appliance's own conversations with a
-    stateless farm's backends unrewritten, left out (as the minimal ruleset does without it)."""
-    return '"fib"' not in json.dumps(command)
+def without_fib(command: dict) -> dict | None:
+    """A diagnostic variant's edit: the FIB test that keeps the appliance's own conversations with a
+    stateless farm's backends unrewritten, taken out of the rule that holds it (as the minimal ruleset
+    does without it)."""
+    rule = command.get("add", {}).get("rule")
+    if rule is None or '"fib"' not in json.dumps(rule):
+        return command
+    return {"add": {"rule": {**rule, "expr": [e for e in rule["expr"] if '"fib"' not in json.dumps(e)]}}}
 
 
-def compiled_case(name: str, mode: str, filler: int, keep: Callable[[dict], bool] | None = None, **extra) -> Case:
+def compiled_case(
+    name: str, mode: str, filler: int, edit: Callable[[dict], dict | None] | None = None, **extra
+) -> Case:
     """lbweb's compiler output for one farm, loaded with ``nft -j -f`` while the worker is stopped; with
     ``filler``, beside that many other farms (and the other compiled case's farm: both 10,000-farm cases share
     one document, loaded once for both): the per-packet cost of lbweb's ruleset at a size the worker would
     take many minutes to build through the services. The document is the worker's full apply's
-    (``full_document``). ``keep``: a filter of its commands, for a diagnostic variant."""
+    (``full_document``). ``edit``: each command as a diagnostic variant has it (None: left out)."""
     case = Case(name, extra.pop("baseline", "baseline"), lbweb=False, host=COMPILED_VIPS[mode], **extra)
 
     def prepare(bench: Bench) -> None:
@@ -474,7 +480,8 @@ def compiled_case(name: str, mode: str, filler: int, keep: Callable[[dict], bool
         if not path.exists():
             farms = [compiled_farm(m) for m in COMPILED_VIPS] if filler else [compiled_farm(mode)]
             document = compiler.full_document([*farms, *filler_farms(filler)])
-            document["nftables"] = [c for c in document["nftables"] if keep is None or keep(c)]
+            edited = document["nftables"] if edit is None else [edit(c) for c in document["nftables"]]
+            document["nftables"] = [c for c in edited if c is not None]
             path.write_text(json.dumps(document))
         case.ruleset_json = path
 
@@ -516,7 +523,7 @@ def all_cases() -> list[Case]:
             "lbweb-c1-dnat-noacct",
             "dnat",
             0,
-            keep=without_forward,
+            edit=without_forward,
             peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
         ),
         compiled_case(
@@ -555,7 +562,7 @@ def all_cases() -> list[Case]:
             "lbweb-c1-stateless-nofib",
             "stlsdnat",
             0,
-            keep=without_fib,
+            edit=without_fib,
             baseline="baseline-udp",
             peers=stateless_peers | {"1 farm": "lbweb-c1-stateless"},
             **dns,

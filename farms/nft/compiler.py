@@ -879,10 +879,13 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> None:
         for map_name, key in _stateless_reply_keys(farm, backend):
             _service_element(b, map_name, key, reply)
     b.chain(chain)
-    b.rule(chain, [{"notrack": None}, f.counter_ref(chain)])
+    pick = [scheduler_map(farm, backends) if backends else {"drop": None}]
     if farm.log:  # nftlb's "input": every packet to the VIP (a stateless farm has no connections)
+        b.rule(chain, [{"notrack": None}, f.counter_ref(chain)])
         b.rule(chain, _log(farm, "IN"))
-    b.rule(chain, [scheduler_map(farm, backends) if backends else {"drop": None}])
+        b.rule(chain, pick)
+    else:  # one rule: every packet of the farm pays for one rule's evaluation, not two
+        b.rule(chain, [{"notrack": None}, f.counter_ref(chain), *pick])
     for map_name, key in _dispatch_keys(farm, "stateless"):
         _service_element(b, map_name, key, chain)
 

@@ -721,16 +721,12 @@ class Applier:
         try:
             groups = bulk_transactions(changed, compiled, CACHE.applied())
             following = self._prepare(compiled, groups[0], adding_in_context=False) if groups else None
-            for index in range(len(groups)):
-                current = following
+            for group in [*groups[1:], None]:
                 # The next transaction is announced before this one is committed: the kernel writer's
                 # scratch process loads it meanwhile. Units of one transaction are in no other, so its
                 # document does not depend on this one being recorded first.
-                following = (
-                    self._prepare(compiled, groups[index + 1], adding_in_context=False)
-                    if index + 1 < len(groups)
-                    else None
-                )
+                current = following
+                following = None if group is None else self._prepare(compiled, group, adding_in_context=False)
                 if following is not None and following.written:
                     self.kernel.prefetch(following.document, following.context)
                 self._commit_prepared(compiled, current, outcome)

@@ -19,7 +19,6 @@ scratch ends the child, not the worker: the next call starts a new one.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import socket
 import subprocess
@@ -202,10 +201,6 @@ class ScratchKernel:
         self._nft.set_json_output(True)
         _raise_netlink_buffers()
         self._sock: socket.socket | None = None
-
-    def load(self, commands: list[dict]) -> None:
-        if commands:
-            self.load_text(json.dumps({"nftables": commands}))
 
     def load_text(self, text: str) -> None:
         """Load libnftables JSON given as its text (nothing when empty)."""

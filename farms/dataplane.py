@@ -472,6 +472,11 @@ def command_count(unit: compiler.UnitRuleset | None, old: compiler.UnitObjects |
     return removal + (unit.size if unit else 0)
 
 
+def _holds_nothing(objects: compiler.UnitObjects) -> bool:
+    """A unit with no object in the kernel (a disabled farm): its record is empty, with nothing to read."""
+    return not (objects.chains or objects.objects or objects.volatile or objects.elements or objects.tables)
+
+
 class Prepared(NamedTuple):
     """One transaction made ready: its document, the units it writes, and the context lbweb's batch needs."""
 
@@ -645,12 +650,13 @@ class Applier:
                 self._fingerprint_units(written, document)
             return
         commands = sum(command_count(compiled.get(k), applied.get(k)) for k in changed)
+        recorded: set[str] = set()
         if is_bulk(len(changed), len(compiled)) and commands <= LIBNFTABLES_BULK_COMMANDS:
             self._commit(compiled, changed, outcome, libnftables=True)  # most of a small table: the quicker
         else:
-            self._write_bulk(compiled, changed, outcome)
+            recorded = self._write_bulk(compiled, changed, outcome, fingerprint)
         if fingerprint:
-            self._fingerprint_all(only=changed)
+            self._fingerprint_rest(changed, recorded)
 
     def _commit(
         self,
@@ -695,11 +701,15 @@ class Applier:
             self.kernel.apply(prepared.document)
             outcome.writer = "libnftables"
         else:
-            outcome.writer = self.kernel.apply_incremental(prepared.document, prepared.context)
+            said = self.kernel.apply_incremental(prepared.document, prepared.context)
+            # a transaction of disabled farms alone writes nothing ("none"): the run keeps who wrote the others
+            outcome.writer = outcome.writer if said == "none" and outcome.writer else said
         outcome.commands += len(prepared.document["nftables"])
         self._store_units(compiled, prepared.written)
 
-    def _write_bulk(self, compiled: dict[str, compiler.UnitRuleset], changed: list[str], outcome: Outcome) -> None:
+    def _write_bulk(
+        self, compiled: dict[str, compiler.UnitRuleset], changed: list[str], outcome: Outcome, fingerprint: bool = True
+    ) -> set[str]:
         """A change of more than BULK_UNITS units (an import, the first apply of a restored database) that
         libnftables would not take more quickly (``LIBNFTABLES_BULK_COMMANDS``), in transactions of at
         most ``BULK_TRANSACTION_COMMANDS`` commands (``bulk_transactions``), each lbweb's own batch.
@@ -717,10 +727,25 @@ class Applier:
         Each transaction holds whole units: a farm is never half written. A refused transaction raises,
         those before it stay written and recorded, and the caller's search for the refused unit finds
         them unchanged. Each transaction is announced to the kernel (``prefetch``) before the one before
-        it is committed, so the scratch process loads it while the kernel writer commits the other."""
+        it is committed, so the scratch process loads it while the kernel writer commits the other.
+
+        ``fingerprint``: the units a transaction writes from nothing are announced ``whole``, and the records
+        the kernel makes of them as it commits (``Kernel.written_records``) are stored at once; returns
+        those units, so the caller reads back only the others (:meth:`_fingerprint_rest`)."""
+        recorded: set[str] = set()
+
+        def announce(prepared: Prepared) -> None:
+            whole = {}
+            if fingerprint:
+                applied = CACHE.applied()
+                whole = {k: compiled[k].objects for k in prepared.written if k in compiled and k not in applied}
+            self.kernel.prefetch(prepared.document, prepared.context, whole)
+
         try:
             groups = bulk_transactions(changed, compiled, CACHE.applied())
             following = self._prepare(compiled, groups[0], adding_in_context=False) if groups else None
+            if following is not None and following.written:
+                announce(following)
             for group in [*groups[1:], None]:
                 # The next transaction is announced before this one is committed: the kernel writer's
                 # scratch process loads it meanwhile. Units of one transaction are in no other, so its
@@ -728,10 +753,15 @@ class Applier:
                 current = following
                 following = None if group is None else self._prepare(compiled, group, adding_in_context=False)
                 if following is not None and following.written:
-                    self.kernel.prefetch(following.document, following.context)
+                    announce(following)
                 self._commit_prepared(compiled, current, outcome)
+                if fingerprint and current.document["nftables"]:
+                    records = self.kernel.written_records()
+                    store_fingerprints(records)
+                    recorded |= records.keys()
         finally:  # the processes that wrote it let go of their memory before the worker reads the table back
             self.kernel.release()
+        return recorded
 
     def _retry_alone(self, compiled: dict, refused: dict[str, str], outcome: Outcome) -> dict[str, str]:
         """A unit refused before the rest of its change went in (a port another farm frees in the same
@@ -809,6 +839,22 @@ class Applier:
         if not outcome.failed:
             CACHE.verified = (self.kernel.generation_id(), generation)
         return self._record(generation, ApplyKindChoices.REPAIR, f"{reason}: drift", started, outcome, compiled)
+
+    def _fingerprint_rest(self, changed: list[str], recorded: set[str]) -> None:
+        """After a bulk change: the fingerprints of the ``changed`` units not ``recorded`` as they were
+        written. A unit removed has none, one that holds nothing has an empty one (nothing is read for
+        either); the others are read back, with one read of the whole table (:meth:`_fingerprint_all`)."""
+        applied = CACHE.applied()
+        rest = [k for k in changed if k not in recorded]
+        gone = [k for k in rest if k not in applied]
+        if gone:
+            store_fingerprints({}, removed=gone)
+        empty = {k: {} for k in rest if k in applied and _holds_nothing(applied[k])}
+        if empty:  # a disabled farm: nothing of it in the kernel, nothing written, so nothing recorded
+            store_fingerprints(empty)
+        unread = [k for k in rest if k in applied and k not in empty]
+        if unread:
+            self._fingerprint_all(only=unread)
 
     def _fingerprint_all(self, only: list[str] | None = None) -> None:
         """After a full write: lbweb's tables read whole, every unit's fingerprint replaced.

@@ -114,6 +114,29 @@ def applied_then_changed(kernel, count: int, changed: int) -> tuple[list[Farm], 
     return farms, len(kernel.writes())
 
 
+def test_the_farms_a_bulk_change_adds_are_fingerprinted_as_they_are_written_not_read_back(kernel, monkeypatch):
+    """Reading a table of 10,000 farms back took 18 s of a 90 s apply: the farms a bulk change adds are
+    announced whole, and the kernel records them as it commits them (``written_records``). A disabled
+    farm holds nothing and is recorded empty; nothing is read back, and a reconcile finds no drift."""
+    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 0)
+    monkeypatch.setattr(dataplane, "BULK_TRANSACTION_COMMANDS", 1)  # a farm a transaction
+    first = farm("f1", 1)
+    applier(kernel).apply_pending()
+    added = [farm(f"f{i}", i) for i in range(2, 6)] + [farm("off", 6, state="off")]
+    start = len(kernel.calls)
+    run = applier(kernel).apply_pending()
+    assert (run.kind, run.ok, run.writer, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, True, "netlink", 5)
+    calls = [c.method for c in kernel.calls[start:]]
+    assert "read_units" not in calls and calls.count("written_records") == calls.count("apply_incremental") > 1
+    stored = dataplane.load_fingerprints()
+    read = kernel.read_units(dataplane.CACHE.applied()).records
+    keys = [f"farm:{f.pk}" for f in added]
+    assert {k: stored[k] for k in keys} == {k: read[k] for k in keys} and stored[keys[-1]] == {}
+    assert stored[f"farm:{first.pk}"] == read[f"farm:{first.pk}"] and stored[keys[0]]["elements dispatch4"]
+    assert not dataplane.find_drift(dataplane.CACHE.applied(), stored, kernel).units
+
+
 def test_a_change_of_many_farms_goes_in_transactions_of_whole_farms_and_a_small_one_in_one(kernel, monkeypatch):
     """Over BULK_UNITS units, a change is split (``bulk_transactions``): libnftables would hold it whole
     (~3.2 GB at 10,000 farms); each transaction is lbweb's own batch of whole farms, in order."""

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from farms.models import ApplyRun
+from farms.models import ApplyRun, KernelFingerprint
 from farms.nft import compiler
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import CLIENT4, CLIENT6, LB_BACKSIDE4, KeepAlive, backend4, backend6, vip4, vip6
@@ -310,6 +310,10 @@ def test_a_bulk_change_in_transactions_of_whole_farms_carries_traffic(api, bulk_
         api.wait_applied(farm.id)
     bulk = ApplyRun.objects.exclude(kind="noop").order_by("id").last()
     assert (bulk.writer, bulk.ok, bulk.farms_changed) == ("netlink", True, 4), bulk
+    # The new farms' fingerprints were made from what scratch made of them, not read back: they match the kernel.
+    assert set(KernelFingerprint.objects.values_list("key", flat=True)) >= {f"farm:{f.id}" for f in farms}
+    ok, output = kernel_check(lab, bulk_worker)
+    assert ok, output
     first_run = bulk.id
     lab.ns(lab.lb, "nft", "delete", "table", "inet", "lbweb")
     with transaction.atomic():

@@ -97,8 +97,10 @@ class Kernel:
     _context: nftables.Nftables | None = None
 
     def __init__(self) -> None:
-        self._ahead: dict[int, tuple[dict, Transcription]] = {}  # prefetch's announced changes, by token
+        # prefetch's announced changes, by token: the document, its transcription, the units it writes whole
+        self._ahead: dict[int, tuple[dict, Transcription, Mapping[str, UnitObjects]]] = {}
         self._next_token = 0
+        self._written: dict[str, drift.Record] = {}  # records made at the commits, for written_records()
 
     @property
     def _nft(self) -> nftables.Nftables:
@@ -146,16 +148,20 @@ class Kernel:
     def release(self) -> None:
         """Nothing to let go of in this process: its libnftables context is reused."""
 
-    def prefetch(self, document: dict, context: list[dict]) -> int:
+    def prefetch(self, document: dict, context: list[dict], whole: Mapping[str, UnitObjects] | None = None) -> int:
         """Start transcribing a change that a later :meth:`apply_incremental` (or :meth:`apply_prefetched`
         with the token returned) will commit: its scratch loads run in the scratch process meanwhile.
 
         A bulk apply announces each transaction before it commits the one before, so the scratch process
         loads the next while this one builds and commits the current. The two took turns before: the full
-        apply of 10,000 farms kept one of two cores idle a third of the time. Only the last two are kept."""
+        apply of 10,000 farms kept one of two cores idle a third of the time. Only the last two are kept.
+
+        ``whole``: the units the change writes whole (new ones); once it is committed as lbweb's batch,
+        their records are made from what the scratch namespace made of them (``drift.written_records``)
+        and kept for :meth:`written_records`, so the table need not be read back for them."""
         self._next_token += 1
         token = self._next_token
-        self._ahead[token] = (document, Transcription(document, context, scratch()))
+        self._ahead[token] = (document, Transcription(document, context, scratch()), whole or {})
         while len(self._ahead) > 2:
             self._ahead.pop(next(iter(self._ahead)))
         return token
@@ -165,8 +171,8 @@ class Kernel:
         done nothing, when this process does not know it (a new kernel writer since): send it whole."""
         if token not in self._ahead:
             return None
-        document, transcription = self._ahead.pop(token)
-        return self._apply_transcribed(document, transcription)
+        document, transcription, whole = self._ahead.pop(token)
+        return self._apply_transcribed(document, transcription, whole)
 
     def apply_incremental(self, document: dict, context: list[dict]) -> str:
         """Commit a change as one transaction written by lbweb itself (see ``transcribe``), so its cost
@@ -174,13 +180,21 @@ class Kernel:
         Returns who wrote it: "netlink" or "libnftables"."""
         if not document.get("nftables"):
             return "none"
-        for token, (announced, transcription) in list(self._ahead.items()):
+        for token, (announced, transcription, whole) in list(self._ahead.items()):
             if announced is document:
                 del self._ahead[token]
-                return self._apply_transcribed(document, transcription)
+                return self._apply_transcribed(document, transcription, whole)
         return self._apply_transcribed(document, Transcription(document, context, scratch()))
 
-    def _apply_transcribed(self, document: dict, transcription: Transcription) -> str:
+    def written_records(self) -> dict[str, drift.Record]:
+        """The records made at the commits since the last call (see :meth:`prefetch`'s ``whole``); a unit
+        not among them was not recorded (libnftables wrote it, or it uses an anonymous set): read it back."""
+        written, self._written = self._written, {}
+        return written
+
+    def _apply_transcribed(
+        self, document: dict, transcription: Transcription, whole: Mapping[str, UnitObjects] | None = None
+    ) -> str:
         try:
             messages = transcription.messages()
         except ScratchCrashed as exc:  # libnftables died on this input: on the real table it would too
@@ -196,6 +210,9 @@ class Kernel:
             raise ApplyError(str(exc), document) from exc
         except OSError as exc:  # not sent, or no answer: the caller rebuilds the table to be sure
             raise ApplyError(f"netlink batch: {exc}", document, uncertain=True) from exc
+        made = transcription.made((TABLE_FAMILY, TABLE_NAME)) if whole else None
+        if made is not None:
+            self._written.update(drift.written_records(made, whole))
         return "netlink"
 
     def repair(self, removals: list[nfmsg.Message], document: dict, context: list[dict]) -> str:

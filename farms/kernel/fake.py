@@ -140,6 +140,8 @@ class FakeKernel:
         self._refusals: list[tuple[str, str]] = []
         self._crashes: list[str] = []
         self._lose_answers = 0
+        self._whole: dict[int, tuple[Json, Mapping[str, UnitObjects]]] = {}  # id(document) -> announced whole units
+        self._written: dict[str, drift.Record] = {}
 
     # -- what a test arranges ----------------------------------------------------------------
 
@@ -189,10 +191,18 @@ class FakeKernel:
     def release(self) -> None:
         self.calls.append(Call("release"))
 
-    def prefetch(self, document: Json, context: list[Json]) -> int:
-        """Nothing to start ahead here: recorded, so a test sees which changes were announced."""
+    def prefetch(self, document: Json, context: list[Json], whole: Mapping[str, UnitObjects] | None = None) -> int:
+        """Nothing to start ahead here: recorded, so a test sees which changes were announced. The units
+        announced ``whole`` are recorded when the change is committed (as the real kernel's scratch does)."""
         self.calls.append(Call("prefetch", document.get("nftables", [])))
+        if whole:
+            self._whole[id(document)] = (document, dict(whole))
         return len(self.calls)
+
+    def written_records(self) -> dict[str, drift.Record]:
+        self.calls.append(Call("written_records"))
+        written, self._written = self._written, {}
+        return written
 
     def apply_incremental(self, document: Json, context: list[Json]) -> str:
         if not document.get("nftables"):
@@ -205,7 +215,17 @@ class FakeKernel:
         )
         writer = "libnftables" if untranscribable else "netlink"
         self._commit(document, "apply_incremental", writer=writer)
+        announced, whole = self._whole.pop(id(document), (None, {}))
+        if announced is document and writer == "netlink":
+            self._written.update(self._records_of(whole))
         return writer
+
+    def _records_of(self, units: Mapping[str, UnitObjects]) -> dict[str, drift.Record]:
+        table = self._ours()
+        records = {key: _unit_record(table, objects) for key, objects in units.items() if not objects.tables}
+        owners = drift.owners_of(units)
+        _add_shared_elements(records, table, sorted(owners.shared), owners, set(records))
+        return records
 
     def repair(self, removals: list[Any], document: Json, context: list[Json]) -> str:
         self._commit({"nftables": [*removals, *document.get("nftables", [])]}, "repair", writer="netlink")

@@ -69,13 +69,19 @@ class Interface(Protocol):
     def apply(self, document: Json) -> None:
         """Commit ``document`` through libnftables (full rebuilds of a table the kernel holds, the skeleton)."""
 
-    def prefetch(self, document: Json, context: list[Json]) -> int:
+    def prefetch(self, document: Json, context: list[Json], whole: Mapping[str, Any] | None = None) -> int:
         """Announce a change that :meth:`apply_incremental` of the same document object will commit: the
         kernel may start preparing it (the real one transcribes it in the scratch process meanwhile).
-        Changes nothing in the kernel; a change never committed after it is forgotten."""
+        Changes nothing in the kernel; a change never committed after it is forgotten. ``whole``: the
+        units (key -> ``UnitObjects``) the change writes from nothing, whose records the kernel may make
+        as it commits them, for :meth:`written_records`."""
 
     def apply_incremental(self, document: Json, context: list[Json]) -> str:
         """Commit a change of a few units; returns who wrote it: "netlink", "libnftables" or "none"."""
+
+    def written_records(self) -> dict[str, Any]:
+        """The records (fingerprints) of units announced ``whole`` and committed since the last call; a
+        unit announced but missing here is not recorded, and must be read back (:meth:`read_units`)."""
 
     def repair(self, removals: list[Any], document: Json, context: list[Json]) -> str:
         """Remove (``removals``, from :meth:`removals`) and write again (``document``) in one transaction."""

@@ -26,13 +26,15 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from farms.nft.compiler import merge_elements
+from farms.nft.units import UnitObjects
 
-from . import nfmsg, steps
+from . import drift, nfmsg, steps
 from .applier import ApplyError, Kernel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +48,7 @@ CALLS = {
     "apply_incremental",
     "prefetch",
     "apply_prefetched",
+    "written_records",
     "repair",
     "list_table",
     "list_set",
@@ -174,12 +177,12 @@ class IsolatedKernel(Kernel):
             if len(text) > RESTART_AFTER_BYTES:
                 writer().close()
 
-    def prefetch(self, document: dict, context: list[dict]) -> int:
+    def prefetch(self, document: dict, context: list[dict], whole: Mapping[str, UnitObjects] | None = None) -> int:
         """The writer starts the change's scratch loads now (see ``Kernel.prefetch``); the document is sent
         once: :meth:`apply_incremental` of the same object sends only its token."""
         if not document.get("nftables"):
             return 0
-        token = writer().call("prefetch", document, context)
+        token = writer().call("prefetch", document, context, dict(whole or {}))
         self._announced[id(document)] = (document, token)
         while len(self._announced) > 2:
             self._announced.pop(next(iter(self._announced)))
@@ -197,6 +200,10 @@ class IsolatedKernel(Kernel):
 
     def repair(self, removals: list[nfmsg.Message], document: dict, context: list[dict]) -> str:
         return writer().call("repair", removals, document, context)
+
+    def written_records(self) -> dict[str, drift.Record]:
+        """The writer's records (``Kernel.written_records``); a new writer since has none: those units are read back."""
+        return writer().call("written_records")
 
     def release(self) -> None:
         """End the kernel writer (and its scratch process with it): what they took for a bulk change stays

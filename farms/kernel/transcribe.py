@@ -141,6 +141,13 @@ class Transcription:
             raise _no_scratch(exc) from exc
         return _Writer(reads).messages(self._commands)
 
+    def made(self, where: tuple[str, str]) -> nfmsg.TableDump | None:
+        """What the scratch namespace held of table ``where`` once the document was loaded (after
+        :meth:`messages`): the objects the batch copied. None when nothing was loaded there."""
+        if self._failed is not None or self._reads is None:
+            return None
+        return self._reads.result().after.get(where)
+
 
 def _no_scratch(exc: OSError) -> Untranscribable:
     """No scratch process (no user namespaces?): libnftables writes the change instead."""
@@ -227,10 +234,6 @@ def _read_scratch(scratch: ScratchKernel, plan: _Plan) -> _Reads:
     except ScratchError as exc:
         raise Untranscribable(f"the scratch namespace refused the document: {exc}") from exc
     return _Reads(before, after, deleted_keys)
-
-
-def _is_anonymous(set_: nfmsg.Obj) -> bool:
-    return bool(nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS)
 
 
 def _rules_and_definitions(context: list[Json], tables: set[tuple[str, str]]) -> list[Json]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import gc
 import json
 import logging
 import re
@@ -146,7 +147,9 @@ class Kernel:
             raise ApplyError((err or f"libnftables returned {rc}").strip())
 
     def release(self) -> None:
-        """Nothing to let go of in this process: its libnftables context is reused."""
+        """The end of a bulk change: Python's cyclic collector runs again (:meth:`prefetch` stopped it). The
+        libnftables context is reused."""
+        gc.enable()
 
     def prefetch(self, document: dict, context: list[dict], whole: Mapping[str, UnitObjects] | None = None) -> int:
         """Start transcribing a change that a later :meth:`apply_incremental` (or :meth:`apply_prefetched`
@@ -159,6 +162,7 @@ class Kernel:
         ``whole``: the units the change writes whole (new ones); once it is committed as lbweb's batch,
         their records are made from what the scratch namespace made of them (``drift.written_records``)
         and kept for :meth:`written_records`, so the table need not be read back for them."""
+        gc.disable()  # until release(): the transactions allocate millions of objects, with no cycles worth a scan
         self._next_token += 1
         token = self._next_token
         self._ahead[token] = (document, Transcription(document, context, scratch()), whole or {})

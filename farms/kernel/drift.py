@@ -573,10 +573,11 @@ def written_records(dump: nfmsg.TableDump, units: Mapping[str, UnitObjects]) -> 
     a table of its own (DSR)."""
     owners = owners_of(units)
     view = FullView(dump)
+    anonymous = any(nfmsg.set_flags(s) & nfmsg.SET_ANONYMOUS for s in dump.sets.values())
     records = {}
     for key, objects in units.items():
         rules = (rule for chain in objects.chains for rule in dump.rules.get(chain, []))
-        if objects.tables or any(_uses_anonymous_set(dump, rule) for rule in rules):
+        if objects.tables or (anonymous and any(_uses_anonymous_set(dump, rule) for rule in rules)):
             continue
         records[key] = unit_record(view, objects)
     add_shared_elements(records, view, sorted(owners.shared), owners, only=set(records))

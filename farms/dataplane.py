@@ -729,8 +729,8 @@ class Applier:
         the table (96 s for 10,000 farms in chunks of 1,000, against 66 s at once). lbweb's own batch
         does not read the table; each transaction is loaded in the scratch namespace alone (the units it
         adds carry their own definitions, so only the units it changes are loaded first as the kernel
-        holds them). The price is time: the full apply of those 10,000 farms took 100 s, 80 s through
-        libnftables on the same machine (``bench/control_plane.py``).
+        holds them). The price was time: the full apply of those 10,000 farms took 100 s, 80 s through
+        libnftables on the same machine (``bench/control_plane.py``); now see bench/RESULTS.md.
         Each transaction holds whole units: a farm is never half written. A refused transaction raises,
         those before it stay written and recorded, and the caller's search for the refused unit finds
         them unchanged. Each transaction is announced to the kernel (``prefetch``) before the one before

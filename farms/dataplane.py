@@ -15,7 +15,6 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -678,16 +677,10 @@ class Applier:
 
     @staticmethod
     def _prepare(
-        compiled: dict[str, compiler.UnitRuleset],
-        keys: list[str],
-        *,
-        adding_in_context: bool,
-        context: bool = True,
-        applied: dict[str, compiler.UnitObjects] | None = None,
+        compiled: dict[str, compiler.UnitRuleset], keys: list[str], *, adding_in_context: bool, context: bool = True
     ) -> Prepared:
-        """The document of one transaction of the change of ``keys`` and, for lbweb's batch, its context
-        (``applied``: what the kernel holds, when not ``CACHE.applied()``)."""
-        applied = CACHE.applied() if applied is None else applied
+        """The document of one transaction of the change of ``keys`` and, for lbweb's batch, its context."""
+        applied = CACHE.applied()
         document, written = compiler.incremental_document(applied, compiled, only=set(keys))
         if not written or not context:
             return Prepared(document, written, [])
@@ -748,41 +741,25 @@ class Applier:
                 whole = {k: compiled[k].objects for k in prepared.written if k in compiled and k not in applied}
             self.kernel.prefetch(prepared.document, prepared.context, whole)
 
-        groups = bulk_transactions(changed, compiled, CACHE.applied())
-        ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bulk-prepare")
-        preparing: dict[int, Future[Prepared]] = {}
-
-        def prepare(index: int) -> None:
-            # From a copy of what the kernel holds now: units of one transaction are in no other, so a
-            # transaction's document does not depend on those before it being recorded first.
-            if index < len(groups):
-                applied = dict(CACHE.applied())
-                preparing[index] = ahead.submit(
-                    self._prepare, compiled, groups[index], adding_in_context=False, applied=applied
-                )
-
         try:
-            prepare(0)
-            following = preparing.pop(0).result() if groups else None
+            groups = bulk_transactions(changed, compiled, CACHE.applied())
+            following = self._prepare(compiled, groups[0], adding_in_context=False) if groups else None
             if following is not None and following.written:
                 announce(following)
-            prepare(1)
-            for index in range(len(groups)):
+            for group in [*groups[1:], None]:
                 # The next transaction is announced before this one is committed: the kernel writer's
-                # scratch process loads it meanwhile. The one after is prepared in a thread of the worker
-                # meanwhile too: the worker mostly waits for the writer's answer then.
+                # scratch process loads it meanwhile. Units of one transaction are in no other, so its
+                # document does not depend on this one being recorded first.
                 current = following
-                following = preparing.pop(index + 1).result() if index + 1 < len(groups) else None
+                following = None if group is None else self._prepare(compiled, group, adding_in_context=False)
                 if following is not None and following.written:
                     announce(following)
-                prepare(index + 2)
                 self._commit_prepared(compiled, current, outcome)
                 if fingerprint and current.document["nftables"]:
                     records = self.kernel.written_records()
                     store_fingerprints(records)
                     recorded |= records.keys()
         finally:  # the processes that wrote it let go of their memory before the worker reads the table back
-            ahead.shutdown(cancel_futures=True)
             self.kernel.release()
         return recorded
 

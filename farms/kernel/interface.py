@@ -9,7 +9,8 @@ kernel (``tests/test_applier_fake.py``), beside the real-kernel tests that stay.
 Documents are libnftables JSON (``{"nftables": [...]}``) made by the pure compiler. Drift is read and
 repaired through the same interface: :meth:`Interface.read_units` reads lbweb's tables whole and makes
 a record (a fingerprint) of every unit, :meth:`Interface.probe_records` reads a few units back by name,
-:meth:`Interface.removals` says how to remove what the kernel holds of some units, for :meth:`repair`.
+:meth:`Interface.removals` says how to remove what the kernel holds of some units, for :meth:`repair`,
+and :meth:`Interface.written_records` gives the records made as units announced whole were committed.
 What a removal is (netlink messages for the real kernel) is the implementation's own business.
 
 No libnftables and no socket here: importing this module costs nothing and needs no privilege.

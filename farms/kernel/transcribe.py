@@ -21,6 +21,7 @@ libnftables on the real table: slower, never wrong.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 from collections import defaultdict
@@ -217,7 +218,19 @@ def _text(commands: list[Json]) -> str:
 
 
 def _read_scratch(scratch: ScratchKernel, plan: _Plan) -> _Reads:
-    """Runs in the scratch process: the loads of ``plan`` (see :func:`_plan`), and the reads."""
+    """Runs in the scratch process: the loads of ``plan`` (see :func:`_plan`), the reads, and the records
+    of the units announced whole, with Python's cyclic collector off meanwhile (the reads and records of a
+    bulk transaction are some hundred thousand objects, and no cycles)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _loaded_and_read(scratch, plan)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _loaded_and_read(scratch: ScratchKernel, plan: _Plan) -> _Reads:
 
     def named(where: tuple[str, str]) -> Callable[[nfmsg.TableDump], set[str]]:
         return lambda dump: {name for family, table, name in plan.filled if (family, table) == where}

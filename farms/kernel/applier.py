@@ -98,7 +98,8 @@ class Kernel:
     _context: nftables.Nftables | None = None
 
     def __init__(self) -> None:
-        self._ahead: dict[int, tuple[dict, Transcription]] = {}  # prefetch's announced changes, by token
+        # prefetch's announced changes, by token: the document, its transcription, the units it writes whole
+        self._ahead: dict[int, tuple[dict, Transcription, Mapping[str, UnitObjects]]] = {}
         self._next_token = 0
         self._written: dict[str, drift.Record] = {}  # records made at the commits, for written_records()
 
@@ -159,12 +160,12 @@ class Kernel:
         apply of 10,000 farms kept one of two cores idle a third of the time. Only the last two are kept.
 
         ``whole``: the units the change writes whole (new ones); once it is committed as lbweb's batch,
-        their records are made by the scratch process from what it made of them (``drift.written_records``)
+        their records are made from what the scratch namespace made of them (``drift.written_records``)
         and kept for :meth:`written_records`, so the table need not be read back for them."""
         gc.disable()  # until release(): the transactions allocate millions of objects, with no cycles worth a scan
         self._next_token += 1
         token = self._next_token
-        self._ahead[token] = (document, Transcription(document, context, scratch(), whole))
+        self._ahead[token] = (document, Transcription(document, context, scratch()), whole or {})
         while len(self._ahead) > 2:
             self._ahead.pop(next(iter(self._ahead)))
         return token
@@ -174,8 +175,8 @@ class Kernel:
         done nothing, when this process does not know it (a new kernel writer since): send it whole."""
         if token not in self._ahead:
             return None
-        document, transcription = self._ahead.pop(token)
-        return self._apply_transcribed(document, transcription)
+        document, transcription, whole = self._ahead.pop(token)
+        return self._apply_transcribed(document, transcription, whole)
 
     def apply_incremental(self, document: dict, context: list[dict]) -> str:
         """Commit a change as one transaction written by lbweb itself (see ``transcribe``), so its cost
@@ -183,10 +184,10 @@ class Kernel:
         Returns who wrote it: "netlink" or "libnftables"."""
         if not document.get("nftables"):
             return "none"
-        for token, (announced, transcription) in list(self._ahead.items()):
+        for token, (announced, transcription, whole) in list(self._ahead.items()):
             if announced is document:
                 del self._ahead[token]
-                return self._apply_transcribed(document, transcription)
+                return self._apply_transcribed(document, transcription, whole)
         return self._apply_transcribed(document, Transcription(document, context, scratch()))
 
     def written_records(self) -> dict[str, drift.Record]:
@@ -195,7 +196,9 @@ class Kernel:
         written, self._written = self._written, {}
         return written
 
-    def _apply_transcribed(self, document: dict, transcription: Transcription) -> str:
+    def _apply_transcribed(
+        self, document: dict, transcription: Transcription, whole: Mapping[str, UnitObjects] | None = None
+    ) -> str:
         try:
             messages = transcription.messages()
         except ScratchCrashed as exc:  # libnftables died on this input: on the real table it would too
@@ -211,7 +214,9 @@ class Kernel:
             raise ApplyError(str(exc), document) from exc
         except OSError as exc:  # not sent, or no answer: the caller rebuilds the table to be sure
             raise ApplyError(f"netlink batch: {exc}", document, uncertain=True) from exc
-        self._written.update(transcription.records())
+        made = transcription.made((TABLE_FAMILY, TABLE_NAME)) if whole else None
+        if made is not None:
+            self._written.update(drift.written_records(made, whole))
         return "netlink"
 
     def repair(self, removals: list[nfmsg.Message], document: dict, context: list[dict]) -> str:

@@ -21,18 +21,15 @@ libnftables on the real table: slower, never wrong.
 
 from __future__ import annotations
 
-import gc
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
-from farms.nft.units import UnitObjects
 from farms.types import Json
 
-from . import drift, nfmsg
+from . import nfmsg
 from .nfmsg import Message
 from .scratch import Pending, Scratch, ScratchError, ScratchKernel
 
@@ -104,7 +101,6 @@ class _Reads:
     before: dict[tuple[str, str], nfmsg.TableDump]
     after: dict[tuple[str, str], nfmsg.TableDump]
     deleted_keys: dict[tuple[str, str, str], list[nfmsg.Element]] = field(default_factory=dict)
-    records: dict[str, drift.Record] = field(default_factory=dict)  # of the units announced whole
 
 
 def transcribe(document: Json, context: list[Json], scratch: Scratch) -> list[Message]:
@@ -122,17 +118,13 @@ class Transcription:
     :meth:`messages` waits for them and builds the batch. A bulk apply makes the next transaction's
     while it commits the current one, so the scratch process and the kernel writer work side by side."""
 
-    def __init__(
-        self, document: Json, context: list[Json], scratch: Scratch, whole: Mapping[str, UnitObjects] | None = None
-    ) -> None:
+    def __init__(self, document: Json, context: list[Json], scratch: Scratch) -> None:
         self._reads: Pending[_Reads] | None = None
         self._failed: Untranscribable | None = None  # raised by messages(), where the caller expects it
         try:
             self._commands = [_command(c) for c in document.get("nftables", [])]
             if self._commands:
-                plan = _plan(self._commands, context)
-                plan.whole = dict(whole or {})
-                self._reads = scratch.submit(_read_scratch, plan)
+                self._reads = scratch.submit(_read_scratch, _plan(self._commands, context))
         except Untranscribable as exc:
             self._failed = exc
         except OSError as exc:
@@ -149,12 +141,12 @@ class Transcription:
             raise _no_scratch(exc) from exc
         return _Writer(reads).messages(self._commands)
 
-    def records(self) -> dict[str, drift.Record]:
-        """The records of the units announced ``whole`` (after :meth:`messages`), made in the scratch process
-        from what it made of them (``drift.written_records``); they hold once the batch is committed."""
+    def made(self, where: tuple[str, str]) -> nfmsg.TableDump | None:
+        """What the scratch namespace held of table ``where`` once the document was loaded (after
+        :meth:`messages`): the objects the batch copied. None when nothing was loaded there."""
         if self._failed is not None or self._reads is None:
-            return {}
-        return self._reads.result().records
+            return None
+        return self._reads.result().after.get(where)
 
 
 def _no_scratch(exc: OSError) -> Untranscribable:
@@ -187,9 +179,6 @@ class _Plan:
     filled: set[tuple[str, str, str]]  # the sets and maps whose elements the writer needs
     deletions: str = ""  # the maps of deleted elements, filled with them, to learn their keys
     deleted_from: set[tuple[str, str, str]] = field(default_factory=set)
-    # The units the document writes whole, recorded from the load (in the scratch process, which has
-    # time to spare while the kernel writer builds and commits the transaction before).
-    whole: dict[str, UnitObjects] = field(default_factory=dict)
 
 
 def _plan(commands: list[Command], context: list[Json]) -> _Plan:
@@ -218,19 +207,7 @@ def _text(commands: list[Json]) -> str:
 
 
 def _read_scratch(scratch: ScratchKernel, plan: _Plan) -> _Reads:
-    """Runs in the scratch process: the loads of ``plan`` (see :func:`_plan`), the reads, and the records
-    of the units announced whole, with Python's cyclic collector off meanwhile (the reads and records of a
-    bulk transaction are some hundred thousand objects, and no cycles)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _loaded_and_read(scratch, plan)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _loaded_and_read(scratch: ScratchKernel, plan: _Plan) -> _Reads:
+    """Runs in the scratch process: the loads of ``plan`` (see :func:`_plan`), and the reads."""
 
     def named(where: tuple[str, str]) -> Callable[[nfmsg.TableDump], set[str]]:
         return lambda dump: {name for family, table, name in plan.filled if (family, table) == where}
@@ -256,9 +233,7 @@ def _loaded_and_read(scratch: ScratchKernel, plan: _Plan) -> _Reads:
         after = {t: scratch.read(*t, named_and_anonymous(t)) for t in plan.tables}
     except ScratchError as exc:
         raise Untranscribable(f"the scratch namespace refused the document: {exc}") from exc
-    made = after.get((TABLE_FAMILY, TABLE_NAME))
-    records = drift.written_records(made, plan.whole) if plan.whole and made is not None else {}
-    return _Reads(before, after, deleted_keys, records)
+    return _Reads(before, after, deleted_keys)
 
 
 def _rules_and_definitions(context: list[Json], tables: set[tuple[str, str]]) -> list[Json]:

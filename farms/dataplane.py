@@ -759,7 +759,7 @@ class Applier:
                     records = self.kernel.written_records()
                     store_fingerprints(records)
                     recorded |= records.keys()
-        finally:  # the processes that wrote it let go of their memory before the worker reads the table back
+        finally:  # the processes that wrote it let go of their memory before the worker reads anything back
             self.kernel.release()
         return recorded
 

@@ -375,7 +375,7 @@ def table_record(dump: nfmsg.TableDump) -> Record:
     for name in dump.chains:
         record.update(_chain_entries(view, name, prefix))
     for name, set_ in dump.sets.items():
-        if not nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS:
+        if not nfmsg.is_anonymous(set_):
             record[f"set {prefix}{name}"] = set_hash(set_)
             if not nfmsg.set_flags(set_) & nfmsg.SET_TIMEOUT:  # DSR persistence entries are traffic's, not drift
                 record[f"elements {prefix}{name}"] = sorted(element_hash(e) for e in view.elements(name))
@@ -502,7 +502,7 @@ def _owned_objects(
     table = nfmsg.find_table(family, name, sock)
     use = table.get(nfmsg.TABLE_USE) if table is not None else None
     flowtables = sum(1 for _ in nfmsg.each_object(nfmsg.GETFLOWTABLE, family, table_attr, sock))
-    named_sets = sum(1 for set_ in read.sets.values() if not nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS)
+    named_sets = sum(1 for set_ in read.sets.values() if not nfmsg.is_anonymous(set_))
     if use is None or nfmsg.U32.unpack(use)[0] != len(read.chains) + named_sets + len(found) + flowtables:
         return None
     return found
@@ -540,7 +540,7 @@ def read_kernel(units: Mapping[str, UnitObjects], sock: socket.socket | None = N
         for name in view.chains.keys() - owners.chains.keys():  # chains nobody owns
             skeleton.update(_chain_entries(view, name))
         for name, set_ in view.sets.items():
-            if name not in owners.sets and not nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS:
+            if name not in owners.sets and not nfmsg.is_anonymous(set_):
                 skeleton[f"set {name}"] = set_hash(set_)
         for name, (_kind, found) in view.objects.items():
             if name not in owners.objects:
@@ -573,7 +573,7 @@ def written_records(dump: nfmsg.TableDump, units: Mapping[str, UnitObjects]) -> 
     a table of its own (DSR)."""
     owners = owners_of(units)
     view = FullView(dump)
-    anonymous = any(nfmsg.set_flags(s) & nfmsg.SET_ANONYMOUS for s in dump.sets.values())
+    anonymous = any(nfmsg.is_anonymous(s) for s in dump.sets.values())
     records = {}
     for key, objects in units.items():
         rules = (rule for chain in objects.chains for rule in dump.rules.get(chain, []))
@@ -585,8 +585,7 @@ def written_records(dump: nfmsg.TableDump, units: Mapping[str, UnitObjects]) -> 
 
 
 def _uses_anonymous_set(dump: nfmsg.TableDump, rule: nfmsg.Obj) -> bool:
-    sets = (dump.sets.get(name) for name in nfmsg.rule_set_references(rule))
-    return any(s is not None and nfmsg.set_flags(s) & nfmsg.SET_ANONYMOUS for s in sets)
+    return any(nfmsg.is_anonymous(dump.sets.get(name)) for name in nfmsg.rule_set_references(rule))
 
 
 def probe_records(
@@ -732,7 +731,7 @@ def removal_messages(
 
     # 3. sets: dynamic ones and static ones kept when unchanged (static ones emptied), else removed
     for name, set_ in dump.sets.items():
-        if nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS:
+        if nfmsg.is_anonymous(set_):
             continue
         key = owner(name, owners.sets)
         if key == SKELETON:

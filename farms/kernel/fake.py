@@ -193,7 +193,7 @@ class FakeKernel:
 
     def prefetch(self, document: Json, context: list[Json], whole: Mapping[str, UnitObjects] | None = None) -> int:
         """Nothing to start ahead here: recorded, so a test sees which changes were announced. The units
-        announced ``whole`` are recorded when the change is committed (as the real kernel's scratch does)."""
+        announced ``whole`` are recorded when the change is committed (as the real kernel writer does)."""
         self.calls.append(Call("prefetch", document.get("nftables", [])))
         if whole:
             self._whole[id(document)] = (document, dict(whole))

@@ -207,7 +207,7 @@ class IsolatedKernel(Kernel):
 
     def release(self) -> None:
         """End the kernel writer (and its scratch process with it): what they took for a bulk change stays
-        with them once freed, ~290 MB after 10,000 farms, while the worker reads the whole table back."""
+        with them once freed, ~290 MB after 10,000 farms, while the worker reads back what it must."""
         writer().close()
 
     def list_table(self, family: str | None = None, name: str | None = None) -> list[dict[str, Any]] | None:

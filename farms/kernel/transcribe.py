@@ -217,9 +217,7 @@ def _read_scratch(scratch: ScratchKernel, plan: _Plan) -> _Reads:
             earlier = before[where].rules
             new_rules = [r for chain, rules in dump.rules.items() for r in rules[len(earlier.get(chain, [])) :]]
             referenced = {n for r in new_rules for n in nfmsg.rule_set_references(r)}
-            anonymous = {
-                n for n in referenced if n in dump.sets and nfmsg.set_flags(dump.sets[n]) & nfmsg.SET_ANONYMOUS
-            }
+            anonymous = {n for n in referenced if nfmsg.is_anonymous(dump.sets.get(n))}
             return named(where)(dump) | anonymous
 
         return sets
@@ -436,7 +434,7 @@ class _Writer:
         renames = {}
         for name in nfmsg.rule_set_references(rule):
             set_ = after.sets.get(name)
-            if set_ is None or not nfmsg.set_flags(set_) & nfmsg.SET_ANONYMOUS or name in renames:
+            if not nfmsg.is_anonymous(set_) or name in renames:
                 continue
             self.set_ids += 1
             template = re.sub(r"\d+$", "%d", name)

@@ -261,6 +261,8 @@ def main() -> None:
                         help="kernel --check up to this many farms (1000: slow)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the JSON result (bench/results)")
     args = parser.parse_args()
+    if args.full_reps < 1:  # the worker's full apply is reported beside it: a run without it has no ratio
+        parser.error("--full-reps must be at least 1 (the kernel-limit load is the full apply's yardstick)")
     if os.geteuid() != 0:
         sys.exit("run as root (sudo): the benchmark builds network namespaces")
     if args.farms[-1] > cp_scale.max_farms(args.backends):

@@ -270,7 +270,11 @@ def scheduler_of(unit, chain: str) -> dict:
     assert mark["mangle"]["key"] == pick["mangle"]["key"] == ct_mark and lookup["vmap"]["key"] == ct_mark
     sched = pick["mangle"]["value"]["map"]["data"].removeprefix("@")
     targets = lookup["vmap"]["data"].removeprefix("@")
-    assert ("map", sched) in unit.objects.volatile and ("map", targets) in unit.objects.objects
+    assert ("map", targets) in unit.objects.objects
+    if sched == compiler.SCHEDULES_MAP:  # the shared map: the farm owns its slot's elements, not the map
+        assert sched in {name for name, _key in unit.objects.elements}
+    else:
+        assert ("map", sched) in unit.objects.volatile
     jumps = dict((key, verdict) for key, verdict in elements(targets))
     return {"key": mark["mangle"]["value"], "data": {"set": [[key, jumps[i]] for key, i in elements(sched)]}}
 
@@ -280,8 +284,30 @@ def test_round_robin_and_weighted_schedulers():
     assert vmap["key"] == {"numgen": {"mode": "inc", "mod": 2, "offset": 0}}  # the disabled backend is left out
     weighted = scheduler_of(compiler.compile_farm(DNS6), "farm-dns6")
     span = compiler.WEIGHT_SPAN  # weights 1 and 3: a quarter and three quarters of the span
-    assert weighted["key"]["numgen"] == {"mode": "random", "mod": span, "offset": 0}
-    assert [e[0] for e in weighted["data"]["set"]] == [{"range": [0, span // 4 - 1]}, {"range": [span // 4, span - 1]}]
+    base = DNS6.id * compiler.SCHEDULE_STRIDE  # the farm's slot of the shared schedules map
+    assert weighted["key"]["numgen"] == {"mode": "random", "mod": span, "offset": base}
+    assert [e[0] for e in weighted["data"]["set"]] == [
+        {"range": [base, base + span // 4 - 1]},
+        {"range": [base + span // 4, base + span - 1]},
+    ]
+
+
+def test_a_farm_past_the_shared_slots_or_the_span_keeps_a_scheduler_map_of_its_own():
+    """A weight farm picks in its own slot of the shared ``schedules`` map while its id fits the slots and
+    its weights the span; past either, it keeps ``sched-<name>-id-w`` with the same shares."""
+    span = compiler.WEIGHT_SPAN
+    assert compiler.shared_pick_base(DNS6, DNS6.active_backends) == DNS6.id * compiler.SCHEDULE_STRIDE
+    far = replace(DNS6, id=compiler.SCHEDULE_SLOTS)
+    heavy = replace(DNS6, backends=tuple(replace(b, weight=span) for b in DNS6.backends))
+    for farm in (far, heavy):
+        assert compiler.shared_pick_base(farm, farm.active_backends) is None
+        unit = compiler.compile_farm(farm)
+        assert ("map", "sched-dns6-id-w") in unit.objects.volatile
+        assert compiler.SCHEDULES_MAP not in {name for name, _key in unit.objects.elements}
+    pick = scheduler_of(compiler.compile_farm(far), "farm-dns6")
+    assert pick["key"]["numgen"] == {"mode": "random", "mod": span, "offset": 0}
+    assert [e[0] for e in pick["data"]["set"]] == [{"range": [0, span // 4 - 1]}, {"range": [span // 4, span - 1]}]
+    assert scheduler_of(compiler.compile_farm(heavy), "farm-dns6")["key"]["numgen"]["mod"] == 2 * span
 
 
 def test_hash_schedulers_and_priority_groups():
@@ -501,14 +527,16 @@ def one_change(old: FarmSpec, new: FarmSpec, *, legacy: bool = False) -> dict:
 
 def test_a_change_inside_a_farm_sends_no_element_command():
     """A weight or a backend's state leaves the farm's entries in the shared maps as they are: any element
-    command makes libnftables read the elements of every interval set first (a cost that grows with farms).
-    Only the farm's own scheduler map is refilled."""
+    command makes libnftables read the elements of every interval set first (a cost that grows with farms,
+    in the scratch namespace and wherever libnftables writes the change). Only the farm's scheduler
+    elements change: its own map's, or those of its slot of the shared ``schedules`` map."""
     heavier = replace(WEB_REWEIGHTED, backends=(replace(WEB.backends[0], weight=5), WEB.backends[1]))
     enabled = replace(WEB, backends=(*WEB.backends[:2], replace(WEB.backends[2], state="enabled")))
     for old, new in ((WEB, WEB_REWEIGHTED), (WEB_REWEIGHTED, heavier), (WEB, enabled)):
         document = one_change(old, new)
         farm_maps = [c for c in element_commands(document) if "targets-" in json.dumps(c)]
-        elements = [c for c in element_commands(document) if "sched-" not in json.dumps(c) and c not in farm_maps]
+        sched = [c for c in element_commands(document) if _is_scheduler_element(c)]
+        elements = [c for c in element_commands(document) if c not in sched and c not in farm_maps]
         # a weight farm's own targets map is filled when it becomes one (rr -> weight), not on a weight change
         assert [list(c)[0] for c in farm_maps] == {WEB_REWEIGHTED: ["add", "add"], heavier: [], enabled: []}[new]
         if new is WEB_REWEIGHTED:  # backend 3 is gone: only its entries in the traffic counter map leave
@@ -517,6 +545,11 @@ def test_a_change_inside_a_farm_sends_no_element_command():
             assert document["nftables"] and not elements, new
         rewritten = any(c.get("add", {}).get("rule", {}).get("chain") == "farm-web" for c in document["nftables"])
         assert rewritten == (new is not heavier)  # a random pick's modulus does not follow the weights
+
+
+def _is_scheduler_element(command: dict) -> bool:
+    body = next(iter(command.values()))["element"]
+    return body["name"] == compiler.SCHEDULES_MAP or body["name"].startswith("sched-")
 
 
 def _rules_and_flushed_chains(document: dict) -> tuple[set[str], set[str]]:
@@ -538,7 +571,13 @@ def test_a_weight_change_rewrites_only_the_scheduler_map_and_the_digest_chain():
         rules, flushed = _rules_and_flushed_chains(document)
         assert rules == flushed == {"digest-dns6"}, document
         text = json.dumps(document)
-        assert '"flush": {"map"' in text and "sched-dns6-id" in text
+        if scheduler == "maglev":  # its own map, refilled
+            assert '"flush": {"map"' in text and "sched-dns6-id" in text
+        else:  # its slot of the shared map: the old shares leave, the new come, nothing else is flushed
+            changed = [(verb, next(iter(c.values()))["element"]["name"]) for c in element_commands(document)
+                       for verb in c]  # fmt: skip
+            assert changed == [("delete", compiler.SCHEDULES_MAP)] * 2 + [("add", compiler.SCHEDULES_MAP)] * 2
+            assert '"flush": {"map"' not in text
         assert not any("jump" in json.dumps(c) for c in element_commands(document))  # jumps cost a validation too
         chains = [c for c in document["nftables"] if "chain" in c.get("add", {}) or "chain" in c.get("delete", {})]
         assert chains == [{"add": {"chain": compiler.f.chain("digest-dns6")}}]
@@ -546,9 +585,10 @@ def test_a_weight_change_rewrites_only_the_scheduler_map_and_the_digest_chain():
     elements = [
         c["add"]["element"]["elem"] for c in compiler.compile_farm(heavier).creates if "element" in c.get("add", {})
     ]
-    (sched,) = [e for e in elements if e and isinstance(e[0][0], dict) and "range" in e[0][0]]
+    sched = [e for elems in elements for e in elems if isinstance(e[0], dict) and "range" in e[0]]
     widths = [high - low + 1 for (low, high) in (key["range"] for key, _verdict in sched)]
-    assert widths == [compiler.WEIGHT_SPAN // 8, compiler.WEIGHT_SPAN * 7 // 8]
+    span = compiler.WEIGHT_SPAN
+    assert sum(widths) == span and abs(widths[0] - span / 8) < 1 and abs(widths[1] - span * 7 / 8) < 1
 
 
 def test_a_change_keeps_the_chains_whose_rules_did_not_change():

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from farms.nft.compiler import skeleton_objects
+from farms.nft.compiler import SCHEDULES_MAP, schedule_slot, skeleton_objects
 from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
 from farms.nft.units import UnitObjects
 
@@ -75,6 +75,7 @@ class Owners:
     object_kinds: dict[str, str] = field(default_factory=dict)  # a named object's kind (counter, quota, ...)
     tables: dict[tuple[str, str], str] = field(default_factory=dict)
     shared: set[str] = field(default_factory=set)  # the skeleton's maps: their elements belong to units
+    slots: dict[int, str] = field(default_factory=dict)  # farm id -> its unit, for the schedules map's elements
 
     @property
     def units(self) -> set[str]:
@@ -100,6 +101,8 @@ def owners_of(units: Mapping[str, UnitObjects]) -> Owners:
                 owners.object_kinds[name] = kind
         for family, name in objects.tables:
             owners.tables[(family, name)] = key
+        if any(name == SCHEDULES_MAP for name, _key in objects.elements):
+            owners.slots[int(key.split(":", 1)[1])] = key
     return owners
 
 
@@ -317,11 +320,16 @@ def object_reference(element: nfmsg.Element) -> str | None:
 
 def element_owner(element: nfmsg.Element, owners: Owners) -> str:
     """The unit a shared-map element belongs to: the owner of the chain it jumps to, or of the counter
-    it counts into (the forward hook's counter maps); the skeleton's when nobody owns either."""
+    it counts into (the forward hook's counter maps), or, for the ``schedules`` map's elements (no
+    verdict, no counter), the farm whose slot holds its key; the skeleton's when nobody owns it."""
     chain = verdict_chain(element)
     if chain is not None:
         return owners.chains.get(chain, SKELETON)
-    return owners.objects.get(object_reference(element) or "", SKELETON)
+    counter = object_reference(element)
+    if counter is not None:
+        return owners.objects.get(counter, SKELETON)
+    value = nfmsg.key_value(element)
+    return SKELETON if value is None else owners.slots.get(schedule_slot(value), SKELETON)
 
 
 # -- records ----------------------------------------------------------------------------------
@@ -394,6 +402,8 @@ def add_shared_elements(
             records.setdefault(key, {}).pop(f"elements {name}", None)
         by_unit: dict[str, list[str]] = {}
         for element in view.elements(name):
+            if nfmsg.is_interval_floor(element):
+                continue
             owner = element_owner(element, owners)
             if only is None or owner in only:
                 by_unit.setdefault(owner, []).append(element_hash(element))
@@ -704,8 +714,13 @@ def removal_messages(
         gone = [
             e
             for e in dump.elements(name)
-            if element_owner(e, owners) in rewrite and (repair_skeleton or element_owner(e, owners) != SKELETON)
+            if not nfmsg.is_interval_floor(e)
+            and element_owner(e, owners) in rewrite
+            and (repair_skeleton or element_owner(e, owners) != SKELETON)
         ]
+        set_ = dump.sets.get(name)
+        if set_ is not None and nfmsg.set_flags(set_) & nfmsg.SET_INTERVAL:  # see nfmsg.ascending
+            gone = nfmsg.ascending(gone)
         payload = _attr(nfmsg.ELEM_LIST_TABLE, table) + _attr(nfmsg.ELEM_LIST_SET, name)
         for chunk in nfmsg.elements_payloads(gone, adding=False):
             out.append(_message(nfmsg.DELSETELEM, f"delete elements of map {name}", payload + chunk))

@@ -24,7 +24,14 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from farms.nft.compiler import BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, shared_maps, skeleton_objects
+from farms.nft.compiler import (
+    BASE_DIGEST_PREFIX,
+    DIGEST_PREFIX,
+    canonical,
+    schedule_slot,
+    shared_maps,
+    skeleton_objects,
+)
 from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
 from farms.nft.units import UnitObjects
 
@@ -89,12 +96,16 @@ def verdict_chain(element: Any) -> str | None:
 
 def element_owner(element: Any, owners: drift.Owners) -> str:
     """As ``drift.element_owner``: the owner of the chain a verdict jumps to, or of the counter an
-    object-map element names."""
+    object-map element names, or of the ``schedules`` slot a backend's id is kept in."""
     chain = verdict_chain(element)
     if chain is not None:
         return owners.chains.get(chain, drift.SKELETON)
     if isinstance(element, list) and len(element) == 2 and isinstance(element[1], str):
         return owners.objects.get(element[1], drift.SKELETON)
+    if isinstance(element, list) and len(element) == 2 and isinstance(element[1], int):
+        key = element[0]["range"][0] if isinstance(element[0], dict) else element[0]
+        if isinstance(key, int):
+            return owners.slots.get(schedule_slot(key), drift.SKELETON)
     return drift.SKELETON
 
 

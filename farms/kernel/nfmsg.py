@@ -50,14 +50,16 @@ RULE_TABLE, RULE_CHAIN, RULE_EXPRESSIONS, RULE_COMPAT, RULE_USERDATA = 1, 2, 4, 
 SET_TABLE, SET_NAME, SET_FLAGS, SET_ID = 1, 2, 3, 10
 ELEM_LIST_TABLE, ELEM_LIST_SET, ELEM_LIST_ELEMENTS, ELEM_LIST_SET_ID = 1, 2, 3, 4
 ELEM_KEY, ELEM_DATA, ELEM_FLAGS, ELEM_KEY_END = 1, 2, 3, 10
+ELEM_INTERVAL_END = 1  # NFT_SET_ELEM_INTERVAL_END: the element ends a range
 ELEM_OBJREF = 9  # NFTA_SET_ELEM_OBJREF: the named object (a counter) of an object-map element
-DATA_VERDICT, VERDICT_CHAIN = 2, 2  # NFTA_DATA_VERDICT, NFTA_VERDICT_CHAIN
+DATA_VALUE, DATA_VERDICT, VERDICT_CHAIN = 1, 2, 2  # NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_VERDICT_CHAIN
 OBJ_TABLE, OBJ_NAME, OBJ_TYPE, OBJ_DATA = 1, 2, 3, 4
 COUNTER_BYTES, COUNTER_PACKETS = 1, 2  # NFTA_COUNTER_* inside OBJ_DATA
 UDATA_RULE_COMMENT = 0  # libnftnl's user data type of a rule's comment, in RULE_USERDATA
 LIST_ELEM = 1
 EXPR_NAME, EXPR_DATA = 1, 2
 SET_ANONYMOUS = 0x1
+SET_INTERVAL = 0x4  # NFT_SET_INTERVAL: its elements are ranges, each a start and an end element
 SET_TIMEOUT = 0x10  # NFT_SET_TIMEOUT: elements expire (persistence entries, meters): the kernel's own state
 
 # Expressions that name a set: (expression, attribute with the set's name, attribute with its batch id)
@@ -170,6 +172,44 @@ class Element(Obj):
 
     def for_delete(self) -> bytes:
         return self.identity()
+
+
+def key_value(element: Element) -> int | None:
+    """A 32-bit key's value, None for other keys. An interval map's keys are in network byte order
+    (libnftables turns a mark, kept in host order, around for the kernel's ordered tree)."""
+    key = element.get(ELEM_KEY)
+    if key is None:
+        return None
+    for kind, _whole, data in raw_attrs(key):
+        if kind == DATA_VALUE and len(data) == 4:
+            return int.from_bytes(data, "big")
+    return None
+
+
+def _ends_range(element: Element) -> bool:
+    flags = element.get(ELEM_FLAGS)
+    return bool(flags) and bool(U32.unpack(flags)[0] & ELEM_INTERVAL_END)
+
+
+def is_interval_floor(element: Element) -> bool:
+    """The end element at key 0 that libnftables puts below an interval map's first range. It belongs to
+    the map, not to a unit, and matches nothing: records leave it out, and a change never deletes it
+    (another unit's change may find it gone)."""
+    return _ends_range(element) and key_value(element) == 0
+
+
+def ascending(elements: Iterable[Element]) -> list[Element]:
+    """An interval set's elements by their keys, a range's end before the next range's start at the same key.
+
+    Why: a dump gives them in the kernel's tree order, highest first, and the kernel refuses (``File
+    exists``: a partial overlap) a range sent end first beside a neighbour the set already holds, where
+    the same elements sent in this order, libnftables' own, go in. An interval set's keys all have one
+    length and are in network byte order, so their bytes sort as their values."""
+
+    def order(e: Element) -> tuple[bytes, bool]:
+        return e.get(ELEM_KEY) or b"", not _ends_range(e)
+
+    return sorted(elements, key=order)
 
 
 ELEMENTS_PER_ATTRIBUTE = 60000  # bytes: a netlink attribute's length is 16 bits

@@ -263,6 +263,8 @@ def _deletions(commands: list[Command], definitions: list[Json]) -> tuple[list[J
             elements = list(c.body["elem"])
         elif kind == "verdict":  # any verdict will do: only the keys are kept
             elements = [[key, {"accept": None}] for key in c.body["elem"]]
+        elif kind == "mark":  # any value will do (the schedules map: a backend's id)
+            elements = [[key, 0] for key in c.body["elem"]]
         elif kind == "counter":  # any counter will do: a placeholder of the scratch namespace alone
             probe = {"family": family, "table": table, "name": KEY_PROBE_COUNTER}
             if probe not in probes:
@@ -361,6 +363,8 @@ class _Writer:
             elements = self.reads.deleted_keys.get(key, [])
             if not elements:
                 raise Untranscribable(f"no keys found for the elements deleted from '{c.name}'")
+            if self._is_interval(c):  # in libnftables' order, and never the map's floor (see is_interval_floor)
+                elements = [e for e in nfmsg.ascending(elements) if not nfmsg.is_interval_floor(e)]
             payload = _attr(nfmsg.ELEM_LIST_TABLE, table) + _attr(nfmsg.ELEM_LIST_SET, c.name)
             for chunk in nfmsg.elements_payloads(elements, adding=False):
                 self._emit(nfmsg.DELSETELEM, c, payload + chunk)
@@ -419,7 +423,13 @@ class _Writer:
         new = [e for e in self.reads.after[c.where].elements.get(c.name, []) if e.identity() not in known]
         if not new:
             raise Untranscribable(f"the elements added to '{c.name}' did not appear in scratch")
+        if self._is_interval(c):
+            new = nfmsg.ascending(new)
         self._elements(c, c.name, new)
+
+    def _is_interval(self, c: Command) -> bool:
+        set_ = self.reads.after[c.where].sets.get(c.name)
+        return set_ is not None and bool(nfmsg.set_flags(set_) & nfmsg.SET_INTERVAL)
 
     def _add_rule(self, c: Command) -> None:
         family, table = c.where

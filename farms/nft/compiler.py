@@ -116,7 +116,10 @@ LOG_FORWARD_MAP = "log_forward_marks"  # ct mark -> the farm's chain that logs e
 REUSE_TTL = 120  # conntrack's TCP TIME_WAIT (nf_conntrack_tcp_timeout_time_wait): how long a reopen can happen
 REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when full, new ones are not learnt
 REUSE_ALTERNATIVES = 8  # backends tried after the scheduler's pick when another client holds the port there
-WEIGHT_SPAN = 1 << 24  # a NAT farm's random pick, whatever its weights (see _spread_vmap)
+WEIGHT_SPAN = (1 << 16) - 1  # a NAT farm's random pick, whatever its weights (see _spread_vmap)
+SCHEDULES_MAP = "schedules"  # the farms' random picks, each offset into its farm's slot -> a backend's id
+SCHEDULE_STRIDE = 1 << 16  # farm n's slot of the 32-bit ct mark starts at n * SCHEDULE_STRIDE
+SCHEDULE_SLOTS = 1 << 16  # farms 1..65535 have a slot (see shared_pick_base)
 # The NAT schedulers whose pick's rule stays when weights change: it goes through two maps (see nat_scheduler).
 STABLE_PICK_SCHEDULERS = ("weight", "leastconn", "maglev")
 NUMGEN_SCHEDULERS = ("rr", "weight", "leastconn")  # the others hash the flow: a reused port meets the same backend
@@ -272,22 +275,57 @@ def _weighted_vmap(make_key: Callable[[int], Json], backends: tuple[BackendSpec,
     return f.vmap(make_key(low), {"set": elems})
 
 
-def _spread_vmap(make_key: Callable[[int], Json], backends: tuple[BackendSpec, ...], target: Callable) -> Json:
+def _spread_vmap(
+    make_key: Callable[[int], Json], backends: tuple[BackendSpec, ...], target: Callable, base: int = 0
+) -> Json:
     """A random pick over a fixed span, each backend owning a share as wide as its weight's share.
 
     The pick's modulus so stays the same when a weight changes (or when the worker derives new
     least-connection weights): only the scheduler map's elements change, and the farm's chain,
     whose rule would cost the kernel a validation of every jump of the table, stays as it is. The
-    shares are exact to 1 in 2**24. Beyond that total weight, the modulus is the total itself."""
+    shares are exact to 1 in 65,535. Beyond that total weight, the modulus is the total itself.
+    ``base``: where the farm's slot of the shared schedules map starts (see :func:`shared_pick_base`);
+    the keys are offset by it, and ``make_key`` is handed the span and the base."""
     total = sum(b.weight for b in backends)
     if total > WEIGHT_SPAN:
         return _weighted_vmap(make_key, backends, target)
     elems, seen = [], 0
     for b in backends:
         low, high = seen * WEIGHT_SPAN // total, (seen + b.weight) * WEIGHT_SPAN // total - 1
-        elems.append([f.port_value(low, high), f.jump(target(b))])
+        elems.append([f.port_value(base + low, base + high), f.jump(target(b))])
         seen += b.weight
     return f.vmap(make_key(WEIGHT_SPAN), {"set": elems})
+
+
+def shared_pick_base(farm: FarmSpec, backends: tuple[BackendSpec, ...]) -> int | None:
+    """Where a ``weight`` or ``leastconn`` farm's random pick starts in the shared ``schedules`` map, or
+    None when the farm keeps a scheduler map of its own.
+
+    Why one map for all of them: the kernel finds a set by name walking the table's list of sets,
+    when it creates the set, adds its elements and binds it to a rule, so a bulk apply's cost grows
+    with the square of the number of named sets (perf: ~35 % of all samples of a 10,000-farm apply
+    in ``nft_set_lookup_global`` and ``nf_tables_newset``, with two per farm). The pick
+    ``numgen random mod WEIGHT_SPAN offset <base>`` lands in the farm's own slot of the 32-bit ct mark,
+    ``base = id * SCHEDULE_STRIDE``, and the shared interval map takes it to the backend's id: one named
+    set per farm (its ``targets-<name>``, a verdict map: one shared verdict map would make the kernel
+    walk all of its elements for every rule that looks it up, when it validates the table's jumps).
+    A farm whose id is past the slots (65,535) or whose weights add up to more than the span keeps
+    its own ``sched-<name>-id-w``: the same packets' path, at the cost of a set.
+
+    The span is one less than the stride: the kernel keeps a range as a start element and an end
+    element (the value after its last), so the farm's last range ends at ``base + WEIGHT_SPAN`` inside
+    its own slot, no range of one farm touches another's, and every element of the map tells its farm
+    by its key alone (:func:`schedule_slot`)."""
+    if farm.scheduler not in ("weight", "leastconn") or not 0 < farm.id < SCHEDULE_SLOTS:
+        return None
+    if sum(b.weight for b in backends) > WEIGHT_SPAN:
+        return None
+    return farm.id * SCHEDULE_STRIDE
+
+
+def schedule_slot(value: int) -> int:
+    """The farm id whose slot of the ``schedules`` map holds ``value`` (a start or an end element's key)."""
+    return value // SCHEDULE_STRIDE
 
 
 def maglev_fields(farm: FarmSpec) -> tuple[str, ...]:
@@ -312,11 +350,16 @@ def _maglev_vmap(farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Call
 
 
 def scheduler_map(
-    farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None, *, spread: bool = False
+    farm: FarmSpec,
+    backends: tuple[BackendSpec, ...],
+    target: Callable | None = None,
+    *,
+    spread: bool = False,
+    base: int = 0,
 ) -> Json:
     """The verdict map that picks one backend for a new connection: it jumps to ``target(backend)``,
     the backend's chain unless told otherwise. ``spread``: a random pick over a span that does not
-    depend on the weights (see :func:`_spread_vmap`)."""
+    depend on the weights (see :func:`_spread_vmap`), offset by ``base``."""
     target = target or (lambda b: backend_chain_name(farm, b.id))
     if farm.scheduler == "rr":  # weighted, as nftlb: each backend takes weight turns in a row
         return _weighted_vmap(lambda total: f.numgen("inc", total), backends, target)
@@ -331,7 +374,7 @@ def scheduler_map(
         return _maglev_vmap(farm, backends, target)
     # weight, and leastconn (whose weights the worker derives from live connection counts)
     if spread:
-        return _spread_vmap(lambda span: f.numgen("random", span), backends, target)
+        return _spread_vmap(lambda span: f.numgen("random", span, base), backends, target, base)
     return _weighted_vmap(lambda total: f.numgen("random", total), backends, target)
 
 
@@ -356,31 +399,40 @@ def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...]
     (961 s at 10,000 farms). A named map costs no such walk. libnftables 1.0.6 cannot declare (in
     JSON) a named map keyed by ``numgen``/``jhash``, whose type is a bare integer, so the pick goes
     through the ct mark, a 32-bit key of type ``mark``: ``ct mark set <numgen|jhash|symhash>``, then
-    ``ct mark set ct mark map @sched-<name>-id`` (the pick's value -> the backend's id), then
-    ``ct mark vmap @targets-<name>`` (the id -> a jump to the backend's chain); every chain that map
-    jumps to puts the farm's mark back first (see :func:`_restore_mark`), before anything reads it.
+    ``ct mark set ct mark map @sched-<name>-id`` (the pick's value -> the backend's id; for ``weight``
+    and ``leastconn`` the shared ``@schedules``, where the pick lands in the farm's own slot, see
+    :func:`shared_pick_base`), then ``ct mark vmap @targets-<name>`` (the id -> a jump to the backend's
+    chain); every chain that map jumps to puts the farm's mark back first (see :func:`_restore_mark`),
+    before anything reads it.
 
     Two maps, because adding an element that jumps makes the kernel validate every jump of the
     whole table (~80 ms at 10,000 farms): the scheduler map holds no verdict, so a weight change
-    (or Maglev's new table after a backend went down) refills it alone, and ``targets-<name>``
-    changes element by element, only when a backend comes or goes. Only for the schedulers whose
+    (or Maglev's new table after a backend went down) changes its elements alone (refills the farm's
+    own map; replaces the farm's shares in the shared one), and ``targets-<name>`` changes element
+    by element, only when a backend comes or goes. Only for the schedulers whose
     pick's rule does not follow the weights (``STABLE_PICK_SCHEDULERS``): for rr and the hashes a
     weight changes the modulus, so the rule is rewritten (and validated) anyway, and their farms keep
     one map, ``sched-<name>``, from the pick to the jump: the kernel finds a set by name walking
     the table's list of sets, so a second set per farm made a 10,000-farm load ~3 times slower
     (23 s -> 67 s of ``nft -j -f``)."""
-    verdict = scheduler_map(farm, backends, target, spread=True)["vmap"]
     two_maps = farm.scheduler in STABLE_PICK_SCHEDULERS
+    base = shared_pick_base(farm, backends) if two_maps else None
+    verdict = scheduler_map(farm, backends, target, spread=True, base=base or 0)["vmap"]
     elements = verdict["data"]["set"]
     if two_maps:  # the pick's value -> the id of the backend it jumps to
         target = target or (lambda x: backend_chain_name(farm, x.id))
         ids = {target(x): x.id for x in backends}
         elements = [[key, ids[jump["jump"]["target"]]] for key, jump in elements]
-    interval = any(isinstance(key, dict) for key, _value in elements)
-    name = sched_map_name(farm, interval, ids=two_maps)
-    data = "mark" if two_maps else "verdict"
-    b.obj("map", f.named_map(name, "mark", data, ["interval"] if interval else None), volatile=True)
-    b.creates.append(f.add("element", f.element(name, elements)))
+    if base is not None:  # the farm's slot of the shared map, element by element (see shared_pick_base)
+        name = SCHEDULES_MAP
+        for key, backend_id in elements:
+            b.element(name, key, backend_id)
+    else:
+        interval = any(isinstance(key, dict) for key, _value in elements)
+        name = sched_map_name(farm, interval, ids=two_maps)
+        data = "mark" if two_maps else "verdict"
+        b.obj("map", f.named_map(name, "mark", data, ["interval"] if interval else None), volatile=True)
+        b.creates.append(f.add("element", f.element(name, elements)))
     if not two_maps:
         return [f.set_ct_mark(verdict["key"]), f.vmap(f.ct("mark"), "@" + name)]
     targets = targets_map_name(farm)
@@ -976,6 +1028,7 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         f.add("map", f.named_map(traffic_map(6), ["ipv6_addr", "mark", "ct_dir"], "counter")),
         f.add("map", f.named_map(LOG_FORWARD_MAP, "mark", "verdict")),
         f.add("map", f.named_map(ROUTE_MARKS, "mark", "verdict")),
+        f.add("map", f.named_map(SCHEDULES_MAP, "mark", "mark", ["interval"])),
         f.add("chain", f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT)),
     ]
     rules = [f.rule("prerouting", expr) for expr in _dispatch_rules("dispatch")]
@@ -1324,7 +1377,12 @@ def _kept_elements(old: UnitObjects, new: UnitRuleset) -> set[tuple[str, str, st
     set of the table, which costs time in proportion to the number of farms."""
     chains = set(old.chains) & set(new.objects.chains)
     kept = set()
+    schedules = [{e for e in x.element_entries() if e[0] == SCHEDULES_MAP} for x in (old, new.objects)]
     for entry in old.element_entries() & new.objects.element_entries():
+        if entry[0] == SCHEDULES_MAP and schedules[0] != schedules[1]:
+            # a range is a start and an end element, and a range's end may be its neighbour's start:
+            # the farm's shares in the shared map are replaced together, or not at all
+            continue
         target = json.loads(entry[2])
         if isinstance(target, dict) and len(target) == 1:
             ((verb, body),) = target.items()

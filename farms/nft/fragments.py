@@ -110,8 +110,8 @@ def counter_map_ref(key: Json, map_name: str) -> Json:
     return {"counter": {"map": {"key": key, "data": "@" + map_name}}}
 
 
-def numgen(mode: str, modulus: int) -> Json:
-    return {"numgen": {"mode": mode, "mod": modulus, "offset": 0}}
+def numgen(mode: str, modulus: int, offset: int = 0) -> Json:
+    return {"numgen": {"mode": mode, "mod": modulus, "offset": offset}}
 
 
 def vmap(key: Json, data: Any) -> Json:

@@ -36,7 +36,7 @@ from bench.cp_util import PYTHON, ROOT
 # catch ("read" detections). Times are CLOCK_MONOTONIC, which the watcher shares with
 # this process.
 WATCHER = r"""
-import errno, json, select, socket, struct, sys, time
+import errno, json, re, select, socket, struct, sys, time
 
 NETLINK_NETFILTER, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, NFNLGRP_NFTABLES, SO_RCVBUFFORCE = 12, 270, 1, 7, 33
 NEWRULE = (10 << 8) | 6  # NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWRULE
@@ -102,13 +102,21 @@ def deep_read():
 
     nft = nftables.Nftables()
     nft.set_json_output(True)
+    slot = None
     for name in (f"sched-{FARM}-id-w", f"sched-{FARM}-id", f"sched-{FARM}-w", f"sched-{FARM}"):
         rc, out, _err = nft.cmd(f"list map inet lbweb {name}")
         if rc == 0 and out:
             break
-    else:
-        return None
+    else:  # a weight farm's slot of the shared map: where its pick's offset puts it
+        rc, out, _err = nft.cmd(f"list chain inet lbweb farm-{FARM}")
+        offsets = [m.group(1) for m in [re.search(r'"offset":\s*(\d+)', out)] if m] if rc == 0 else []
+        rc, out, _err = nft.cmd("list map inet lbweb schedules")
+        if not offsets or rc != 0:
+            return None
+        slot = int(offsets[0]) >> 16
     elements = next(i["map"].get("elem", []) for i in json.loads(out)["nftables"] if "map" in i)
+    if slot is not None:
+        elements = [e for e in elements if _low(e[0]) >> 16 == slot]
     widths = []
     for key, _verdict in elements:
         if isinstance(key, dict) and "prefix" in key:  # libnftables prints an aligned range as a prefix
@@ -117,6 +125,12 @@ def deep_read():
             low, high = key["range"] if isinstance(key, dict) else (key, key)
             widths.append(high - low + 1)
     return [sum(widths), widths]
+
+
+def _low(key):
+    if isinstance(key, dict) and "prefix" in key:
+        return key["prefix"]["addr"]
+    return key["range"][0] if isinstance(key, dict) else key
 
 
 def read():

@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from farms.nft.compiler import document, merge_elements
 from farms.types import Json
 
 from . import nfmsg
@@ -197,6 +198,10 @@ def _plan(commands: list[Command], context: list[Json]) -> _Plan:
         for c in commands
         if c.verb == "add" and (c.kind in ("rule", "element") or (c.kind, *c.where, c.name) not in present)
     ]
+    # each set's elements in one command, as libnftables gets a full load (see merge_elements): it evaluates
+    # an interval set anew for every command that adds to it, so one a farm's range took time in the square
+    # of a transaction's ranges (the shared schedules map)
+    additions = merge_elements(document(additions))["nftables"]
     filled = {(*c.where, c.name) for c in commands if c.verb == "add" and c.kind in ("set", "map", "element")}
     deletions, deleted_from = _deletions(commands, definitions)
     return _Plan(tables, _text(loaded), _text(additions), filled, _text(deletions), deleted_from)

@@ -260,6 +260,16 @@ def scheduler_of(unit, chain: str) -> dict:
         return [e for elems in found for e in elems]
 
     rule = last_rule(unit, chain)
+    if len(rule) == 1:  # the shared schedules map: the pick, a jump to the schedule chain, then the targets
+        rules = [c["add"]["rule"]["expr"] for c in unit.creates if c["add"].get("rule", {}).get("chain") == chain]
+        mark, jump = rules[-2][-2:]
+        assert jump == {"jump": {"target": compiler.SCHEDULE_CHAIN}} and mark["mangle"]["key"] == ct_mark
+        targets = rule[0]["vmap"]["data"].removeprefix("@")
+        assert rule[0]["vmap"]["key"] == ct_mark and ("map", targets) in unit.objects.objects
+        assert compiler.SCHEDULES_MAP in {name for name, _key in unit.objects.elements}
+        jumps = dict((key, verdict) for key, verdict in elements(targets))
+        shares = elements(compiler.SCHEDULES_MAP)
+        return {"key": mark["mangle"]["value"], "data": {"set": [[key, jumps[i]] for key, i in shares]}}
     if "map" not in rule[-2]["mangle"]["value"]:  # one map
         mark, lookup = rule[-2:]
         name = lookup["vmap"]["data"].removeprefix("@")
@@ -270,11 +280,7 @@ def scheduler_of(unit, chain: str) -> dict:
     assert mark["mangle"]["key"] == pick["mangle"]["key"] == ct_mark and lookup["vmap"]["key"] == ct_mark
     sched = pick["mangle"]["value"]["map"]["data"].removeprefix("@")
     targets = lookup["vmap"]["data"].removeprefix("@")
-    assert ("map", targets) in unit.objects.objects
-    if sched == compiler.SCHEDULES_MAP:  # the shared map: the farm owns its slot's elements, not the map
-        assert sched in {name for name, _key in unit.objects.elements}
-    else:
-        assert ("map", sched) in unit.objects.volatile
+    assert ("map", sched) in unit.objects.volatile and ("map", targets) in unit.objects.objects
     jumps = dict((key, verdict) for key, verdict in elements(targets))
     return {"key": mark["mangle"]["value"], "data": {"set": [[key, jumps[i]] for key, i in elements(sched)]}}
 
@@ -439,11 +445,12 @@ def last_rule_first(unit, chain: str) -> list:
 
 
 def test_hooks_exist_only_while_a_farm_needs_them():
-    """No farm: only prerouting. A DNAT farm adds forward (accounting); SNAT adds postrouting; the options
-    with a per-packet cost (guard, stateless, intra-connect, offload) add theirs only when a farm uses them."""
+    """No farm: only prerouting (and the schedule chain, no hook: only farms jump to it). A DNAT farm adds
+    forward (accounting); SNAT adds postrouting; the options with a per-packet cost (guard, stateless,
+    intra-connect, offload) add theirs only when a farm uses them."""
     assert compiler.compile_hooks([]) == {}
     chains, _maps = compiler.skeleton_objects()
-    assert chains == ["prerouting"]
+    assert chains == [compiler.SCHEDULE_CHAIN, "prerouting"]
     dnat = replace(DNS6, id=20, name="d")
     assert set(compiler.compile_hooks([dnat])) == {"hook:forward"}
     assert set(compiler.compile_hooks([WEB])) == {"hook:forward", "hook:postrouting"}

@@ -118,6 +118,7 @@ REUSE_SET_SIZE = 262144  # client address . port pairs learnt per backend; when 
 REUSE_ALTERNATIVES = 8  # backends tried after the scheduler's pick when another client holds the port there
 WEIGHT_SPAN = (1 << 16) - 1  # a NAT farm's random pick, whatever its weights (see _spread_vmap)
 SCHEDULES_MAP = "schedules"  # the farms' random picks, each offset into its farm's slot -> a backend's id
+SCHEDULE_CHAIN = "schedule"  # the one rule that looks the schedules map up (see shared_pick_base)
 SCHEDULE_STRIDE = 1 << 16  # farm n's slot of the 32-bit ct mark starts at n * SCHEDULE_STRIDE
 SCHEDULE_SLOTS = 1 << 16  # farms 1..65535 have a slot (see shared_pick_base)
 # The NAT schedulers whose pick's rule stays when weights change: it goes through two maps (see nat_scheduler).
@@ -312,6 +313,11 @@ def shared_pick_base(farm: FarmSpec, backends: tuple[BackendSpec, ...]) -> int |
     A farm whose id is past the slots (65,535) or whose weights add up to more than the span keeps
     its own ``sched-<name>-id-w``: the same packets' path, at the cost of a set.
 
+    The farm's chain jumps to the skeleton's ``schedule`` chain, whose one rule looks the map up, rather
+    than looking it up itself: the kernel walks every element of a map when a rule in another chain
+    binds it, and every binding when an element is added, so a lookup a farm made a 10,000-farm apply
+    quadratic (114-123 s, perf: ``rb_next`` under ``nf_tables_bind_set`` and ``nft_add_set_elem``).
+
     The span is one less than the stride: the kernel keeps a range as a start element and an end
     element (the value after its last), so the farm's last range ends at ``base + WEIGHT_SPAN`` inside
     its own slot, no range of one farm touches another's, and every element of the map tells its farm
@@ -391,7 +397,9 @@ def targets_map_name(farm: FarmSpec) -> str:
     return f"targets-{farm.name}"
 
 
-def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...], target: Callable | None = None):
+def nat_scheduler(
+    b: _Builder, farm: FarmSpec, chain: str, backends: tuple[BackendSpec, ...], target: Callable | None = None
+):
     """The statements that pick one backend of a NAT farm for a new connection, through named maps.
 
     An anonymous map costs the kernel a walk of the whole transaction when it is bound to its rule
@@ -436,9 +444,13 @@ def nat_scheduler(b: _Builder, farm: FarmSpec, backends: tuple[BackendSpec, ...]
     if not two_maps:
         return [f.set_ct_mark(verdict["key"]), f.vmap(f.ct("mark"), "@" + name)]
     targets = targets_map_name(farm)
+    if base is not None:  # the pick, then the shared lookup in the schedule chain (see shared_pick_base)
+        b.rule(chain, [f.set_ct_mark(verdict["key"]), f.jump(SCHEDULE_CHAIN)])
     b.obj("map", f.named_map(targets, "mark", "verdict"))
     for backend in sorted(backends, key=lambda x: x.id):
         b.element(targets, backend.id, f.jump(target(backend)))
+    if base is not None:
+        return [f.vmap(f.ct("mark"), "@" + targets)]
     return [
         f.set_ct_mark(verdict["key"]),
         f.set_ct_mark({"map": {"key": f.ct("mark"), "data": "@" + name}}),
@@ -560,7 +572,7 @@ def _reuse_rules(b: _Builder, farm: FarmSpec, chain: str, backends: tuple[Backen
         lookup = f.match(_reuse_key(farm), "@" + reuse_set_name(farm, backend.id))
         b.rule(chain, [*tcp, lookup, f.jump(backend_chain_name(farm, backend.id))])
     if len(backends) == 1:
-        return nat_scheduler(b, farm, backends)
+        return nat_scheduler(b, farm, chain, backends)
     for i, backend in enumerate(backends):
         pick, other = pick_chain_name(farm, backend.id), elsewhere_chain_name(farm, backend.id)
         b.chain(other)
@@ -572,7 +584,7 @@ def _reuse_rules(b: _Builder, farm: FarmSpec, chain: str, backends: tuple[Backen
         b.chain(pick)
         b.rule(pick, _restore_mark(farm, [*tcp, f.match(sport, "@" + ports_set_name(farm, backend.id)), _goto(other)]))
         b.rule(pick, [_goto(backend_chain_name(farm, backend.id))])
-    return nat_scheduler(b, farm, backends, lambda x: pick_chain_name(farm, x.id))
+    return nat_scheduler(b, farm, chain, backends, lambda x: pick_chain_name(farm, x.id))
 
 
 def _refuse(b: _Builder, farm: FarmSpec, tag: str, prefix: str, counter: str) -> list[Json]:
@@ -826,7 +838,7 @@ def _nat_farm(b: _Builder, farm: FarmSpec) -> None:
     if backends and keeps_reused_ports(farm):
         tail = _reuse_rules(b, farm, chain, backends)
     elif backends:
-        tail = nat_scheduler(b, farm, backends)
+        tail = nat_scheduler(b, farm, chain, backends)
     elif farm.fallback is not None:
         tail = [f.jump(_fallback_chain(b, farm))]
     else:  # no active backend and no fallback: refuse at once rather than let the VIP fall through to the host
@@ -1029,9 +1041,11 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         f.add("map", f.named_map(LOG_FORWARD_MAP, "mark", "verdict")),
         f.add("map", f.named_map(ROUTE_MARKS, "mark", "verdict")),
         f.add("map", f.named_map(SCHEDULES_MAP, "mark", "mark", ["interval"])),
+        f.add("chain", f.chain(SCHEDULE_CHAIN)),
         f.add("chain", f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT)),
     ]
     rules = [f.rule("prerouting", expr) for expr in _dispatch_rules("dispatch")]
+    rules.append(f.rule(SCHEDULE_CHAIN, [f.set_ct_mark({"map": {"key": f.ct("mark"), "data": "@" + SCHEDULES_MAP}})]))
     return cmds, rules, digest_of([COMPILER_VERSION, cmds, rules])
 
 

@@ -344,7 +344,7 @@ def main() -> None:
         ]
         api.wait_applied(farm["id"])
         answers = {a["backend"] for a in lab.http_get(vip4(1), 80, count=30)}
-        watcher = Watcher(lab.lb, LATENCY_FARM)
+        watcher = Watcher(lab.lb, LATENCY_FARM, farm["id"])
         if not shares_match(watcher.initial, weights):
             raise RuntimeError(f"the watcher reads {watcher.initial}, expected the shares of {weights}")
         cp_scale.weight_changes(api, watcher, backends, weights, 5, gap)  # warm-up: connections, caches, imports

@@ -45,6 +45,7 @@ RULE_TABLE, RULE_CHAIN, RULE_USERDATA = 1, 2, 7  # NFTA_RULE_*
 UDATA_COMMENT = 0  # NFTNL_UDATA_RULE_COMMENT
 SAFETY_READ, TIMEOUT = 0.5, 60.0
 FARM = sys.argv[1]
+FARM_ID = int(sys.argv[2]) if len(sys.argv) > 2 else None  # its slot of the schedules map, when known
 CHAIN = "digest-" + FARM
 sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
 sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
@@ -107,13 +108,15 @@ def deep_read():
         rc, out, _err = nft.cmd(f"list map inet lbweb {name}")
         if rc == 0 and out:
             break
-    else:  # a weight farm's slot of the shared map: where its pick's offset puts it
-        rc, out, _err = nft.cmd(f"list chain inet lbweb farm-{FARM}")
-        offsets = [m.group(1) for m in [re.search(r'"offset":\s*(\d+)', out)] if m] if rc == 0 else []
+    else:  # a weight farm's slot of the shared map: its id, or where its pick's offset puts it
+        offsets = [FARM_ID << 16] if FARM_ID else []
+        if not offsets:  # libnftables reads the whole table for this: ~16 s at 10,000 farms
+            rc, out, _err = nft.cmd(f"list chain inet lbweb farm-{FARM}")
+            offsets = [int(m.group(1)) for m in [re.search(r'"offset":\s*(\d+)', out)] if m] if rc == 0 else []
         rc, out, _err = nft.cmd("list map inet lbweb schedules")
         if not offsets or rc != 0:
             return None
-        slot = int(offsets[0]) >> 16
+        slot = offsets[0] >> 16
     elements = next(i["map"].get("elem", []) for i in json.loads(out)["nftables"] if "map" in i)
     if slot is not None:
         elements = [e for e in elements if _low(e[0]) >> 16 == slot]
@@ -205,9 +208,10 @@ def shares_match(seen: list | None, weights: list[int]) -> bool:
 class Watcher:
     """The long-lived kernel watcher in the LB namespace (see WATCHER), for one farm."""
 
-    def __init__(self, netns: str, farm: str):
+    def __init__(self, netns: str, farm: str, farm_id: int | None = None):
+        extra = [str(farm_id)] if farm_id else []
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", netns, str(PYTHON), "-c", WATCHER, farm],
+            ["ip", "netns", "exec", netns, str(PYTHON), "-c", WATCHER, farm, *extra],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -248,7 +252,10 @@ class Watcher:
 # -- the kernel limit ----------------------------------------------------------------------
 #
 # The baseline of a full apply: the same configuration, compiled by the same compiler into the
-# worker's full document (what a resync sends), written to a file and loaded straight into the
+# worker's full document (what a resync sends), each set's elements in one command as lbweb hands
+# libnftables a document (``compiler.merge_elements``: libnftables evaluates an interval set anew for
+# every command that adds to it, and 10,000 weight farms put 100,000 ranges in the one schedules map),
+# written to a file and loaded straight into the
 # kernel of the LB namespace with ``nft -j -f``: libnftables parsing the JSON plus the kernel
 # committing one transaction, with no database, no queue and no worker. lbweb's table is deleted
 # first, so each load starts from an empty namespace; the document rebuilds the same table (the
@@ -269,6 +276,7 @@ t0 = time.perf_counter()
 snap = localise(snapshot())
 t1 = time.perf_counter()
 document = compiler.full_document(snap.specs, snap.policies, stale_tables=Kernel().dsr_tables())
+document = compiler.merge_elements(document)
 t2 = time.perf_counter()
 with open(path, "w") as out:
     json.dump(document, out)

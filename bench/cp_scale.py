@@ -347,12 +347,12 @@ def weight_changes(api: Api, watcher: Watcher, backends: list[int], weights: lis
 def single_changes(api: Api, netns: str, count: int, gap: float, farm_count: int) -> dict:
     """One backend's weight of one scale farm, PATCHed through the REST API ``count`` times, each timed from
     the request to the new rule in the kernel; and the worker's ApplyRun of each."""
-    from farms.models import ApplyRun, Backend
+    from farms.models import ApplyRun, Backend, Farm
 
     name = scale_name(farm_count // 2)
     rows = list(Backend.objects.filter(farm__name=name).order_by("id").values_list("id", "weight"))
     backends, weights = [r[0] for r in rows], [r[1] for r in rows]
-    watcher = Watcher(netns, name)
+    watcher = Watcher(netns, name, Farm.objects.get(name=name).id)
     try:
         if not shares_match(watcher.initial, weights):
             raise RuntimeError(f"the watcher reads {watcher.initial}, expected the shares of {weights}")

@@ -17,7 +17,7 @@ import pytest
 from farms.nft import compiler
 from farms.nft.spec import PolicySpec
 from tests.stack import ROOT, VENV_BIN
-from tests.test_compiler import ALL_FARMS, ALLOW, DENY, FEATURES, WEB, WEB_REWEIGHTED
+from tests.test_compiler import ALL_FARMS, ALLOW, DENY, DNS6, FEATURES, WEB, WEB_REWEIGHTED
 
 APPLY = """
 import json, sys
@@ -317,7 +317,9 @@ def test_the_records_made_from_scratch_are_those_read_back_from_the_kernel(two_n
     (``drift.written_records``), not by reading the table back: for every unit so recorded, the record
     equals the one read from the real table after the commit. Units whose rules use an anonymous set
     (the real table numbers it at the commit) and those libnftables writes are left to be read back."""
-    farms = [*ALL_FARMS, *(f for f in FEATURES if not f.est_connlimit)]
+    # a weight farm past the shared schedules map's slots keeps a scheduler map of its own
+    far = dataclasses.replace(DNS6, id=compiler.SCHEDULE_SLOTS + 1, name="far", vip="2001:2:0:100::9")
+    farms = [*ALL_FARMS, far, *(f for f in FEATURES if not f.est_connlimit)]
     units = compiler.compile_units(farms, [DENY, ALLOW])
     skeleton = {k: u.objects for k, u in compiler.compile_units([], [DENY, ALLOW]).items()}
     added = sorted(set(units) - set(skeleton), key=lambda k: (not k.startswith("hook"), k))
@@ -341,3 +343,5 @@ def test_the_records_made_from_scratch_are_those_read_back_from_the_kernel(two_n
     # left to be read back: the protocol set of an SNAT port range (pool), a stateless farm's inline vmap (syslog)
     assert whole - set(recorded) - libnftables == {"farm:12", "farm:13"}
     assert len(recorded) > len(added) / 2 and any("elements dispatch4" in r for r in recorded.values())
+    assert "elements schedules" in recorded[f"farm:{DNS6.id}"]  # its slot's ranges, filed under it by their keys
+    assert any("sched-far-id-w" in entry for entry in recorded[f"farm:{far.id}"])

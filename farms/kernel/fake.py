@@ -19,6 +19,7 @@ that what is written moves packets; this one makes the Applier's choices fast to
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -390,6 +391,9 @@ class FakeKernel:
                 records[key] = _unit_record(table, objects)
                 kept = {k: v for k, v in previous.get(key, {}).items() if k.startswith("elements ")}
                 records[key].update({k: v for k, v in kept.items() if k.removeprefix("elements ") in owners.shared})
+        # the schedules map's elements go by their slot, whoever the caller knew to own what (as drift's probe)
+        slots = {int(k.split(":", 1)[1]): k for k in units if k.startswith("farm:")}
+        owners = dataclasses.replace(owners, slots={**owners.slots, **slots})
         _add_shared_elements(records, table, sorted(set(maps) & owners.shared), owners, only=set(units))
         return records
 

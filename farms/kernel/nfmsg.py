@@ -186,7 +186,8 @@ def key_value(element: Element) -> int | None:
     return None
 
 
-def _ends_range(element: Element) -> bool:
+def ends_range(element: Element) -> bool:
+    """The element ends a range of an interval set (NFT_SET_ELEM_INTERVAL_END)."""
     flags = element.get(ELEM_FLAGS)
     return bool(flags) and bool(U32.unpack(flags)[0] & ELEM_INTERVAL_END)
 
@@ -195,7 +196,7 @@ def is_interval_floor(element: Element) -> bool:
     """The end element at key 0 that libnftables puts below an interval map's first range. It belongs to
     the map, not to a unit, and matches nothing: records leave it out, and a change never deletes it
     (another unit's change may find it gone)."""
-    return _ends_range(element) and key_value(element) == 0
+    return ends_range(element) and key_value(element) == 0
 
 
 def ascending(elements: Iterable[Element]) -> list[Element]:
@@ -207,7 +208,7 @@ def ascending(elements: Iterable[Element]) -> list[Element]:
     length and are in network byte order, so their bytes sort as their values."""
 
     def order(e: Element) -> tuple[bytes, bool]:
-        return e.get(ELEM_KEY) or b"", not _ends_range(e)
+        return e.get(ELEM_KEY) or b"", not ends_range(e)
 
     return sorted(elements, key=order)
 

@@ -11,6 +11,7 @@ import statistics
 import subprocess
 
 from bench.cp_util import PYTHON, ROOT
+from farms.nft import compiler
 
 # -- the kernel watcher ------------------------------------------------------------------
 #
@@ -36,7 +37,7 @@ from bench.cp_util import PYTHON, ROOT
 # catch ("read" detections). Times are CLOCK_MONOTONIC, which the watcher shares with
 # this process.
 WATCHER = r"""
-import errno, json, re, select, socket, struct, sys, time
+import errno, json, select, socket, struct, sys, time
 
 NETLINK_NETFILTER, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, NFNLGRP_NFTABLES, SO_RCVBUFFORCE = 12, 270, 1, 7, 33
 NEWRULE = (10 << 8) | 6  # NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWRULE
@@ -45,7 +46,8 @@ RULE_TABLE, RULE_CHAIN, RULE_USERDATA = 1, 2, 7  # NFTA_RULE_*
 UDATA_COMMENT = 0  # NFTNL_UDATA_RULE_COMMENT
 SAFETY_READ, TIMEOUT = 0.5, 60.0
 FARM = sys.argv[1]
-FARM_ID = int(sys.argv[2]) if len(sys.argv) > 2 else None  # its slot of the schedules map, when known
+FARM_ID = int(sys.argv[2]) if len(sys.argv) > 2 else None  # its slot of the schedules maps, when known
+SCHEDULES = sys.argv[3] if len(sys.argv) > 3 else ""  # and the one that holds it
 CHAIN = "digest-" + FARM
 sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
 sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
@@ -108,15 +110,13 @@ def deep_read():
         rc, out, _err = nft.cmd(f"list map inet lbweb {name}")
         if rc == 0 and out:
             break
-    else:  # a weight farm's slot of the shared map: its id, or where its pick's offset puts it
-        offsets = [FARM_ID << 16] if FARM_ID else []
-        if not offsets:  # libnftables reads the whole table for this: ~16 s at 10,000 farms
-            rc, out, _err = nft.cmd(f"list chain inet lbweb farm-{FARM}")
-            offsets = [int(m.group(1)) for m in [re.search(r'"offset":\s*(\d+)', out)] if m] if rc == 0 else []
-        rc, out, _err = nft.cmd("list map inet lbweb schedules")
-        if not offsets or rc != 0:
+    else:  # a weight farm's slot of its shared map, by its id
+        if not (FARM_ID and SCHEDULES):
             return None
-        slot = offsets[0] >> 16
+        rc, out, _err = nft.cmd(f"list map inet lbweb {SCHEDULES}")
+        if rc != 0:
+            return None
+        slot = FARM_ID
     elements = next(i["map"].get("elem", []) for i in json.loads(out)["nftables"] if "map" in i)
     if slot is not None:
         elements = [e for e in elements if _low(e[0]) >> 16 == slot]
@@ -209,7 +209,7 @@ class Watcher:
     """The long-lived kernel watcher in the LB namespace (see WATCHER), for one farm."""
 
     def __init__(self, netns: str, farm: str, farm_id: int | None = None):
-        extra = [str(farm_id)] if farm_id else []
+        extra = [str(farm_id), compiler.schedules_map_name(farm_id)] if farm_id else []
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", netns, str(PYTHON), "-c", WATCHER, farm, *extra],
             cwd=ROOT,

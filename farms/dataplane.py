@@ -885,8 +885,9 @@ class Applier:
         touched = shared if all_maps else {e["name"] for e in elements if e} & shared
         # Who owns every name is needed only to file the elements of a shared map the write touched; making
         # it walks every unit (~0.1 s at 10,000 farms), which a change inside one farm (a weight) must not pay.
-        # (a farm's ranges in the schedules map are read by their keys, owners aside: see drift.read_slot_elements)
-        owners = drift.owners_of(applied) if touched - {compiler.SCHEDULES_MAP} else drift.Owners(shared=shared)
+        # (a farm's ranges in a schedules map are read by their keys, owners aside: see drift.read_slot_elements)
+        by_owner = {m for m in touched if not compiler.is_schedules_map(m)}
+        owners = drift.owners_of(applied) if by_owner else drift.Owners(shared=shared)
         previous = dict(KernelFingerprint.objects.filter(key__in=list(units)).values_list("key", "record"))
         try:
             records = self.kernel.probe_records(owners, units, touched, previous)

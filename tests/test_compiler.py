@@ -263,12 +263,14 @@ def scheduler_of(unit, chain: str) -> dict:
     if len(rule) == 1:  # the shared schedules map: the pick, a jump to the schedule chain, then the targets
         rules = [c["add"]["rule"]["expr"] for c in unit.creates if c["add"].get("rule", {}).get("chain") == chain]
         mark, jump = rules[-2][-2:]
-        assert jump == {"jump": {"target": compiler.SCHEDULE_CHAIN}} and mark["mangle"]["key"] == ct_mark
+        shard = compiler.schedules_map_name(unit.farm_id)
+        assert jump == {"jump": {"target": compiler.schedule_chain_name(unit.farm_id)}}
+        assert mark["mangle"]["key"] == ct_mark
         targets = rule[0]["vmap"]["data"].removeprefix("@")
         assert rule[0]["vmap"]["key"] == ct_mark and ("map", targets) in unit.objects.objects
-        assert compiler.SCHEDULES_MAP in {name for name, _key in unit.objects.elements}
+        assert {name for name, _key in unit.objects.elements if compiler.is_schedules_map(name)} == {shard}
         jumps = dict((key, verdict) for key, verdict in elements(targets))
-        shares = elements(compiler.SCHEDULES_MAP)
+        shares = elements(shard)
         return {"key": mark["mangle"]["value"], "data": {"set": [[key, jumps[i]] for key, i in shares]}}
     if "map" not in rule[-2]["mangle"]["value"]:  # one map
         mark, lookup = rule[-2:]
@@ -309,7 +311,7 @@ def test_a_farm_past_the_shared_slots_or_the_span_keeps_a_scheduler_map_of_its_o
         assert compiler.shared_pick_base(farm, farm.active_backends) is None
         unit = compiler.compile_farm(farm)
         assert ("map", "sched-dns6-id-w") in unit.objects.volatile
-        assert compiler.SCHEDULES_MAP not in {name for name, _key in unit.objects.elements}
+        assert not any(compiler.is_schedules_map(name) for name, _key in unit.objects.elements)
     pick = scheduler_of(compiler.compile_farm(far), "farm-dns6")
     assert pick["key"]["numgen"] == {"mode": "random", "mod": span, "offset": 0}
     assert [e[0] for e in pick["data"]["set"]] == [{"range": [0, span // 4 - 1]}, {"range": [span // 4, span - 1]}]
@@ -450,7 +452,8 @@ def test_hooks_exist_only_while_a_farm_needs_them():
     intra-connect, offload) add theirs only when a farm uses them."""
     assert compiler.compile_hooks([]) == {}
     chains, _maps = compiler.skeleton_objects()
-    assert chains == [compiler.SCHEDULE_CHAIN, "prerouting"]
+    shards = [compiler.schedule_chain_name(n) for n in range(compiler.SCHEDULE_SHARDS)]
+    assert chains == [*shards, "prerouting"]
     dnat = replace(DNS6, id=20, name="d")
     assert set(compiler.compile_hooks([dnat])) == {"hook:forward"}
     assert set(compiler.compile_hooks([WEB])) == {"hook:forward", "hook:postrouting"}
@@ -556,7 +559,7 @@ def test_a_change_inside_a_farm_sends_no_element_command():
 
 def _is_scheduler_element(command: dict) -> bool:
     body = next(iter(command.values()))["element"]
-    return body["name"] == compiler.SCHEDULES_MAP or body["name"].startswith("sched-")
+    return compiler.is_schedules_map(body["name"]) or body["name"].startswith("sched-")
 
 
 def _rules_and_flushed_chains(document: dict) -> tuple[set[str], set[str]]:
@@ -583,7 +586,8 @@ def test_a_weight_change_rewrites_only_the_scheduler_map_and_the_digest_chain():
         else:  # its slot of the shared map: the old shares leave, the new come, nothing else is flushed
             changed = [(verb, next(iter(c.values()))["element"]["name"]) for c in element_commands(document)
                        for verb in c]  # fmt: skip
-            assert changed == [("delete", compiler.SCHEDULES_MAP)] * 2 + [("add", compiler.SCHEDULES_MAP)] * 2
+            shard = compiler.schedules_map_name(farm.id)
+            assert changed == [("delete", shard)] * 2 + [("add", shard)] * 2
             assert '"flush": {"map"' not in text
         assert not any("jump" in json.dumps(c) for c in element_commands(document))  # jumps cost a validation too
         chains = [c for c in document["nftables"] if "chain" in c.get("add", {}) or "chain" in c.get("delete", {})]

@@ -343,5 +343,6 @@ def test_the_records_made_from_scratch_are_those_read_back_from_the_kernel(two_n
     # left to be read back: the protocol set of an SNAT port range (pool), a stateless farm's inline vmap (syslog)
     assert whole - set(recorded) - libnftables == {"farm:12", "farm:13"}
     assert len(recorded) > len(added) / 2 and any("elements dispatch4" in r for r in recorded.values())
-    assert "elements schedules" in recorded[f"farm:{DNS6.id}"]  # its slot's ranges, filed under it by their keys
+    # its slot's ranges, filed under it by their keys
+    assert f"elements {compiler.schedules_map_name(DNS6.id)}" in recorded[f"farm:{DNS6.id}"]
     assert any("sched-far-id-w" in entry for entry in recorded[f"farm:{far.id}"])

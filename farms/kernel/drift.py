@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from farms.nft.compiler import SCHEDULES_MAP, schedule_slot, skeleton_objects
+from farms.nft.compiler import is_schedules_map, schedule_slot, skeleton_objects
 from farms.nft.fragments import TABLE_FAMILY, TABLE_NAME
 from farms.nft.units import UnitObjects
 
@@ -101,7 +101,7 @@ def owners_of(units: Mapping[str, UnitObjects]) -> Owners:
                 owners.object_kinds[name] = kind
         for family, name in objects.tables:
             owners.tables[(family, name)] = key
-        if any(name == SCHEDULES_MAP for name, _key in objects.elements):
+        if any(is_schedules_map(name) for name, _key in objects.elements):
             owners.slots[int(key.split(":", 1)[1])] = key
     return owners
 
@@ -245,9 +245,9 @@ def read_elements(family: str, table: str, name: str, sock: socket.socket | None
 
 
 def read_slot_elements(
-    family: str, table: str, keys: Iterable[Any], sock: socket.socket | None = None
+    family: str, table: str, name: str, keys: Iterable[Any], sock: socket.socket | None = None
 ) -> list[nfmsg.Element] | None:
-    """A farm's ranges in the shared ``schedules`` map (``keys``, its unit's element keys), each range's
+    """A farm's ranges in its shared ``schedules-<n>`` map ``name`` (``keys``, its unit's element keys), each range's
     start and end element asked for by key; None when one is missing.
 
     Why not a dump: the map holds every weight farm's ranges (200,000 elements at 10,000 farms), and
@@ -261,7 +261,7 @@ def read_slot_elements(
         key_attr = nfmsg.nested(nfmsg.ELEM_KEY, netlink.attr(nfmsg.DATA_VALUE, value.to_bytes(4, "big")))
         flags_attr = netlink.attr(nfmsg.ELEM_FLAGS, nfmsg.U32.pack(flags)) if flags else b""
         element = nfmsg.nested(nfmsg.LIST_ELEM, key_attr + flags_attr)
-        request = _table_attr(table) + netlink.attr(nfmsg.ELEM_LIST_SET, nfmsg.string(SCHEDULES_MAP))
+        request = _table_attr(table) + netlink.attr(nfmsg.ELEM_LIST_SET, nfmsg.string(name))
         answer = nfmsg.get_one(
             nfmsg.GETSETELEM, family, request + nfmsg.nested(nfmsg.ELEM_LIST_ELEMENTS, element), sock
         )
@@ -451,7 +451,7 @@ def add_shared_elements(
             if only is None or owner in only:
                 by_unit.setdefault(owner, []).append(element)
         for owner, elements in by_unit.items():
-            if name == SCHEDULES_MAP:
+            if is_schedules_map(name):
                 elements = slot_elements(elements)
             records.setdefault(owner, {})[f"elements {name}"] = sorted(element_hash(e) for e in elements)
 
@@ -662,15 +662,18 @@ def probe_records(
             kept = {k: v for k, v in previous.get(key, {}).items() if k.startswith("elements ")}
             records[key].update({k: v for k, v in kept.items() if k.removeprefix("elements ") in owners.shared})
     maps = set(maps) & owners.shared
-    if SCHEDULES_MAP in maps:  # each unit's slot, by key (see read_slot_elements)
-        maps.discard(SCHEDULES_MAP)
+    schedules = {m for m in maps if is_schedules_map(m)}
+    if schedules:  # each unit's slot, by key (see read_slot_elements)
+        maps -= schedules
         for key, objects in units.items():
-            records[key].pop(f"elements {SCHEDULES_MAP}", None)
-            slot = [k for name, k in objects.elements if name == SCHEDULES_MAP]
-            found = read_slot_elements(TABLE_FAMILY, TABLE_NAME, slot, view.sock) if slot else []
-            hashes = [element_hash(e) for e in found] if found is not None else ["(missing)"]
-            if hashes:
-                records[key][f"elements {SCHEDULES_MAP}"] = sorted(hashes)
+            for name in schedules:
+                records[key].pop(f"elements {name}", None)
+                slot = [k for map_name, k in objects.elements if map_name == name]
+                if not slot:
+                    continue
+                found = read_slot_elements(TABLE_FAMILY, TABLE_NAME, name, slot, view.sock)
+                hashes = [element_hash(e) for e in found] if found is not None else ["(missing)"]
+                records[key][f"elements {name}"] = sorted(hashes)
     add_shared_elements(records, view, sorted(maps), owners, only=set(units))
     return records
 

@@ -75,7 +75,7 @@ class Owners:
     object_kinds: dict[str, str] = field(default_factory=dict)  # a named object's kind (counter, quota, ...)
     tables: dict[tuple[str, str], str] = field(default_factory=dict)
     shared: set[str] = field(default_factory=set)  # the skeleton's maps: their elements belong to units
-    slots: dict[int, str] = field(default_factory=dict)  # farm id -> its unit, for the schedules map's elements
+    slots: dict[int, str] = field(default_factory=dict)  # farm id -> its unit, for the schedules-<n> maps' elements
 
     @property
     def units(self) -> set[str]:
@@ -278,7 +278,7 @@ def read_slot_elements(
 
 
 def slot_elements(elements: Iterable[nfmsg.Element]) -> list[nfmsg.Element]:
-    """A farm's elements of the ``schedules`` map as its record holds them: its ranges' starts and the ends
+    """A farm's elements of its ``schedules-<n>`` map as its record holds them: its ranges' starts and the ends
     no start shares a key with. Between two adjacent ranges the kernel keeps an end element and the next
     start at one key; the end says nothing the start does not (the lookup takes the start), and a request
     for it by key is answered with another range's end, so records leave it out."""
@@ -363,7 +363,7 @@ def object_reference(element: nfmsg.Element) -> str | None:
 
 def element_owner(element: nfmsg.Element, owners: Owners) -> str:
     """The unit a shared-map element belongs to: the owner of the chain it jumps to, or of the counter
-    it counts into (the forward hook's counter maps), or, for the ``schedules`` map's elements (no
+    it counts into (the forward hook's counter maps), or, for a ``schedules-<n>`` map's elements (no
     verdict, no counter), the farm whose slot holds its key; the skeleton's when nobody owns it."""
     chain = verdict_chain(element)
     if chain is not None:

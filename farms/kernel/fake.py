@@ -97,7 +97,7 @@ def verdict_chain(element: Any) -> str | None:
 
 def element_owner(element: Any, owners: drift.Owners) -> str:
     """As ``drift.element_owner``: the owner of the chain a verdict jumps to, or of the counter an
-    object-map element names, or of the ``schedules`` slot a backend's id is kept in."""
+    object-map element names, or of the ``schedules-<n>`` slot a backend's id is kept in."""
     chain = verdict_chain(element)
     if chain is not None:
         return owners.chains.get(chain, drift.SKELETON)
@@ -391,7 +391,7 @@ class FakeKernel:
                 records[key] = _unit_record(table, objects)
                 kept = {k: v for k, v in previous.get(key, {}).items() if k.startswith("elements ")}
                 records[key].update({k: v for k, v in kept.items() if k.removeprefix("elements ") in owners.shared})
-        # the schedules map's elements go by their slot, whoever the caller knew to own what (as drift's probe)
+        # a schedules-<n> map's elements go by their slot, whoever the caller knew to own what (as drift's probe)
         slots = {int(k.split(":", 1)[1]): k for k in units if k.startswith("farm:")}
         owners = dataclasses.replace(owners, slots={**owners.slots, **slots})
         _add_shared_elements(records, table, sorted(set(maps) & owners.shared), owners, only=set(units))

@@ -199,8 +199,8 @@ def _plan(commands: list[Command], context: list[Json]) -> _Plan:
         if c.verb == "add" and (c.kind in ("rule", "element") or (c.kind, *c.where, c.name) not in present)
     ]
     # each set's elements in one command, as libnftables gets a full load (see merge_elements): it evaluates
-    # an interval set anew for every command that adds to it, so one a farm's range took time in the square
-    # of a transaction's ranges (the shared schedules map)
+    # an interval set anew for every command that adds to it, so a command per range (a farm adds its ranges
+    # to a shared schedules-<n> map one by one) took time in the square of a transaction's ranges
     additions = merge_elements(document(additions))["nftables"]
     filled = {(*c.where, c.name) for c in commands if c.verb == "add" and c.kind in ("set", "map", "element")}
     deletions, deleted_from = _deletions(commands, definitions)
@@ -268,7 +268,7 @@ def _deletions(commands: list[Command], definitions: list[Json]) -> tuple[list[J
             elements = list(c.body["elem"])
         elif kind == "verdict":  # any verdict will do: only the keys are kept
             elements = [[key, {"accept": None}] for key in c.body["elem"]]
-        elif kind == "mark":  # any value will do (the schedules map: a backend's id)
+        elif kind == "mark":  # any value will do (a schedules-<n> map: a backend's id)
             elements = [[key, 0] for key in c.body["elem"]]
         elif kind == "counter":  # any counter will do: a placeholder of the scratch namespace alone
             probe = {"family": family, "table": table, "name": KEY_PROBE_COUNTER}

@@ -284,7 +284,7 @@ def _spread_vmap(
     least-connection weights): only the scheduler map's elements change, and the farm's chain,
     whose rule would cost the kernel a validation of every jump of the table, stays as it is. The
     shares are exact to 1 in 65,535. Beyond that total weight, the modulus is the total itself.
-    ``base``: where the farm's slot of the shared schedules map starts (see :func:`shared_pick_base`);
+    ``base``: where the farm's slot of its shared schedules-<n> map starts (see :func:`shared_pick_base`);
     the keys are offset by it, and ``make_key`` is handed the span and the base."""
     total = sum(b.weight for b in backends)
     if total > WEIGHT_SPAN:
@@ -301,12 +301,12 @@ def shared_pick_base(farm: FarmSpec, backends: tuple[BackendSpec, ...]) -> int |
     """Where a ``weight`` or ``leastconn`` farm's random pick starts in the shared ``schedules-<n>`` maps, or
     None when the farm keeps a scheduler map of its own.
 
-    Why one map for all of them: the kernel finds a set by name walking the table's list of sets,
+    Why shared maps rather than one a farm: the kernel finds a set by name walking the table's list of sets,
     when it creates the set, adds its elements and binds it to a rule, so a bulk apply's cost grows
     with the square of the number of named sets (perf: ~35 % of all samples of a 10,000-farm apply
     in ``nft_set_lookup_global`` and ``nf_tables_newset``, with two per farm). The pick
     ``numgen random mod WEIGHT_SPAN offset <base>`` lands in the farm's own slot of the 32-bit ct mark,
-    ``base = id * SCHEDULE_STRIDE``, and the shared interval map takes it to the backend's id: one named
+    ``base = id * SCHEDULE_STRIDE``, and a shared interval map takes it to the backend's id: one named
     set per farm (its ``targets-<name>``, a verdict map: one shared verdict map would make the kernel
     walk all of its elements for every rule that looks it up, when it validates the table's jumps).
     A farm whose id is past the slots (65,535) or whose weights add up to more than the span keeps
@@ -349,7 +349,7 @@ def is_schedules_map(name: str) -> bool:
 
 
 def schedule_slot(value: int) -> int:
-    """The farm id whose slot of the ``schedules`` map holds ``value`` (a start or an end element's key)."""
+    """The farm id whose slot of the ``schedules-<n>`` maps holds ``value`` (a start or an end element's key)."""
     return value // SCHEDULE_STRIDE
 
 

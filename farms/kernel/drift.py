@@ -776,8 +776,7 @@ def removal_messages(
             and element_owner(e, owners) in rewrite
             and (repair_skeleton or element_owner(e, owners) != SKELETON)
         ]
-        set_ = dump.sets.get(name)
-        if set_ is not None and nfmsg.set_flags(set_) & nfmsg.SET_INTERVAL:  # see nfmsg.ascending
+        if nfmsg.is_interval(dump.sets.get(name)):  # see nfmsg.ascending
             gone = nfmsg.ascending(gone)
         payload = _attr(nfmsg.ELEM_LIST_TABLE, table) + _attr(nfmsg.ELEM_LIST_SET, name)
         for chunk in nfmsg.elements_payloads(gone, adding=False):

@@ -344,6 +344,11 @@ def set_flags(set_: Obj) -> int:
     return U32.unpack(value)[0] if value else 0
 
 
+def is_interval(set_: Obj | None) -> bool:
+    """A set whose elements are ranges, each a start and an end element (see :func:`ascending`)."""
+    return set_ is not None and bool(set_flags(set_) & SET_INTERVAL)
+
+
 def is_anonymous(set_: Obj | None) -> bool:
     """A set the kernel made for one rule (``__set<n>``, ``__map<n>``: named and numbered by the kernel)."""
     return set_ is not None and bool(set_flags(set_) & SET_ANONYMOUS)

@@ -433,8 +433,7 @@ class _Writer:
         self._elements(c, c.name, new)
 
     def _is_interval(self, c: Command) -> bool:
-        set_ = self.reads.after[c.where].sets.get(c.name)
-        return set_ is not None and bool(nfmsg.set_flags(set_) & nfmsg.SET_INTERVAL)
+        return nfmsg.is_interval(self.reads.after[c.where].sets.get(c.name))
 
     def _add_rule(self, c: Command) -> None:
         family, table = c.where

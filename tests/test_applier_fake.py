@@ -84,6 +84,7 @@ def test_a_first_apply_builds_the_table_in_one_transaction_and_fingerprints_it(k
     assert {"farm-web", "farm-api", "prerouting"} <= set(kernel.tables[("inet", "lbweb")].chains)
     assert set(KernelFingerprint.objects.values_list("key", flat=True)) == {
         "skeleton",
+        "hook:prerouting",
         "hook:forward",
         f"farm:{web.pk}",
         f"farm:{api.pk}",

@@ -447,27 +447,57 @@ def last_rule_first(unit, chain: str) -> list:
 
 
 def test_hooks_exist_only_while_a_farm_needs_them():
-    """No farm: only prerouting (and the schedule chain, no hook: only farms jump to it). A DNAT farm adds
-    forward (accounting); SNAT adds postrouting; the options with a per-packet cost (guard, stateless,
-    intra-connect, offload) add theirs only when a farm uses them."""
+    """No farm: no base chain at all, only the skeleton's digest chain (no hook). A DNAT farm adds
+    prerouting (with the schedule chains NAT farms jump to) and forward (accounting); SNAT adds
+    postrouting; the options with a per-packet cost (guard, stateless, intra-connect, offload) add theirs
+    only when a farm uses them."""
     assert compiler.compile_hooks([]) == {}
     chains, _maps = compiler.skeleton_objects()
-    shards = [compiler.schedule_chain_name(n) for n in range(compiler.SCHEDULE_SHARDS)]
-    assert chains == [*shards, "prerouting"]
+    assert chains == [compiler.BASE_CHAIN]
+    assert '"hook"' not in json.dumps(compiler.base_commands())
     dnat = replace(DNS6, id=20, name="d")
-    assert set(compiler.compile_hooks([dnat])) == {"hook:forward"}
-    assert set(compiler.compile_hooks([WEB])) == {"hook:forward", "hook:postrouting"}
+    assert set(compiler.compile_hooks([dnat])) == {"hook:prerouting", "hook:forward"}
+    shards = [compiler.schedule_chain_name(n) for n in range(compiler.SCHEDULE_SHARDS)]
+    assert set(compiler.compile_hooks([dnat])["hook:prerouting"].objects.chains) == {"prerouting", *shards}
+    assert set(compiler.compile_hooks([WEB])) == {"hook:prerouting", "hook:forward", "hook:postrouting"}
     assert compiler.compile_hooks([replace(WEB, enabled=False)]) == {}
     guarded = replace(dnat, tcp_strict=True)
     hooks = compiler.compile_hooks([guarded])
-    assert set(hooks) == {"hook:forward", "hook:guard"}
+    assert set(hooks) == {"hook:prerouting", "hook:forward", "hook:guard"}
     guard_rules = [c for c in hooks["hook:guard"].creates if "rule" in c["add"]]
     assert len(guard_rules) == 1  # one IPv6 farm of one protocol: one lookup, not four
     offloaded = compiler.compile_hooks([replace(dnat, flow_offload=True)])["hook:forward"]
     forward = [c["add"]["rule"]["expr"] for c in offloaded.creates if "rule" in c["add"]]
     assert forward[0] == [{"vmap": {"key": {"ct": {"key": "mark"}}, "data": "@offload_marks"}}]
     assert "@offload_marks" not in json.dumps(compiler.compile_hooks([dnat])["hook:forward"].creates)
-    assert set(compiler.compile_hooks([replace(dnat, intra_connect=True)])) == {"hook:forward", "hook:output"}
+    assert set(compiler.compile_hooks([replace(dnat, intra_connect=True)])) == {
+        "hook:prerouting",
+        "hook:forward",
+        "hook:output",
+    }
+
+
+def test_a_table_of_stateless_farms_alone_holds_nothing_that_makes_the_kernel_track_packets():
+    """A NAT chain or a ct expression anywhere in the table registers conntrack for the whole namespace,
+    a lookup every packet pays; stateless farms notrack their datagrams and need only defragmentation
+    (tproxy statements in a chain no packet reaches). The first NAT farm brings prerouting and the
+    schedule chains; when it goes, its chain is deleted before the chains it jumped to."""
+    stateless = FarmSpec(
+        id=3, name="u", vip="198.18.100.3", protocol="udp", ports=((53, 53),), mode="stlsdnat", backends=(_b(1), _b(2))
+    )
+    alone = json.dumps(compiler.full_document([stateless]))
+    assert '"ct"' not in alone and '"nat"' not in alone, alone
+    assert alone.count('"tproxy"') == 2  # IPv4 and IPv6 defragmentation
+    dnat = FarmSpec(
+        id=4, name="d", vip="198.18.100.4", ports=((80, 80),), mode="dnat", scheduler="weight", backends=(_b(1), _b(2))
+    )
+    both = compiler.compile_units([stateless, dnat], [])
+    assert '{"jump": {"target": "schedule-4"}}' in json.dumps(both["farm:4"].creates)
+    applied = {k: u.objects for k, u in both.items()}
+    document, changed = compiler.incremental_document(applied, compiler.compile_units([stateless], []))
+    assert set(changed) == {"farm:4", "hook:prerouting", "hook:forward"}
+    deleted = [c["delete"]["chain"]["name"] for c in document["nftables"] if "chain" in c.get("delete", {})]
+    assert deleted.index("farm-d") < deleted.index("schedule-4") and "prerouting" in deleted, deleted
 
 
 def test_removing_a_farm_unhooks_its_traffic_counters_first():
@@ -676,7 +706,7 @@ def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms(
     small = compiler.compile_hooks(_bench_farms(3, 0))
     for backends, farms in ((100, 0), (3, 10_000)):
         assert compiler.compile_hooks(_bench_farms(backends, farms)) == small, (backends, farms)
-    assert set(small) == {"hook:stateless", "hook:forward", "hook:postrouting"}  # no guard: no farm needs one
+    assert set(small) == {"hook:prerouting", "hook:stateless", "hook:forward", "hook:postrouting"}  # no guard
     udp = {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "udp"}}
     stateless = _hook_rules(small, "stateless")
     assert [_looked_up(r) for r in stateless] == [["stateless4"], ["stateless_replies4"]]
@@ -688,7 +718,7 @@ def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms(
         for name in _looked_up(rule):
             assert "interval" not in maps[name].get("flags", ()), name
     # New connections: the exact dispatch map first, and its entries end the hook (goto, not jump).
-    prerouting = [c["add"]["rule"]["expr"] for c in compiler.base_commands() if "rule" in c["add"]]
+    prerouting = _hook_rules(small, "prerouting")
     assert _looked_up(prerouting[0]) == ["dispatch4"] and "interval" not in maps["dispatch4"].get("flags", ())
     for farm in _bench_farms(3, 0):
         unit = compiler.compile_farm(farm)
@@ -766,7 +796,7 @@ def test_a_local_farm_counts_its_bytes_in_input_and_output_once_each():
     """A local farm's packets never cross forward: its bytes are counted in the input hook (client to service)
     and in the output hook (replies), each packet once, also for a connection from the appliance itself."""
     hooks = compiler.compile_hooks([LOCAL])
-    assert set(hooks) == {"hook:guard", "hook:local-in", "hook:local-out"}  # no forward, no postrouting
+    assert set(hooks) == {"hook:prerouting", "hook:guard", "hook:local-in", "hook:local-out"}  # no forward
     by_direction = {}
     for key in ("hook:local-in", "hook:local-out"):
         ((rule,),) = _rules(hooks[key]).values()

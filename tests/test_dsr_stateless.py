@@ -238,6 +238,10 @@ def test_stateless_dnat_udp_round_robin_answers_from_the_vip_without_conntrack(a
     assert ours == [], ours
     # The LB's own datagrams to a backend (a health check, say) get their answers unchanged.
     assert l2.udp_ask(lab.lb, address("b1"), UDP_PORT)[0][1] == (address("b1"), UDP_PORT)
+    # A table of stateless farms alone makes the kernel track no packet of the namespace (no NAT chain, no
+    # ct expression), yet still reassembles fragments (above): the LB's own datagram left no entry either.
+    assert lab.ns(lab.lb, "nft", "list", "tables").stdout.split() == ["table", "inet", "lbweb"]
+    assert [line for line in conntrack_lines(lab, family) if f"dst={address('b1')} " in line] == []
     if family == 4:  # control: the same datagrams through a stateful DNAT farm do leave a conntrack entry
         control = api.farm(
             name="stateful4",

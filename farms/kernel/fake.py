@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farms.nft.compiler import (
+    BASE_CHAIN,
     BASE_DIGEST_PREFIX,
     DIGEST_PREFIX,
     canonical,
@@ -274,7 +275,7 @@ class FakeKernel:
 
     def base_digest(self) -> str | None:
         table = self._ours()
-        for rule in table.rules.get("prerouting", []) if table else []:
+        for rule in table.rules.get(BASE_CHAIN, []) if table else []:
             comment = rule.get("comment", "")
             if comment.startswith(BASE_DIGEST_PREFIX):
                 return comment.removeprefix(BASE_DIGEST_PREFIX)

@@ -32,15 +32,19 @@ Layout of the table lbweb owns (``table inet lbweb``):
   are counted in ``local-in`` (filter input: client to service) and
   ``local-out`` (filter output: the replies), from ``traffic_dir`` too.
 
-Every packet through a hook pays for that hook's chain, so only ``prerouting``
-(it carries the skeleton's digest) is always there; ``guard``, ``stateless``,
-``output``, ``forward`` and ``postrouting`` are *hook units* (``hook:<chain>``,
-:func:`compile_hooks`) that exist while some farm needs them, with only the
-rules those farms need (an IPv4-only configuration gets no IPv6 rule). They are
-units like farms: created, replaced and removed by the same incremental
-machinery, so the first stateless farm adds the ``stateless`` hook and the last
-one removes it without a rebuild. The skeleton's maps stay: an unused map costs
-no packet anything.
+Every packet through a hook pays for that hook's chain, so no base chain is
+always there: ``prerouting``, ``guard``, ``stateless``, ``output``, ``forward``
+and ``postrouting`` are *hook units* (``hook:<chain>``, :func:`compile_hooks`)
+that exist while some farm needs them, with only the rules those farms need (an
+IPv4-only configuration gets no IPv6 ``guard`` rule). They are units like farms:
+created, replaced and removed by the same incremental machinery, so the first
+stateless farm adds the ``stateless`` hook and the last one removes it without a
+rebuild. ``prerouting`` (a NAT chain) and the ``schedule-<n>`` chains (ct
+expressions) come with the first NAT or local farm: either makes the kernel
+track every packet of the namespace, which a table of stateless farms alone
+does not need. The skeleton is the maps (an unused map costs no packet
+anything) and ``base``, a chain no packet reaches whose rule carries the
+skeleton's digest.
   NAT keeps the client's source port whenever conntrack knows no other
   connection on that tuple, and conntrack forgets a closed connection's tuple
   as soon as the client reuses its port (a SYN on a TIME_WAIT entry reopens
@@ -102,6 +106,7 @@ from .units import COMPILER_VERSION, DIGEST_PREFIX, UnitObjects, UnitRuleset, ca
 from .units import Builder as _Builder
 
 BASE_DIGEST_PREFIX = "lbweb-base:"
+BASE_CHAIN = "base"  # a chain no packet reaches, whose one rule carries the skeleton's digest
 PRIO_RAW = -300
 PRIO_GUARD = -150
 PRIO_DSTNAT = -100
@@ -1060,13 +1065,9 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         f.add("map", f.named_map(LOG_FORWARD_MAP, "mark", "verdict")),
         f.add("map", f.named_map(ROUTE_MARKS, "mark", "verdict")),
         *(f.add("map", f.named_map(schedules_map_name(n), "mark", "mark", ["interval"])) for n in _SHARDS),
-        *(f.add("chain", f.chain(schedule_chain_name(n))) for n in _SHARDS),
-        f.add("chain", f.base_chain("prerouting", type_="nat", hook="prerouting", prio=PRIO_DSTNAT)),
+        f.add("chain", f.chain(BASE_CHAIN)),
     ]
-    rules = [f.rule("prerouting", expr) for expr in _dispatch_rules("dispatch")]
-    for n in _SHARDS:
-        pick = {"map": {"key": f.ct("mark"), "data": "@" + schedules_map_name(n)}}
-        rules.append(f.rule(schedule_chain_name(n), [f.set_ct_mark(pick)]))
+    rules = [f.rule(BASE_CHAIN, [{"return": None}])]
     return cmds, rules, digest_of([COMPILER_VERSION, cmds, rules])
 
 
@@ -1084,6 +1085,7 @@ def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
         return frozenset(needs)
     counted = bool(farm.backends) or farm.fallback is not None  # somewhere the forward hook's counter map sends it
     needs = {("local_traffic",)} if farm.mode == "local" else {("forward", farm.family, counted)}
+    needs.add(("prerouting",))  # the NAT hook and the shared schedule chains (see _dispatch_hook)
     if farm.policies or farm.tcp_strict or farm.rst_rtlimit or (farm.persistence and farm.sticky_backends):
         needs |= {("guard", farm.family, ranged) for ranged in ranges}  # the farm has a guard chain (see _guard_chain)
     if farm.intra_connect:
@@ -1110,6 +1112,8 @@ def compile_hooks(farms: list[FarmSpec]) -> dict[str, UnitRuleset]:
 def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
     """The hook units for the union of the farms' :func:`farm_needs`."""
     hooks: dict[str, tuple[str, str, int, list[list[Json]]]] = {}
+    if ("prerouting",) in needs:
+        hooks["prerouting"] = ("nat", "prerouting", PRIO_DSTNAT, _dispatch_rules("dispatch"))
     guard = {(n[1], n[2]) for n in needs if n[0] == "guard"}
     if guard or ("route_marks",) in needs:
         rules = []
@@ -1160,21 +1164,37 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
             b.rule(chain, expr)
         if chain == "stateless":
             _defragment(b)
+        if chain == "prerouting":
+            _schedule_chains(b)
         units[hook_key(chain)] = b.finish(hook_key(chain), chain, None)
     return units
+
+
+def _schedule_chains(b: _Builder) -> None:
+    """The chains ``schedule-<n>`` whose one rule looks up ``schedules-<n>`` (see shared_pick_base), in the
+    ``prerouting`` hook unit rather than the skeleton: a ct expression anywhere in the table makes the
+    kernel track every packet of the namespace, and a table of stateless farms alone needs none. Every
+    farm that jumps to one is a NAT or local farm, which needs the hook unit."""
+    for n in _SHARDS:
+        b.chain(schedule_chain_name(n))
+        pick = {"map": {"key": f.ct("mark"), "data": "@" + schedules_map_name(n)}}
+        b.rule(schedule_chain_name(n), [f.set_ct_mark(pick)])
 
 
 DEFRAG_CHAIN = "stateless-defrag"
 
 
 def _defragment(b: _Builder) -> None:
-    """A chain nothing jumps to, whose rule holds a ct expression: creating it makes the kernel register
-    conntrack and IP defragmentation in the namespace (``nf_ct_netns_get``), so fragments are whole
-    before the raw hook rewrites a stateless farm's datagrams (a fragment has no port to match). NAT
-    farms get this from their NAT statements; a table of stateless farms alone has none. No packet
-    ever evaluates the rule."""
+    """A chain nothing jumps to, whose rules hold a ``tproxy`` statement per family: creating it makes the
+    kernel register IP defragmentation in the namespace (``nf_defrag_ipv4_enable``, ``..._ipv6_``), so
+    fragments are whole before the raw hook rewrites a stateless farm's datagrams (a fragment has no
+    port to match). Not a ct expression, which registers conntrack too: every packet of the namespace
+    would then pay for a conntrack lookup that a table of stateless farms alone never uses (the farms'
+    datagrams are ``notrack``). NAT farms get both from their NAT statements. No packet ever evaluates
+    these rules (tproxy is valid in prerouting only, and the chain is never reached)."""
     b.chain(DEFRAG_CHAIN)
-    b.rule(DEFRAG_CHAIN, [f.match(f.ct("state"), "invalid"), {"drop": None}])
+    for family in ("ip", "ip6"):
+        b.rule(DEFRAG_CHAIN, [f.match(f.meta("l4proto"), "udp"), {"tproxy": {"family": family, "port": 1}}])
 
 
 def base_commands() -> list[Json]:
@@ -1353,7 +1373,7 @@ def incremental_document(
 
     Only the changed units' chains, sets, counters and map elements are
     named, so every other farm (and every established connection) is left
-    alone. Farms are unhooked before the policies they use, and all removals
+    alone. Farms are unhooked before the hooks and policies they use, and all removals
     come before all creations, so a renamed farm or a port moved between
     farms is re-added within the same transaction. ``only`` lets the applier
     send part of a change when the kernel refused the whole (to find which unit it refuses).
@@ -1366,7 +1386,7 @@ def incremental_document(
     kept = {k: _kept_elements(old[k], new[k]) for k in changed if k in old and k in new}
     same_chains = {k: old[k].unchanged_chains(new[k].objects) for k in changed if k in old and k in new}
     cmds: list[Json] = []
-    for key in sorted(changed, key=lambda k: k.startswith("policy")):
+    for key in sorted(changed, key=_removal_order):
         if key in old:
             cmds += removal_commands(old[key], keep, kept.get(key, frozenset()), same_chains.get(key, frozenset()))
     for unit in _ordered({k: new[k] for k in changed if k in new}):
@@ -1379,6 +1399,12 @@ def incremental_document(
             if not _creates_existing(c, existing) and not _element_kept(c, same) and not _in_chain(c, chains)
         ]
     return document(cmds), changed
+
+
+def _removal_order(key: str) -> int:
+    """Farms, then hooks (a NAT farm jumps to the ``prerouting`` hook's ``schedule-<n>`` chains), then
+    policies (farms match their sets): the kernel refuses to delete what a rule still refers to."""
+    return 2 if key.startswith("policy") else 1 if key.startswith(HOOK_PREFIX) else 0
 
 
 def _in_chain(command: Json, chains: Collection[str]) -> bool:
@@ -1394,9 +1420,11 @@ def _in_chain(command: Json, chains: Collection[str]) -> bool:
 
 def incremental_context(new: dict[str, UnitRuleset], changed: list[str]) -> list[Json]:
     """What the commands for ``changed`` can refer to, for the applier's own netlink batch: the
-    skeleton, the changed units' creates, and every policy's definitions (farms match their sets)."""
+    skeleton, the changed units' creates, every policy's definitions (farms match their sets) and the
+    ``prerouting`` hook unit's (NAT farms jump to its ``schedule-<n>`` chains)."""
     cmds = base_commands()
-    for unit in _ordered({k: u for k, u in new.items() if k in changed or k.startswith("policy")}):
+    referred = hook_key("prerouting")
+    for unit in _ordered({k: u for k, u in new.items() if k in changed or k.startswith("policy") or k == referred}):
         if unit.key in changed:
             cmds += unit.creates
         else:

@@ -73,7 +73,7 @@ def changed(weight):
 
 def one_rule(expr):
     document = {"nftables": [{"add": {"rule": {"family": "inet", "table": "lbweb", "chain": chain, "expr": expr}}}]}
-    messages = transcribe(document, compiler.base_commands() + units[key].creates, scratch())
+    messages = transcribe(document, compiler.incremental_context(units, [key]), scratch())
     begin = time.monotonic()
     nfmsg.commit(messages)
     return (time.monotonic() - begin) * 1000

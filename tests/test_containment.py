@@ -17,6 +17,7 @@ import pytest
 
 from farms.kernel.sandbox import CRASH_ON, CRASH_SIGNAL
 from farms.models import ApplyRun, Backend, Farm
+from farms.nft import compiler
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import CLIENT4, vip4
 from tests.stack import Worker
@@ -169,8 +170,8 @@ def test_persistence_and_counters_survive_a_refused_farm_a_reconcile_a_restart_a
     assert not runs_after(before).filter(kind="full").exists()
     assert_state_kept(lab, entries, packets, since, "after a worker restart")
 
-    # 4. A full rebuild (someone emptied the skeleton's prerouting chain): the state is carried over.
-    lab.ns(lab.lb, "nft", "flush", "chain", "inet", "lbweb", "prerouting")
+    # 4. A full rebuild (someone emptied the skeleton's digest chain): the state is carried over.
+    lab.ns(lab.lb, "nft", "flush", "chain", "inet", "lbweb", compiler.BASE_CHAIN)
     api.patch(f"farms/{sticky['id']}/", {"description": "after the skeleton was damaged"})
     full = wait_for(lambda: runs_after(before).filter(kind="full").first(), what="the full rebuild")
     assert full.ok, full.error

@@ -237,7 +237,7 @@ def test_a_farm_the_kernel_refuses_is_failed_with_its_message_and_the_others_sti
 
 
 def test_the_skeleton_digest_is_read_from_the_kernel_and_is_none_without_table_or_chain(lab):
-    """``Kernel.base_digest`` reads one netlink dump of lbweb's prerouting chain. Run in the client namespace,
+    """``Kernel.base_digest`` reads one netlink dump of lbweb's skeleton chain (``base``). Run in the client namespace,
     where no worker can rebuild anything behind the test's back."""
     probe = [str(VENV_BIN / "python"), "-c", "from farms.kernel.applier import Kernel; print(Kernel().base_digest())"]
     nft = functools.partial(lab.ns, lab.client, "nft")
@@ -246,16 +246,16 @@ def test_the_skeleton_digest_is_read_from_the_kernel_and_is_none_without_table_o
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
         nft("add", "table", "inet", "lbweb")
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
-        nft("add", "chain", "inet", "lbweb", "prerouting")
-        nft("add", "rule", "inet", "lbweb", "prerouting", "counter", "comment", '"other"')
+        nft("add", "chain", "inet", "lbweb", compiler.BASE_CHAIN)
+        nft("add", "rule", "inet", "lbweb", compiler.BASE_CHAIN, "counter", "comment", '"other"')
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
-        nft("add", "rule", "inet", "lbweb", "prerouting", "counter", "comment", digest_comment)
+        nft("add", "rule", "inet", "lbweb", compiler.BASE_CHAIN, "counter", "comment", digest_comment)
         assert lab.ns(lab.client, *probe).stdout.strip() == "abc123"
         # Another family's table of the same name is not lbweb's.
         nft("delete", "table", "inet", "lbweb")
         nft("add", "table", "ip", "lbweb")
-        nft("add", "chain", "ip", "lbweb", "prerouting")
-        nft("add", "rule", "ip", "lbweb", "prerouting", "counter", "comment", digest_comment)
+        nft("add", "chain", "ip", "lbweb", compiler.BASE_CHAIN)
+        nft("add", "rule", "ip", "lbweb", compiler.BASE_CHAIN, "counter", "comment", digest_comment)
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
     finally:
         nft("delete", "table", "inet", "lbweb", check=False)

@@ -64,6 +64,7 @@ def farms(api, worker, lab):
         "target": f"farm:{target['id']}",
         "policy": f"policy:{policy['id']}",
         "skeleton": "skeleton",
+        "prerouting": "hook:prerouting",
         "id": target["id"],
     }
 
@@ -184,7 +185,8 @@ def test_an_extra_chain_in_lbwebs_table(api, worker, lab, farms):
 
 def test_a_rule_added_to_a_base_chain(api, worker, lab, farms):
     script = "insert rule inet lbweb prerouting ip saddr 198.18.0.2 accept"
-    tamper_and_repair(api, worker, lab, farms, script, "skeleton", ["chain prerouting: 1 rule(s) added at position 1"])
+    differences = ["chain prerouting: 1 rule(s) added at position 1"]
+    tamper_and_repair(api, worker, lab, farms, script, "prerouting", differences)  # the NAT farms' hook unit
 
 
 def test_a_dsr_table_tampered_is_rewritten_alone(api, l2worker, l2lab):  # noqa: F811

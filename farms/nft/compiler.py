@@ -1421,10 +1421,14 @@ def _in_chain(command: Json, chains: Collection[str]) -> bool:
 def incremental_context(new: dict[str, UnitRuleset], changed: list[str]) -> list[Json]:
     """What the commands for ``changed`` can refer to, for the applier's own netlink batch: the
     skeleton, the changed units' creates, every policy's definitions (farms match their sets) and the
-    ``prerouting`` hook unit's (NAT farms jump to its ``schedule-<n>`` chains)."""
+    ``schedule-<n>`` chains of the ``prerouting`` hook unit, empty (NAT farms jump to them). Declarations
+    only, for a unit not in ``changed``: a bulk transaction's context does not list the new units its
+    document creates, and a rule added twice is two rules."""
     cmds = base_commands()
-    referred = hook_key("prerouting")
-    for unit in _ordered({k: u for k, u in new.items() if k in changed or k.startswith("policy") or k == referred}):
+    referred = new.get(hook_key("prerouting"))
+    if referred is not None and referred.key not in changed:
+        cmds += [c for c in referred.creates if "chain" in c.get("add", {}) and "hook" not in c["add"]["chain"]]
+    for unit in _ordered({k: u for k, u in new.items() if k in changed or k.startswith("policy")}):
         if unit.key in changed:
             cmds += unit.creates
         else:

@@ -317,10 +317,11 @@ def shared_pick_base(farm: FarmSpec, backends: tuple[BackendSpec, ...]) -> int |
     A farm whose id is past the slots (65,535) or whose weights add up to more than the span keeps
     its own ``sched-<name>-id-w``: the same packets' path, at the cost of a set.
 
-    The farm's chain jumps to a skeleton's ``schedule-<n>`` chain, whose one rule looks the map up, rather
-    than looking it up itself: the kernel walks every element of a map when a rule in another chain
-    binds it, and every binding when an element is added, so a lookup a farm made a 10,000-farm apply
-    quadratic (114-123 s, perf: ``rb_next`` under ``nf_tables_bind_set`` and ``nft_add_set_elem``).
+    The farm's chain jumps to a ``schedule-<n>`` chain (of the ``prerouting`` hook unit), whose one rule
+    looks the map up, rather than looking it up itself: the kernel walks every element of a map when a
+    rule in another chain binds it, and every binding when an element is added, so a lookup a farm
+    made a 10,000-farm apply quadratic (114-123 s, perf: ``rb_next`` under ``nf_tables_bind_set`` and
+    ``nft_add_set_elem``).
     And the map is one of ``SCHEDULE_SHARDS`` (``schedules-<id mod 64>``): the kernel walks the whole
     tree of an interval set at each commit that changed it (``nft_rbtree_commit``), which cost a weight
     change 17 ms against 9 ms with one map of 200,000 elements at 10,000 farms.
@@ -1085,7 +1086,7 @@ def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
         return frozenset(needs)
     counted = bool(farm.backends) or farm.fallback is not None  # somewhere the forward hook's counter map sends it
     needs = {("local_traffic",)} if farm.mode == "local" else {("forward", farm.family, counted)}
-    needs.add(("prerouting",))  # the NAT hook and the shared schedule chains (see _dispatch_hook)
+    needs.add(("prerouting",))  # the NAT hook and the shared schedule chains (see _schedule_chains)
     if farm.policies or farm.tcp_strict or farm.rst_rtlimit or (farm.persistence and farm.sticky_backends):
         needs |= {("guard", farm.family, ranged) for ranged in ranges}  # the farm has a guard chain (see _guard_chain)
     if farm.intra_connect:
@@ -1102,7 +1103,7 @@ def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
 
 
 def compile_hooks(farms: list[FarmSpec]) -> dict[str, UnitRuleset]:
-    """The base chains the farms need beyond ``prerouting``, each a unit of its own (see the module's docstring).
+    """The base chains the farms need, each a unit of its own (see the module's docstring).
 
     A hook no farm needs is not there at all: packets do not traverse it.
     """

@@ -464,13 +464,20 @@ def without_fib(command: dict) -> dict | None:
 
 
 def compiled_case(
-    name: str, mode: str, filler: int, edit: Callable[[dict], dict | None] | None = None, **extra
+    name: str,
+    mode: str,
+    filler: int,
+    edit: Callable[[dict], dict | None] | None = None,
+    beside_nat: bool = False,
+    **extra,
 ) -> Case:
     """lbweb's compiler output for one farm, loaded with ``nft -j -f`` while the worker is stopped; with
     ``filler``, beside that many other farms (and the other compiled case's farm: both 10,000-farm cases share
     one document, loaded once for both): the per-packet cost of lbweb's ruleset at a size the worker would
     take many minutes to build through the services. The document is the worker's full apply's
-    (``full_document``). ``edit``: each command as a diagnostic variant has it (None: left out)."""
+    (``full_document``). ``edit``: each command as a diagnostic variant has it (None: left out). ``beside_nat``:
+    the other compiled case's farm in the same table too, as ``filler`` puts it there (a stateless farm
+    beside a DNAT farm: the NAT chain makes the kernel track every packet of the namespace)."""
     case = Case(name, extra.pop("baseline", "baseline"), lbweb=False, host=COMPILED_VIPS[mode], **extra)
 
     def prepare(bench: Bench) -> None:
@@ -478,7 +485,7 @@ def compiled_case(
             bench.start_dns()
         path = bench.workdir / (f"compiled-{filler}.json" if filler else f"{name}.json")
         if not path.exists():
-            farms = [compiled_farm(m) for m in COMPILED_VIPS] if filler else [compiled_farm(mode)]
+            farms = [compiled_farm(m) for m in COMPILED_VIPS] if filler or beside_nat else [compiled_farm(mode)]
             document = compiler.full_document([*farms, *filler_farms(filler)])
             edited = document["nftables"] if edit is None else [edit(c) for c in document["nftables"]]
             document["nftables"] = [c for c in edited if c is not None]
@@ -568,11 +575,21 @@ def all_cases() -> list[Case]:
             **dns,
         ),
         compiled_case(
+            "lbweb-c1-stateless-tracked",
+            "stlsdnat",
+            0,
+            beside_nat=True,
+            baseline="baseline-udp",
+            peers=stateless_peers | {"1 farm": "lbweb-c1-stateless"},
+            **dns,
+        ),
+        compiled_case(
             "lbweb-c10k-stateless",
             "stlsdnat",
             FILLER_FARMS,
             baseline="baseline-udp",
-            peers=stateless_peers | {"1 farm": "lbweb-c1-stateless"},
+            # like for like: half the 10,000 farms are DNAT, so this table tracks packets as -tracked does
+            peers=stateless_peers | {"1 farm": "lbweb-c1-stateless-tracked"},
             **dns,
         ),
         minimal_case("minimal-dnat-udp", "udp", baseline="baseline-udp", before=Bench.start_dns, **dns),

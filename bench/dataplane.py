@@ -508,6 +508,12 @@ def all_cases() -> list[Case]:
     dns = {"tool": "dnsperf", "conns": (DATAGRAMS,)}
     stateless_peers = {"minimal": "minimal-stateless"}
     many = tuple(many_backend(i) for i in range(MANY_BACKENDS))
+
+    def stateless_variant(name: str, **options) -> Case:
+        """The one compiled stateless farm, changed by ``options`` (see compiled_case), against it and minimal."""
+        peers = stateless_peers | {"1 farm": "lbweb-c1-stateless"}
+        return compiled_case(name, "stlsdnat", 0, baseline="baseline-udp", peers=peers, **options, **dns)
+
     return [
         Case("baseline", "baseline", lbweb=False),
         minimal_case("minimal-dnat", "dnat"),
@@ -565,24 +571,8 @@ def all_cases() -> list[Case]:
             **dns,
         ),
         compiled_case("lbweb-c1-stateless", "stlsdnat", 0, baseline="baseline-udp", peers=stateless_peers, **dns),
-        compiled_case(
-            "lbweb-c1-stateless-nofib",
-            "stlsdnat",
-            0,
-            edit=without_fib,
-            baseline="baseline-udp",
-            peers=stateless_peers | {"1 farm": "lbweb-c1-stateless"},
-            **dns,
-        ),
-        compiled_case(
-            "lbweb-c1-stateless-tracked",
-            "stlsdnat",
-            0,
-            beside_nat=True,
-            baseline="baseline-udp",
-            peers=stateless_peers | {"1 farm": "lbweb-c1-stateless"},
-            **dns,
-        ),
+        stateless_variant("lbweb-c1-stateless-nofib", edit=without_fib),
+        stateless_variant("lbweb-c1-stateless-tracked", beside_nat=True),
         compiled_case(
             "lbweb-c10k-stateless",
             "stlsdnat",

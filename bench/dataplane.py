@@ -888,6 +888,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report.peer_table(document["summary"]))
     print()
     print("x base: median of the case / median of the baseline with the same connection kind (same invocation).")
+    print("x minimal by round: the case's req/s over the minimal ruleset's in each round, their median and its")
+    print("bootstrap 90 % interval: a goal of 0.97 is met when the interval's low end clears it.")
     print("LB us/req = softirq + CPU of the LB's processes per request;  all us/req = all busy CPU of the machine.")
     print("LB pkt/req = packets into the LB namespace per request (DSR: the client's direction only).")
     print("datagrams: dnsperf, one DNS query per request over UDP; lost = queries unanswered within 5 s.")

@@ -43,6 +43,6 @@ def test_summarise_and_the_peer_table_carry_the_rounds_and_the_interval():
     ]
     rows = {row["case"]: row for row in report.summarise(runs, cases)}
     peer = rows["lbweb"]["peer_ratios"]["minimal"]
-    assert peer["rounds"] == [0.96, 0.98, 0.97]
+    assert peer["round_ratios"] == [0.96, 0.98, 0.97]
     assert peer["round_median_interval90"][0] == 0.97
     assert "0.970 [0.960-0.980]" in report.peer_table(list(rows.values()))

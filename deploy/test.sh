@@ -5,8 +5,9 @@ cd "$(dirname "$0")/.."
 # openssl: the health tests make a self-signed certificate; chromium: the browser tests drive Debian's build through
 # Playwright (never `playwright install`); systemd: systemd-analyze, systemd-socket-activate and systemd-tmpfiles check
 # deploy/systemd's units where systemd is not running; prometheus: the exposition tests; mmdebstrap, qemu and OVMF:
-# the appliance image's build and its test under qemu (tests/test_image.py).
-LBWEB_EXTRA_APT="${LBWEB_EXTRA_APT:-} openssl chromium systemd prometheus mmdebstrap qemu-system-x86 qemu-utils ovmf" LBWEB_REQUIREMENTS=requirements-test.txt deploy/setup.sh
+# the appliance image's build and its test under qemu (tests/test_image.py); pebble: the ACME test server of
+# tests/test_l7_acme.py.
+LBWEB_EXTRA_APT="${LBWEB_EXTRA_APT:-} openssl chromium systemd prometheus mmdebstrap qemu-system-x86 qemu-utils ovmf pebble" LBWEB_REQUIREMENTS=requirements-test.txt deploy/setup.sh
 .venv/bin/python bench/dataplane.py --install-only   # wrk, nginx, HAProxy, matplotlib for the bench's smoke test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

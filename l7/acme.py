@@ -49,13 +49,16 @@ def issue(name: str, domains: Sequence[str], prefix: Sequence[str] = (), env: di
     replaced when it exists: a renewal). ``prefix`` runs certbot inside another namespace (tests)."""
     workdir = Path(settings.LBWEB_ACME_DIR)
     workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    result = subprocess.run(
-        [*prefix, *certbot_command(name, domains, workdir)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
+    try:
+        result = subprocess.run(
+            [*prefix, *certbot_command(name, domains, workdir)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, **(env or {})},
+        )
+    except FileNotFoundError as exc:  # deploy/lib.sh installs Debian's certbot; a machine without it says so
+        raise AcmeError(f"certbot is not installed ({exc.filename}): install Debian's certbot package") from exc
     if result.returncode != 0:
         raise AcmeError(f"certbot failed: {(result.stderr or result.stdout).strip()[-2000:]}")
     live = workdir / "config" / "live" / name

@@ -146,3 +146,16 @@ def test_a_failed_issuance_changes_nothing(lab, pebble, haproxy, settings, tmp_p
     with pytest.raises(acme.AcmeError, match="certbot failed"):
         acme.issue("nowhere", ["nowhere.acme.test"], prefix, env)
     assert not Certificate.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_machine_without_certbot_gets_an_acme_error_that_says_so(settings, tmp_path, monkeypatch):
+    """deploy/lib.sh installs Debian's certbot; where it is missing, issuance fails with words the operator can
+    act on (an AcmeError, as any failed issuance), not a FileNotFoundError out of the worker's task."""
+    from l7.models import Certificate
+
+    settings.LBWEB_ACME_DIR = tmp_path / "acme"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no directory of PATH holds certbot
+    with pytest.raises(acme.AcmeError, match="certbot is not installed"):
+        acme.issue("nowhere", ["nowhere.acme.test"])
+    assert not Certificate.objects.exists()

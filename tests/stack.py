@@ -150,6 +150,19 @@ class Worker(NetnsProcess):
         cmd = [str(VENV_BIN / "celery"), "-A", "lbweb", "worker"]
         return cmd + ["-Q", "dataplane", "-c", "1", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
 
+    def drain(self, timeout: float = 30) -> None:
+        """Return once every task queued before this call has run.
+
+        The worker takes its queue in order, one task at a time, so when a harmless task sent now has
+        succeeded, so has everything ahead of it: say the apply that the last of several writes queued while
+        an earlier apply was already covering it. A test that changes the database behind the worker's back
+        drains first, or that leftover apply may take the change before the task under test sees it."""
+        from lbweb.celery import app
+
+        task_id = app.send_task("farms.tasks.keep_version", args=[0], retry=False).id  # run 0: keeps nothing
+        done = f"[{task_id}] succeeded".encode()
+        wait_until(lambda: done in self.log_path.read_bytes(), timeout, what="the worker's queue to drain")
+
 
 class Healthd(NetnsProcess):
     """``manage.py healthd`` inside the LB namespace, where it reaches the backends."""

@@ -943,16 +943,19 @@ def _stateless_reply_keys(farm: FarmSpec, backend: BackendSpec) -> list[tuple[st
 
 
 def _stateless_farm(b: _Builder, farm: FarmSpec) -> None:
-    """UDP or TCP rewritten both ways in the raw hook: no conntrack entry, no NAT table."""
+    """UDP or TCP rewritten both ways in the raw hook: no conntrack entry, no NAT table.
+
+    No counter: nothing reads a stateless farm's packets (the collector measures the farms conntrack
+    sees; the dashboard and the API say a stateless farm is not measured), and a datagram paid about 1 %
+    for the farm's and its backend's named counters (bench/RESULTS.md). The pick ``goto``-s the
+    backend's chain: it is the farm chain's last rule, so a packet has nothing to come back to."""
     chain = farm_chain_name(farm)
     l3, l4 = _l3(farm), farm.protocol  # udp or tcp: both rewritten both ways, as nftlb does
     backends = farm.active_backends
-    b.obj("counter", f.counter(chain))
     for backend in backends:
         name = backend_chain_name(farm, backend.id)
-        b.obj("counter", f.counter(name))
         b.chain(name)
-        expr = [f.counter_ref(name), {"mangle": {"key": f.payload(l3, "daddr"), "value": backend.address}}]
+        expr = [{"mangle": {"key": f.payload(l3, "daddr"), "value": backend.address}}]
         if backend.port is not None:
             expr.append({"mangle": {"key": f.payload(l4, "dport"), "value": backend.port}})
         b.rule(name, expr)
@@ -968,15 +971,22 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> None:
         for map_name, key in _stateless_reply_keys(farm, backend):
             _service_element(b, map_name, key, reply)
     b.chain(chain)
-    pick = [scheduler_map(farm, backends) if backends else {"drop": None}]
+    pick = [_goto_backends(scheduler_map(farm, backends)) if backends else {"drop": None}]
     if farm.log:  # nftlb's "input": every packet to the VIP (a stateless farm has no connections)
-        b.rule(chain, [{"notrack": None}, f.counter_ref(chain)])
+        b.rule(chain, [{"notrack": None}])
         b.rule(chain, _log(farm, "IN"))
         b.rule(chain, pick)
     else:  # one rule: every packet of the farm pays for one rule's evaluation, not two
-        b.rule(chain, [{"notrack": None}, f.counter_ref(chain), *pick])
+        b.rule(chain, [{"notrack": None}, *pick])
     for map_name, key in _dispatch_keys(farm, "stateless"):
         _service_element(b, map_name, key, chain)
+
+
+def _goto_backends(pick: Json) -> Json:
+    """A scheduler's verdict map whose elements ``goto`` their backend's chain instead of jumping to it."""
+    data = pick["vmap"]["data"]
+    elements = [[key, _goto(verdict["jump"]["target"])] for key, verdict in data["set"]]
+    return f.vmap(pick["vmap"]["key"], {**data, "set": elements})
 
 
 def compile_farm(farm: FarmSpec) -> UnitRuleset:

@@ -463,6 +463,20 @@ def without_fib(command: dict) -> dict | None:
     return {"add": {"rule": {**rule, "expr": [e for e in rule["expr"] if '"fib"' not in json.dumps(e)]}}}
 
 
+def with_counters(command: dict) -> dict | None:
+    """A diagnostic variant's edit: the stateless farm as it was before it lost its counters (the farm's in
+    its chain, the backend's in the backend's chain, inline rather than named, and ``jump`` to the backend
+    again): what per-backend datagram counts would cost a datagram if stateless farms were measured."""
+    rule = command.get("add", {}).get("rule")
+    if rule is None or not rule["chain"].startswith(("farm-", "be-")):
+        return command
+    expr = [{"counter": None}, *rule["expr"]]
+    if rule["chain"].startswith("farm-"):
+        expr = [rule["expr"][0], {"counter": None}, *rule["expr"][1:]]
+        expr = json.loads(json.dumps(expr).replace('"goto"', '"jump"'))
+    return {"add": {"rule": {**rule, "expr": expr}}}
+
+
 def compiled_case(
     name: str,
     mode: str,
@@ -572,6 +586,7 @@ def all_cases() -> list[Case]:
         ),
         compiled_case("lbweb-c1-stateless", "stlsdnat", 0, baseline="baseline-udp", peers=stateless_peers, **dns),
         stateless_variant("lbweb-c1-stateless-nofib", edit=without_fib),
+        stateless_variant("lbweb-c1-stateless-counted", edit=with_counters),
         stateless_variant("lbweb-c1-stateless-tracked", beside_nat=True),
         compiled_case(
             "lbweb-c10k-stateless",

@@ -470,10 +470,11 @@ def with_counters(command: dict) -> dict | None:
     rule = command.get("add", {}).get("rule")
     if rule is None or not rule["chain"].startswith(("farm-", "be-")):
         return command
-    expr = [{"counter": None}, *rule["expr"]]
-    if rule["chain"].startswith("farm-"):
-        expr = [rule["expr"][0], {"counter": None}, *rule["expr"][1:]]
-        expr = json.loads(json.dumps(expr).replace('"goto"', '"jump"'))
+    if rule["chain"].startswith("be-"):
+        expr = [{"counter": None}, *rule["expr"]]
+    else:  # the farm's chain: the counter after its notrack, and jump where the pick has goto
+        notrack, *pick = rule["expr"]
+        expr = json.loads(json.dumps([notrack, {"counter": None}, *pick]).replace('"goto"', '"jump"'))
     return {"add": {"rule": {**rule, "expr": expr}}}
 
 

@@ -507,8 +507,16 @@ def test_a_stateless_farm_makes_its_datagrams_pay_for_no_counter_and_no_return(s
     the farm chain's last rule, so it goes to the backend's chain rather than jumping there and back."""
     backends = (_b(1), BackendSpec(id=2, address="198.18.1.12", port=5353))
     hashed = ("srcip",) if scheduler == "hash" else ()
-    farm = replace(DNS6, id=3, name="u", vip="198.18.100.3", mode="stlsdnat", scheduler=scheduler, backends=backends)
-    farm = replace(farm, sched_param=hashed)
+    farm = replace(
+        DNS6,
+        id=3,
+        name="u",
+        vip="198.18.100.3",
+        mode="stlsdnat",
+        scheduler=scheduler,
+        sched_param=hashed,
+        backends=backends,
+    )
     for variant in (farm, replace(farm, log=True), replace(farm, backends=())):
         creates = json.dumps(compiler.compile_farm(variant).creates)
         assert '"counter": {' not in creates and '{"counter": "' not in creates, creates

@@ -528,6 +528,85 @@ def test_a_stateless_farm_makes_its_datagrams_pay_for_no_counter_and_no_return(s
     assert targets == {"be-u-1", "be-u-2"}
 
 
+@pytest.mark.parametrize("scheduler", ["rr", "hash", "symhash", "weight", "maglev"])
+def test_a_stateless_farm_of_portless_backends_writes_the_pick_from_a_map_of_addresses(scheduler):
+    """With no backend port to rewrite, the pick is the hand-written rule's: the farm chain's one rule writes
+    the destination from a map of the backends' addresses, and a datagram meets no backend chain. The
+    map has the keys the verdict map would have (weights, hashes, maglev's slots alike)."""
+    backends = (_b(1, weight=2), _b(2))
+    hashed = ("srcip",) if scheduler == "hash" else ()
+    farm = replace(
+        DNS6,
+        id=3,
+        name="u",
+        vip="198.18.100.3",
+        mode="stlsdnat",
+        scheduler=scheduler,
+        sched_param=hashed,
+        backends=backends,
+    )
+    unit = compiler.compile_farm(farm)
+    assert not [c for c in unit.objects.chains if c.startswith("be-")], unit.objects.chains
+    assert {c for c in unit.objects.chains if c.startswith("reply-")} == {"reply-u-1", "reply-u-2"}
+    for variant in (farm, replace(farm, log=True)):
+        rules = [c["add"]["rule"] for c in compiler.compile_farm(variant).creates if "rule" in c.get("add", {})]
+        chain = [r["expr"] for r in rules if r["chain"] == "farm-u"]
+        assert chain[0][0] == {"notrack": None}, chain
+        (rewrite,) = [e for e in chain[-1] if "mangle" in e]
+        assert rewrite["mangle"]["key"] == {"payload": {"protocol": "ip", "field": "daddr"}}
+        chained = compiler._goto_backends(compiler.scheduler_map(farm, backends))["vmap"]
+        written = rewrite["mangle"]["value"]["map"]
+        assert written["key"] == chained["key"]
+        addresses = {"be-u-1": "198.18.1.11", "be-u-2": "198.18.1.12"}
+        expected = [[k, addresses[v["goto"]["target"]]] for k, v in chained["data"]["set"]]
+        assert written["data"]["set"] == expected
+    # One backend with a port of its own: both rewrites need one pick, through the backends' chains.
+    mixed = compiler.compile_farm(replace(farm, backends=(_b(1), _b(2, port=5353))))
+    assert {"be-u-1", "be-u-2"} <= set(mixed.objects.chains)
+
+
+def test_the_stateless_hook_tests_the_farms_ports_before_its_lookup():
+    """A backend's answer goes to the client's port: the port match ends its miss of the dispatch lookup
+    before the concatenated key's hash. Overlapping ranges are joined; farms that serve every port, or
+    DNAT farms' ports, put no port there; the same ports give the same hook unit whatever the farms."""
+
+    def stateless(i: int, ports) -> FarmSpec:
+        return FarmSpec(
+            id=i,
+            name=f"u{i}",
+            vip=f"198.18.{100 + i // 250}.{i % 250 + 1}",
+            protocol="udp",
+            ports=ports,
+            mode="stlsdnat",
+            backends=(_b(i % 200),),
+        )
+
+    def first(farms: list[FarmSpec]) -> list:
+        return [rule[0] for rule in _hook_rules(compiler.compile_hooks(farms), "stateless")]
+
+    dport = {"payload": {"protocol": "th", "field": "dport"}}
+    dnat = FarmSpec(id=9, name="d", vip="198.18.100.9", ports=((80, 80),), mode="dnat", backends=(_b(1),))
+    one = first([stateless(1, ((53, 53),)), dnat])
+    assert one == [{"match": {"op": "==", "left": dport, "right": 53}}] + [one[1]], one
+    assert one[1]["match"]["left"] == {"meta": {"key": "l4proto"}}  # the replies' rule keeps its protocol match
+    farms = [stateless(1, ((53, 53),)), stateless(2, ((5000, 5010),)), stateless(3, ((5005, 5020), (5021, 5021)))]
+    rules = _hook_rules(compiler.compile_hooks(farms), "stateless")
+    ports = {"set": [53, {"range": [5000, 5021]}]}
+    assert [rule[0] for rule in rules[:2]] == [{"match": {"op": "==", "left": dport, "right": ports}}] * 2
+    assert [_looked_up(rule) for rule in rules[:2]] == [["stateless4"], ["stateless4_ranges"]]
+    assert compiler.compile_hooks(farms[::-1]) == compiler.compile_hooks(farms)
+    every = _hook_rules(compiler.compile_hooks([*farms, stateless(4, ())]), "stateless")
+    assert [_looked_up(rule) for rule in every] == [
+        ["stateless4"],
+        ["stateless4_ranges"],
+        ["stateless_replies4"],
+        ["stateless_replies4_ranges"],
+    ]
+    assert all("vmap" in rule[0] for rule in every[:2]), every
+    many = [stateless(10 + i, ((1000 + 2 * i, 1000 + 2 * i),)) for i in range(compiler.STATELESS_PORTS_MAX + 1)]
+    assert "vmap" in _hook_rules(compiler.compile_hooks(many), "stateless")[0][0]
+
+
 def test_removing_a_farm_unhooks_its_traffic_counters_first():
     objects = compiler.compile_farm(DNS6).objects
     cmds = compiler.removal_commands(objects, set())
@@ -729,8 +808,9 @@ def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms(
     """Issue 13: the rules a packet meets do not grow with backends or farms, and the hooks every packet
     passes look up only hash maps when no farm has a port range (an interval map keyed by a concatenation
     costs in proportion to its elements). An established TCP packet of a DNAT farm meets, beside a
-    stateless UDP farm: one missed stateless lookup and one failed protocol match (raw), and the two
-    counter-map lookup of the per-backend accounting (forward); a stateless datagram's reply two lookups."""
+    stateless UDP farm: one failed port match and one failed protocol match (raw), and the one
+    counter-map lookup of the per-backend accounting (forward); a stateless datagram's reply a port match
+    and one lookup."""
     small = compiler.compile_hooks(_bench_farms(3, 0))
     for backends, farms in ((100, 0), (3, 10_000)):
         assert compiler.compile_hooks(_bench_farms(backends, farms)) == small, (backends, farms)
@@ -739,6 +819,8 @@ def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms(
     stateless = _hook_rules(small, "stateless")
     assert [_looked_up(r) for r in stateless] == [["stateless4"], ["stateless_replies4"]]
     assert stateless[1][0] == udp  # a TCP packet stops at the first expression of the replies' rule
+    port = {"match": {"op": "==", "left": {"payload": {"protocol": "th", "field": "dport"}}, "right": 53}}
+    assert stateless[0][0] == port  # ... and of the dispatch rule, unless it is bound to the farm's port 53
     forward = _hook_rules(small, "forward")
     assert [_looked_up(r) for r in forward] == [["traffic4"]]
     maps = {c["add"]["map"]["name"]: c["add"]["map"] for c in compiler.base_commands() if "map" in c["add"]}

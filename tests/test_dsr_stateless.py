@@ -254,3 +254,46 @@ def test_stateless_dnat_udp_round_robin_answers_from_the_vip_without_conntrack(a
         api.wait_applied(control["id"])
         assert l2.udp_ask(lab.client, routed.vip4(91), UDP_PORT)[0][1] == (routed.vip4(91), UDP_PORT)
         assert any(routed.vip4(91) in line for line in conntrack_lines(lab, 4))
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_stateless_farms_of_portless_backends_write_the_pick_from_a_map_and_share_the_port_match(
+    api, worker, routed_udp, family
+):
+    """Backends without a port of their own: the farm chain's one rule writes the destination from a map of
+    their addresses (no backend chain), and the raw hook tests the two farms' ports before its lookup.
+    Weights, fragments, answers from the VIP and the LB's own datagrams behave as through backend chains."""
+    lab = routed_udp
+    vip, address = (routed.vip4, routed.backend4) if family == 4 else (routed.vip6, routed.backend6)
+    weighted = api.farm(
+        name=f"portless{family}",
+        vip=vip(92),
+        protocol="udp",
+        ports=str(UDP_PORT),
+        mode="stlsdnat",
+        scheduler="rr",
+        backends=[{"address": address("b1"), "weight": 2}, {"address": address("b2")}],
+    )
+    other = api.farm(
+        name=f"other{family}",
+        vip=vip(93),
+        protocol="udp",
+        ports=str(OTHER_PORT),
+        mode="stlsdnat",
+        backends=[{"address": address("b3")}],
+    )
+    api.wait_applied(weighted["id"])
+    api.wait_applied(other["id"])
+    answers = l2.udp_ask(lab.client, vip(92), UDP_PORT, count=30)
+    assert collections.Counter(a["backend"] for a, _ in answers) == {"b1": 20, "b2": 10}
+    assert {source for _, source in answers} == {(vip(92), UDP_PORT)}
+    big = l2.udp_ask(lab.client, vip(92), UDP_PORT, count=3, size=3000)  # fragments, reassembled before the rewrite
+    assert {(a["size"], source) for a, source in big} == {(3000, (vip(92), UDP_PORT))}
+    answer, source = l2.udp_ask(lab.client, vip(93), OTHER_PORT)[0]
+    assert (answer["backend"], answer["port"], source) == ("b3", OTHER_PORT, (vip(93), OTHER_PORT))
+    assert l2.udp_ask(lab.lb, address("b1"), UDP_PORT)[0][1] == (address("b1"), UDP_PORT)  # the LB's own, unchanged
+    table = lab.ns(lab.lb, "nft", "list", "table", "inet", "lbweb").stdout
+    assert f"th dport {{ {UDP_PORT}, {OTHER_PORT} }} ip{'' if family == 4 else '6'} daddr" in table, table
+    assert "chain be-" not in table, table
+    ok, out = kernel_check(lab, worker)
+    assert ok, out

@@ -947,18 +947,23 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> None:
 
     No counter: nothing reads a stateless farm's packets (the collector measures the farms conntrack
     sees; the dashboard and the API say a stateless farm is not measured), and a datagram paid about 1 %
-    for the farm's and its backend's named counters (bench/RESULTS.md). The pick ``goto``-s the
-    backend's chain: it is the farm chain's last rule, so a packet has nothing to come back to."""
+    for the farm's and its backend's named counters (bench/RESULTS.md). When no backend has a port of
+    its own, the pick rewrites the destination from a map of the backends' addresses in the farm chain's
+    own rule, as one would write it by hand: a datagram meets no backend chain. A backend with a port
+    needs two rewrites from one pick, so then the pick ``goto``-s the backend's chain (the farm chain's
+    last rule: a packet has nothing to come back to), which rewrites both."""
     chain = farm_chain_name(farm)
     l3, l4 = _l3(farm), farm.protocol  # udp or tcp: both rewritten both ways, as nftlb does
     backends = farm.active_backends
+    portless = all(backend.port is None for backend in backends)
     for backend in backends:
-        name = backend_chain_name(farm, backend.id)
-        b.chain(name)
-        expr = [{"mangle": {"key": f.payload(l3, "daddr"), "value": backend.address}}]
-        if backend.port is not None:
-            expr.append({"mangle": {"key": f.payload(l4, "dport"), "value": backend.port}})
-        b.rule(name, expr)
+        if not portless:
+            name = backend_chain_name(farm, backend.id)
+            b.chain(name)
+            expr = [{"mangle": {"key": f.payload(l3, "daddr"), "value": backend.address}}]
+            if backend.port is not None:
+                expr.append({"mangle": {"key": f.payload(l4, "dport"), "value": backend.port}})
+            b.rule(name, expr)
         reply = f"reply-{farm.name}-{backend.id}"
         b.chain(reply)
         # The appliance's own conversations with the backend (a health check, say) keep their addresses:
@@ -971,7 +976,13 @@ def _stateless_farm(b: _Builder, farm: FarmSpec) -> None:
         for map_name, key in _stateless_reply_keys(farm, backend):
             _service_element(b, map_name, key, reply)
     b.chain(chain)
-    pick = [_goto_backends(scheduler_map(farm, backends)) if backends else {"drop": None}]
+    if not backends:
+        pick = [{"drop": None}]
+    elif portless:
+        addresses = scheduler_map(farm, backends, lambda backend: backend.address)
+        pick = [{"mangle": {"key": f.payload(l3, "daddr"), "value": _data_map(addresses)}}]
+    else:
+        pick = [_goto_backends(scheduler_map(farm, backends))]
     if farm.log:  # nftlb's "input": every packet to the VIP (a stateless farm has no connections)
         b.rule(chain, [{"notrack": None}])
         b.rule(chain, _log(farm, "IN"))
@@ -987,6 +998,14 @@ def _goto_backends(pick: Json) -> Json:
     data = pick["vmap"]["data"]
     elements = [[key, _goto(verdict["jump"]["target"])] for key, verdict in data["set"]]
     return f.vmap(pick["vmap"]["key"], {**data, "set": elements})
+
+
+def _data_map(pick: Json) -> Json:
+    """A scheduler's verdict map made with each backend's address as its "target": the same keys, mapped to
+    the addresses themselves (an expression whose value a ``mangle`` writes)."""
+    data = pick["vmap"]["data"]
+    elements = [[key, verdict["jump"]["target"]] for key, verdict in data["set"]]
+    return {"map": {"key": pick["vmap"]["key"], "data": {**data, "set": elements}}}
 
 
 def compile_farm(farm: FarmSpec) -> UnitRuleset:
@@ -1090,6 +1109,7 @@ def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
     ranges = {_ranged(name) for name, _key in _dispatch_keys(farm)}  # which of the service maps it uses
     if farm.mode == "stlsdnat":
         needs = {("stateless", farm.family, ranged) for ranged in ranges}
+        needs |= {("stateless_port", lo, hi) for lo, hi in farm.ports or EVERY_PORT}
         for backend in farm.active_backends:
             for name, _key in _stateless_reply_keys(farm, backend):
                 needs.add(("stateless_replies", farm.family, farm.protocol, _ranged(name)))
@@ -1134,7 +1154,8 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
         hooks["guard"] = ("filter", "prerouting", PRIO_GUARD, rules)
     stateless = {(n[1], n[2]) for n in needs if n[0] == "stateless"}
     if stateless:
-        rules = _dispatch_rules("stateless", stateless)
+        ports = _stateless_ports([n[1:] for n in needs if n[0] == "stateless_port"])
+        rules = [[*ports, *rule] for rule in _dispatch_rules("stateless", stateless)]
         replies = {n[1:] for n in needs if n[0] == "stateless_replies"}
         for family, proto in ((4, "ip"), (6, "ip6")):
             for protocol in ("udp", "tcp"):
@@ -1179,6 +1200,34 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
             _schedule_chains(b)
         units[hook_key(chain)] = b.finish(hook_key(chain), chain, None)
     return units
+
+
+STATELESS_PORTS_MAX = 256  # port ranges of stateless farms the raw hook tests before its lookup, at most
+
+
+def _merged(ranges: Collection[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Port ranges as few as cover the same ports: overlapping or adjacent ones joined."""
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def _stateless_ports(ranges: Collection[tuple[int, int]]) -> list[Json]:
+    """The match that comes before the ``stateless`` hook's dispatch lookups: the destination port is one
+    a stateless farm serves. Every answer of a backend meets the dispatch lookup before the lookup that
+    finds it, and its destination is the client's port: this one comparison (a set of ports when farms
+    serve several) ends that miss sooner than the concatenated key's hash. None when the farms serve every
+    port, or more ranges than ``STATELESS_PORTS_MAX`` (an anonymous set the hook unit would carry whole
+    into every change of it): the lookup alone then decides, as it always does in the end."""
+    merged = _merged(ranges)
+    if merged == list(EVERY_PORT) or len(merged) > STATELESS_PORTS_MAX:
+        return []
+    values = [f.port_value(lo, hi) for lo, hi in merged]
+    return [f.match(f.payload("th", "dport"), values[0] if len(values) == 1 else {"set": values})]
 
 
 def _schedule_chains(b: _Builder) -> None:

@@ -464,9 +464,10 @@ def without_fib(command: dict) -> dict | None:
 
 
 def with_counters(command: dict) -> dict | None:
-    """A diagnostic variant's edit: the stateless farm as it was before it lost its counters (the farm's in
-    its chain, the backend's in the backend's chain, inline rather than named, and ``jump`` to the backend
-    again): what per-backend datagram counts would cost a datagram if stateless farms were measured."""
+    """A diagnostic variant's edit: the stateless farm with counters, inline rather than named (the farm's in
+    its chain, and ``jump`` where the pick has ``goto``; a backend's in its chain where the farm has backend
+    chains, which a farm of portless backends, such as the bench's, does not: its pick writes the address
+    itself): what counting a stateless farm's datagrams would cost them."""
     rule = command.get("add", {}).get("rule")
     if rule is None or not rule["chain"].startswith(("farm-", "be-")):
         return command

@@ -500,14 +500,10 @@ def test_a_table_of_stateless_farms_alone_holds_nothing_that_makes_the_kernel_tr
     assert deleted.index("farm-d") < deleted.index("schedule-4") and "prerouting" in deleted, deleted
 
 
-@pytest.mark.parametrize("scheduler", ["rr", "hash", "symhash", "weight", "maglev"])
-def test_a_stateless_farm_makes_its_datagrams_pay_for_no_counter_and_no_return(scheduler):
-    """Nothing reads a stateless farm's packets (the collector measures what conntrack sees; the dashboard
-    says the farm is not measured): a counter there cost every datagram about 1 % for nobody. The pick is
-    the farm chain's last rule, so it goes to the backend's chain rather than jumping there and back."""
-    backends = (_b(1), BackendSpec(id=2, address="198.18.1.12", port=5353))
+def _stateless_u(scheduler: str, backends: tuple[BackendSpec, ...]) -> FarmSpec:
+    """A stateless UDP farm ``u`` with ``scheduler`` (hashing the client's address, for ``hash``)."""
     hashed = ("srcip",) if scheduler == "hash" else ()
-    farm = replace(
+    return replace(
         DNS6,
         id=3,
         name="u",
@@ -517,6 +513,15 @@ def test_a_stateless_farm_makes_its_datagrams_pay_for_no_counter_and_no_return(s
         sched_param=hashed,
         backends=backends,
     )
+
+
+@pytest.mark.parametrize("scheduler", ["rr", "hash", "symhash", "weight", "maglev"])
+def test_a_stateless_farm_makes_its_datagrams_pay_for_no_counter_and_no_return(scheduler):
+    """Nothing reads a stateless farm's packets (the collector measures what conntrack sees; the dashboard
+    says the farm is not measured): a counter there cost every datagram about 1 % for nobody. The pick is
+    the farm chain's last rule, so it goes to the backend's chain rather than jumping there and back."""
+    backends = (_b(1), BackendSpec(id=2, address="198.18.1.12", port=5353))
+    farm = _stateless_u(scheduler, backends)
     for variant in (farm, replace(farm, log=True), replace(farm, backends=())):
         creates = json.dumps(compiler.compile_farm(variant).creates)
         assert '"counter": {' not in creates and '{"counter": "' not in creates, creates
@@ -534,17 +539,7 @@ def test_a_stateless_farm_of_portless_backends_writes_the_pick_from_a_map_of_add
     the destination from a map of the backends' addresses, and a datagram meets no backend chain. The
     map has the keys the verdict map would have (weights, hashes, maglev's slots alike)."""
     backends = (_b(1, weight=2), _b(2))
-    hashed = ("srcip",) if scheduler == "hash" else ()
-    farm = replace(
-        DNS6,
-        id=3,
-        name="u",
-        vip="198.18.100.3",
-        mode="stlsdnat",
-        scheduler=scheduler,
-        sched_param=hashed,
-        backends=backends,
-    )
+    farm = _stateless_u(scheduler, backends)
     unit = compiler.compile_farm(farm)
     assert not [c for c in unit.objects.chains if c.startswith("be-")], unit.objects.chains
     assert {c for c in unit.objects.chains if c.startswith("reply-")} == {"reply-u-1", "reply-u-2"}

@@ -265,23 +265,20 @@ def test_stateless_farms_of_portless_backends_write_the_pick_from_a_map_and_shar
     Weights, fragments, answers from the VIP and the LB's own datagrams behave as through backend chains."""
     lab = routed_udp
     vip, address = (routed.vip4, routed.backend4) if family == 4 else (routed.vip6, routed.backend6)
-    weighted = api.farm(
-        name=f"portless{family}",
-        vip=vip(92),
-        protocol="udp",
-        ports=str(UDP_PORT),
-        mode="stlsdnat",
-        scheduler="rr",
-        backends=[{"address": address("b1"), "weight": 2}, {"address": address("b2")}],
-    )
-    other = api.farm(
-        name=f"other{family}",
-        vip=vip(93),
-        protocol="udp",
-        ports=str(OTHER_PORT),
-        mode="stlsdnat",
-        backends=[{"address": address("b3")}],
-    )
+
+    def farm(name: str, n: int, port: int, backends: list[dict]) -> dict:
+        return api.farm(
+            name=f"{name}{family}",
+            vip=vip(n),
+            protocol="udp",
+            ports=str(port),
+            mode="stlsdnat",
+            scheduler="rr",
+            backends=backends,
+        )
+
+    weighted = farm("portless", 92, UDP_PORT, [{"address": address("b1"), "weight": 2}, {"address": address("b2")}])
+    other = farm("other", 93, OTHER_PORT, [{"address": address("b3")}])
     api.wait_applied(weighted["id"])
     api.wait_applied(other["id"])
     answers = l2.udp_ask(lab.client, vip(92), UDP_PORT, count=30)

@@ -1220,9 +1220,9 @@ def _stateless_ports(ranges: Collection[tuple[int, int]]) -> list[Json]:
     """The match that comes before the ``stateless`` hook's dispatch lookups: the destination port is one
     a stateless farm serves. Every answer of a backend meets the dispatch lookup before the lookup that
     finds it, and its destination is the client's port: this one comparison (a set of ports when farms
-    serve several) ends that miss sooner than the concatenated key's hash. None when the farms serve every
-    port, or more ranges than ``STATELESS_PORTS_MAX`` (an anonymous set the hook unit would carry whole
-    into every change of it): the lookup alone then decides, as it always does in the end."""
+    serve several) ends that miss sooner than the concatenated key's hash. No match at all when the farms
+    serve every port, or more ranges than ``STATELESS_PORTS_MAX`` (an anonymous set the hook unit would
+    carry whole into every change of it): the lookup alone then decides, as it always does in the end."""
     merged = _merged(ranges)
     if merged == list(EVERY_PORT) or len(merged) > STATELESS_PORTS_MAX:
         return []

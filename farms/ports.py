@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # ASCII digits only: Python's int() also reads "٨٠" (Arabic-Indic digits) and "8_0" as 80, which the
 # operator did not write as 80 and no other tool would read so.
@@ -38,9 +39,13 @@ def parse_ports(text: str) -> list[tuple[int, int]]:
         if high < low:
             raise PortSyntaxError(f"range '{raw}' ends before it starts")
         ranges.append((low, high))
-    ranges.sort()
+    return merge_ranges(ranges)
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Port ranges sorted, as few as cover the same ports: overlapping or adjacent ones joined."""
     merged: list[tuple[int, int]] = []
-    for low, high in ranges:
+    for low, high in sorted(ranges):
         if merged and low <= merged[-1][1] + 1:
             merged[-1] = (merged[-1][0], max(high, merged[-1][1]))
         else:

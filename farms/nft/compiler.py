@@ -94,6 +94,7 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
+from farms.ports import merge_ranges
 from farms.types import Json
 
 from . import dsr, maglev
@@ -1205,17 +1206,6 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
 STATELESS_PORTS_MAX = 256  # port ranges of stateless farms the raw hook tests before its lookup, at most
 
 
-def _merged(ranges: Collection[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Port ranges as few as cover the same ports: overlapping or adjacent ones joined."""
-    merged: list[tuple[int, int]] = []
-    for lo, hi in sorted(ranges):
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
-        else:
-            merged.append((lo, hi))
-    return merged
-
-
 def _stateless_ports(ranges: Collection[tuple[int, int]]) -> list[Json]:
     """The match that comes before the ``stateless`` hook's dispatch lookups: the destination port is one
     a stateless farm serves. Every answer of a backend meets the dispatch lookup before the lookup that
@@ -1223,7 +1213,7 @@ def _stateless_ports(ranges: Collection[tuple[int, int]]) -> list[Json]:
     serve several) ends that miss sooner than the concatenated key's hash. No match at all when the farms
     serve every port, or more ranges than ``STATELESS_PORTS_MAX`` (an anonymous set the hook unit would
     carry whole into every change of it): the lookup alone then decides, as it always does in the end."""
-    merged = _merged(ranges)
+    merged = merge_ranges(ranges)
     if merged == list(EVERY_PORT) or len(merged) > STATELESS_PORTS_MAX:
         return []
     values = [f.port_value(lo, hi) for lo, hi in merged]

@@ -105,6 +105,7 @@ class Case:
     ruleset: str = ""  # a case of another ruleset: its tables, loaded (nft -f) for each of its runs only
     ruleset_json: Path | None = None  # the same, as a libnftables JSON document (nft -j -f)
     peers: dict[str, str] = field(default_factory=dict)  # "minimal"/"nftlb" -> the case of the same farm
+    lb_sysctls: dict[str, str] = field(default_factory=dict)  # set in the LB for this case's runs only
     unavailable: str | None = field(default=None, init=False)
 
     def addresses(self, clients: int) -> list[str]:
@@ -193,7 +194,9 @@ class Bench:
             time.sleep(SETTLE)
 
     def load_ruleset(self, case: Case) -> None:
-        """A ruleset case's tables go in before its run (the LB is a plain router otherwise)."""
+        """A ruleset case's tables go in before its run (the LB is a plain router otherwise), and its sysctls."""
+        for key, value in case.lb_sysctls.items():
+            self.lab.ns(self.lab.lb, "sysctl", "-qw", f"{key}={value}")
         if case.ruleset:
             command = ["ip", "netns", "exec", self.lab.lb, "nft", "-f", "-"]
             subprocess.run(command, input=case.ruleset, text=True, check=True, capture_output=True)
@@ -214,6 +217,8 @@ class Bench:
             self.document = path
 
     def drop_ruleset(self, case: Case) -> None:
+        for key in case.lb_sysctls:  # back to the kernel's default, which every other case runs with
+            self.lab.ns(self.lab.lb, "sysctl", "-qw", f"{key}={LB_SYSCTL_DEFAULTS[key]}")
         for family, name in ruleset_tables(case.ruleset):
             self.lab.ns(self.lab.lb, "nft", "delete", "table", family, name, check=False)
 
@@ -447,10 +452,24 @@ def filler_farms(count: int) -> list[FarmSpec]:
     return farms
 
 
+LB_SYSCTL_DEFAULTS = {"net.netfilter.nf_conntrack_acct": "0"}
+
+
 def without_forward(command: dict) -> dict | None:
     """A diagnostic variant's edit: the forward hook (per-backend byte accounting) left out."""
     body = next(iter(next(iter(command.values())).values()))
     return None if isinstance(body, dict) and "forward" in (body.get("name"), body.get("chain")) else command
+
+
+def forward_counter_only(command: dict) -> dict | None:
+    """A diagnostic variant's edit: the forward hook's rules one anonymous counter instead of the counter-map
+    lookups (one a direction), to tell the hook's own cost (entering a base chain) from the lookups'."""
+    rule = command.get("add", {}).get("rule")
+    if rule is None or rule["chain"] != "forward":
+        return command
+    if '"reply"' in json.dumps(rule["expr"]):
+        return None
+    return {"add": {"rule": {**rule, "expr": [{"counter": None}]}}}
 
 
 def without_fib(command: dict) -> dict | None:
@@ -553,6 +572,21 @@ def all_cases() -> list[Case]:
             "dnat",
             0,
             edit=without_forward,
+            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
+        ),
+        compiled_case(
+            "lbweb-c1-dnat-ctacct",
+            "dnat",
+            0,
+            edit=without_forward,
+            lb_sysctls={"net.netfilter.nf_conntrack_acct": "1"},  # conntrack counts each flow's bytes instead
+            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
+        ),
+        compiled_case(
+            "lbweb-c1-dnat-fwdcounter",
+            "dnat",
+            0,
+            edit=forward_counter_only,
             peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
         ),
         compiled_case(

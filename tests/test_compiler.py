@@ -378,7 +378,8 @@ def test_with_every_backend_down_the_fallback_takes_new_connections():
 
 def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
     """Per-packet accounting is one lookup in a shared counter map, whatever the number of farms and backends:
-    the backend's address, the farm's mark and the direction give the backend's counter for that direction."""
+    the direction picks the map, the backend's address (the packet's destination going in, its source coming
+    out) and the farm's mark give the backend's counter for that direction."""
     ruleset = compiler.compile_farm(WEB)
     assert not [c for c in ruleset.creates if c["add"].get("rule", {}).get("chain", "").startswith("traffic")]
     elements = {
@@ -389,18 +390,25 @@ def test_every_packet_of_a_farm_is_counted_by_direction_and_by_backend():
     mark = WEB.mark
     expected = {}
     for backend in WEB.backends:  # the disabled backend still counts its draining connections
-        for direction, ct_direction in (("in", "original"), ("out", "reply")):
-            key = compiler.canonical({"concat": [backend.address, mark, ct_direction]})
-            expected[("traffic4", key)] = f"traffic-be-web-{backend.id}-{direction}"
+        for direction in ("in", "out"):
+            key = compiler.canonical({"concat": [backend.address, mark]})
+            expected[(f"traffic4_{direction}", key)] = f"traffic-be-web-{backend.id}-{direction}"
     assert elements == expected
     counters = {name for kind, name in ruleset.objects.objects if kind == "counter"}
     assert set(expected.values()) <= counters
     assert not {"traffic-in-web", "traffic-out-web", "traffic-be-web-3"} & counters  # the collector's sums
     forward = compiler.compile_hooks([WEB])["hook:forward"]
     rules = [c["add"]["rule"]["expr"] for c in forward.creates if "rule" in c["add"]]
-    source = {"ct": {"key": "ip saddr", "dir": "reply"}}
     mark, direction = {"ct": {"key": "mark"}}, {"ct": {"key": "direction"}}
-    assert rules == [[{"counter": {"map": {"key": {"concat": [source, mark, direction]}, "data": "@traffic4"}}}]]
+
+    def count(ct_direction: str, field: str, data: str) -> list:
+        key = {"concat": [{"payload": {"protocol": "ip", "field": field}}, mark]}
+        return [
+            {"match": {"op": "==", "left": direction, "right": ct_direction}},
+            {"counter": {"map": {"key": key, "data": data}}},
+        ]
+
+    assert rules == [count("original", "daddr", "@traffic4_in"), count("reply", "saddr", "@traffic4_out")]
 
 
 def test_a_farms_fallback_address_is_counted_and_a_shared_address_once():
@@ -415,7 +423,7 @@ def test_a_farms_fallback_address_is_counted_and_a_shared_address_once():
     elements = {
         json.loads(compiler.canonical(e["elem"][0][0]))["concat"][0] + "/" + e["elem"][0][1]
         for c in ruleset.creates
-        if (e := c["add"].get("element")) and e["name"] == "traffic4"
+        if (e := c["add"].get("element")) and e["name"] in ("traffic4_in", "traffic4_out")
     }
     assert elements == {
         "198.18.1.11/traffic-be-web-7-in",
@@ -607,7 +615,7 @@ def test_removing_a_farm_unhooks_its_traffic_counters_first():
     cmds = compiler.removal_commands(objects, set())
     verbs = [(verb, kind, body.get("name")) for c in cmds for verb, x in c.items() for kind, body in x.items()]
     counter = ("delete", "counter", "traffic-be-dns6-4-in")
-    assert verbs.index(("delete", "element", "traffic6")) < verbs.index(counter)
+    assert verbs.index(("delete", "element", "traffic6_in")) < verbs.index(counter)
 
 
 def _chains_and_sets(unit) -> tuple[set[str], set[str]]:
@@ -682,7 +690,8 @@ def test_a_change_inside_a_farm_sends_no_element_command():
         # a weight farm's own targets map is filled when it becomes one (rr -> weight), not on a weight change
         assert [list(c)[0] for c in farm_maps] == {WEB_REWEIGHTED: ["add", "add"], heavier: [], enabled: []}[new]
         if new is WEB_REWEIGHTED:  # backend 3 is gone: only its entries in the traffic counter map leave
-            assert [list(c) + [c["delete"]["element"]["name"]] for c in elements] == [["delete", "traffic4"]] * 2
+            names = sorted(c["delete"]["element"]["name"] for c in elements)
+            assert [list(c)[0] for c in elements] == ["delete"] * 2 and names == ["traffic4_in", "traffic4_out"]
         else:
             assert document["nftables"] and not elements, new
         rewritten = any(c.get("add", {}).get("rule", {}).get("chain") == "farm-web" for c in document["nftables"])
@@ -804,7 +813,8 @@ def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms(
     passes look up only hash maps when no farm has a port range (an interval map keyed by a concatenation
     costs in proportion to its elements). An established TCP packet of a DNAT farm meets, beside a
     stateless UDP farm: one failed port match and one failed protocol match (raw), and the one
-    counter-map lookup of the per-backend accounting (forward); a stateless datagram's reply a port match
+    counter-map lookup of the per-backend accounting (forward: the rule of the packet's direction; the
+    other rule stops at its direction match); a stateless datagram's reply a port match
     and one lookup."""
     small = compiler.compile_hooks(_bench_farms(3, 0))
     for backends, farms in ((100, 0), (3, 10_000)):
@@ -817,7 +827,7 @@ def test_per_packet_work_is_the_same_for_3_or_100_backends_and_1_or_10000_farms(
     port = {"match": {"op": "==", "left": {"payload": {"protocol": "th", "field": "dport"}}, "right": 53}}
     assert stateless[0][0] == port  # ... and of the dispatch rule, unless it is bound to the farm's port 53
     forward = _hook_rules(small, "forward")
-    assert [_looked_up(r) for r in forward] == [["traffic4"]]
+    assert [_looked_up(r) for r in forward] == [["traffic4_in"], ["traffic4_out"]]  # one a packet: its direction
     maps = {c["add"]["map"]["name"]: c["add"]["map"] for c in compiler.base_commands() if "map" in c["add"]}
     for rule in stateless + forward:
         for name in _looked_up(rule):

@@ -156,13 +156,13 @@ def test_a_hand_removed_traffic_hook_is_drift_that_reconcile_repairs(api, lab, w
     )
     api.wait_applied(farm["id"])
     assert kernel_check(lab, worker)[0]
-    key = f"{{ {backend4('b1')} . {farm['id']} . original }}"
-    lab.ns(lab.lb, "nft", "delete", "element", "inet", "lbweb", "traffic4", key)
+    key = f"{{ {backend4('b1')} . {farm['id']} }}"
+    lab.ns(lab.lb, "nft", "delete", "element", "inet", "lbweb", "traffic4_in", key)
     ok, report = kernel_check(lab, worker)
     assert not ok, report  # traffic would flow uncounted: the kernel differs from the database
-    assert "hooked" in report and "elements of traffic4: 1 missing" in report
+    assert "hooked" in report and "elements of traffic4_in: 1 missing" in report
     reconcile.apply_async(kwargs={"reason": "test traffic drift"})
     wait_for(lambda: kernel_check(lab, worker)[0], what="the repaired traffic hook")
-    listing = lab.ns(lab.lb, "nft", "list", "map", "inet", "lbweb", "traffic4").stdout
+    listing = lab.ns(lab.lb, "nft", "list", "map", "inet", "lbweb", "traffic4_in").stdout
     backend_id = farm["backends"][0]["id"]
     assert f"traffic-be-hooked-{backend_id}-in" in listing

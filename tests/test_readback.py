@@ -48,7 +48,7 @@ def test_the_whole_table_read_makes_the_records_the_read_by_name_makes(throwaway
     # shared maps' elements filed under their units (kept whole for that, the other objects as hashes).
     entries = {entry.split(" ")[0] for record in whole.values() for entry in record}
     assert {"chain", "rules", "set", "elements", "counter"} <= entries, entries
-    assert read["shared"]["dispatch4"] and read["shared"][compiler.traffic_map(4)], read["shared"]
+    assert read["shared"]["dispatch4"] and read["shared"][compiler.traffic_map(4, "in")], read["shared"]
     assert any(record.get("rules farm-sticky") for record in whole.values())
 
 

@@ -61,20 +61,27 @@ skeleton's digest.
   keeps the port instead of choosing one at random that the client's next
   reuse would not get again.
 * ``forward`` (filter) sees every forwarded packet, not only a connection's
-  first, so it holds no chain per farm and no rule per backend: one lookup of
-  ``ct reply <l3> saddr . ct mark . ct direction`` in the counter map
-  ``traffic4``/``traffic6`` counts bytes and packets into
-  ``traffic-be-<name>-<id>-in`` (client to backend) or ``-out`` (backend to
-  client) of the backend the connection went to (``-fallback-`` for the
-  farm's fallback address): one lookup per packet whatever the number of
-  farms and backends, and a farm's bytes each way are the sum of its
-  backends' (the collector adds them up, :mod:`monitoring.farm_index`). The
-  address comes first in the key so that a packet of the other family stops
-  at the first expression of the other family's rule. (Backends of one farm
-  that share an address are counted together, on the lowest id: nft 1.0.6
-  cannot put ``ct proto-src`` in a key.) The ``farm-``/``be-`` counters in
-  the nat chains count new connections. (NAT farms only: stateless and DSR
-  farms have no conntrack mark; offloaded flows skip the hook.)
+  first, so it holds no chain per farm and no rule per backend: one rule per
+  direction and family counts bytes and packets into the counter map
+  ``traffic4_in``/``traffic6_in`` (``ct direction original``, keyed by ``ip
+  daddr . ct mark``: the backend, as DNAT has already rewritten the
+  destination) or ``traffic4_out``/``traffic6_out`` (``ct direction reply``,
+  ``ip saddr . ct mark``: the backend, as the reply's source is rewritten only
+  at postrouting), giving ``traffic-be-<name>-<id>-in`` (client to backend) or
+  ``-out`` (backend to client) of the backend the connection went to
+  (``-fallback-`` for the farm's fallback address): one lookup per packet
+  whatever the number of farms and backends, and a farm's bytes each way are
+  the sum of its backends' (the collector adds them up,
+  :mod:`monitoring.farm_index`). Why the packet's address and not the reply
+  tuple's (``ct reply ip saddr``, the same address for the farm's packets):
+  two fields rather than three, from the packet and a fast ct key, cost a
+  packet a third less of this lookup's excess over the minimal ruleset
+  (bench/RESULTS.md, "The per-backend accounting's price"). (Backends of
+  one farm that share an address are counted together, on the lowest id:
+  nft 1.0.6 cannot put ``ct proto-src`` in a key.) The ``farm-``/``be-``
+  counters in the nat chains count new connections. (NAT farms only:
+  stateless and DSR farms have no conntrack mark; offloaded flows skip the
+  hook.)
 
 DSR farms live in ``table netdev lbweb-<interface>`` (see :mod:`.dsr`).
 
@@ -175,9 +182,13 @@ def backend_traffic_counter_name(farm_name: str, backend_id: int | str, directio
     return f"{name}-{direction}" if direction else name
 
 
-def traffic_map(family: int) -> str:
-    """The reply's source address . ct mark . ct direction -> the backend's counter for that direction."""
-    return f"traffic{family}"
+TRAFFIC_DIRECTIONS = (("in", "original"), ("out", "reply"))  # a counter's direction, the ct direction it counts
+
+
+def traffic_map(family: int, direction: str) -> str:
+    """The backend's address . ct mark -> the backend's counter for ``direction`` (``in``: the packets of the
+    connection's original direction, keyed by their destination; ``out``: the replies, by their source)."""
+    return f"traffic{family}_{direction}"
 
 
 def hook_key(chain: str) -> str:
@@ -816,11 +827,11 @@ def _traffic(b: _Builder, farm: FarmSpec) -> None:
         destinations.append(("fallback", farm.fallback.address))
     seen = set()
     for destination, address in destinations:
-        for direction, ct_direction in (("in", "original"), ("out", "reply")):
+        for direction, _ct_direction in TRAFFIC_DIRECTIONS:
             name = backend_traffic_counter_name(farm.name, destination, direction)
             b.obj("counter", f.counter(name))
             if address not in seen:
-                b.element(traffic_map(farm.family), f.concat(address, farm.mark, ct_direction), name)
+                b.element(traffic_map(farm.family, direction), f.concat(address, farm.mark), name)
         seen.add(address)
     if farm.log_forward:  # nftlb's "forward": every forwarded packet of the farm, both ways
         chain = f"logfwd-{farm.name}"
@@ -1091,8 +1102,11 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         f.add("map", f.named_map("snat_farms", "mark", "verdict")),
         f.add("map", f.named_map("offload_marks", "mark", "verdict")),
         f.add("map", f.named_map(TRAFFIC_DIR_MAP, ["mark", "ct_dir"], "counter")),
-        f.add("map", f.named_map(traffic_map(4), ["ipv4_addr", "mark", "ct_dir"], "counter")),
-        f.add("map", f.named_map(traffic_map(6), ["ipv6_addr", "mark", "ct_dir"], "counter")),
+        *(
+            f.add("map", f.named_map(traffic_map(family, direction), [address, "mark"], "counter"))
+            for family, address in ((4, "ipv4_addr"), (6, "ipv6_addr"))
+            for direction, _ct_direction in TRAFFIC_DIRECTIONS
+        ),
         f.add("map", f.named_map(LOG_FORWARD_MAP, "mark", "verdict")),
         f.add("map", f.named_map(ROUTE_MARKS, "mark", "verdict")),
         *(f.add("map", f.named_map(schedules_map_name(n), "mark", "mark", ["interval"])) for n in _SHARDS),
@@ -1178,8 +1192,10 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
         rules.append([f.vmap(f.ct("mark"), "@offload_marks")])  # offloaded flows leave the hook from here on
     for family, proto in ((4, "ip"), (6, "ip6")):
         if ("forward", family, True) in needs:
-            key = f.concat(f.ct(f"{proto} saddr", "reply"), f.ct("mark"), f.ct("direction"))
-            rules.append([f.counter_map_ref(key, traffic_map(family))])
+            for (direction, ct_direction), field in zip(TRAFFIC_DIRECTIONS, ("daddr", "saddr"), strict=True):
+                key = f.concat(f.payload(proto, field), f.ct("mark"))
+                count = f.counter_map_ref(key, traffic_map(family, direction))
+                rules.append([f.match(f.ct("direction"), ct_direction), count])
     if rules:
         hooks["forward"] = ("filter", "forward", PRIO_FILTER, rules)
     if ("postrouting",) in needs:

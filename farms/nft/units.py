@@ -12,7 +12,7 @@ from farms.types import Json
 
 from . import fragments as f
 
-COMPILER_VERSION = "4"
+COMPILER_VERSION = "5"
 DIGEST_PREFIX = "lbweb:"
 
 

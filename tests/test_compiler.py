@@ -903,7 +903,8 @@ def test_a_local_farm_filters_limits_and_logs_then_accepts_without_nat():
     assert "@policy-deny9-v4" in guard and '"invalid"' in guard and '"rst"' in guard
     elements = {(name, json.dumps(key)) for name, key in unit.objects.elements}
     assert ("dispatch4", json.dumps(f.concat("198.18.100.30", "tcp", 443))) in elements
-    assert not any(name in ("snat_farms", "traffic4", compiler.ROUTE_MARKS) for name, _key in elements)
+    not_local = ("snat_farms", compiler.traffic_map(4, "in"), compiler.traffic_map(4, "out"), compiler.ROUTE_MARKS)
+    assert not any(name in not_local for name, _key in elements)
     assert {"traffic-in-onbox", "traffic-out-onbox"} <= {name for _kind, name in unit.objects.objects}
 
 

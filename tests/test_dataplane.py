@@ -76,11 +76,18 @@ def test_port_lists_and_a_backend_port_that_differs_from_the_virtual_port(api, w
     assert (answer["backend"], answer["client"], answer["port"]) == ("b3", CLIENT4, 8080)
 
 
-def test_ipv6_farm_balances_over_ipv6_backends(api, worker, lab):
-    make_farm(api, "web6", vip6(1), family=6)
+def test_ipv6_farm_balances_over_ipv6_backends_and_counts_each_ones_bytes_both_ways(api, worker, lab):
+    farm = make_farm(api, "web6", vip6(1), family=6)
     answers = lab.http_get(vip6(1), 80, count=6)
     assert {a["backend"] for a in answers} == set(THREE)
     assert {a["client"] for a in answers} == {CLIENT6}
+    # The forward hook's IPv6 rules (traffic6_in by the destination, traffic6_out by the source) found each one.
+    for backend in farm["backends"]:
+        for direction in ("in", "out"):
+            name = compiler.backend_traffic_counter_name("web6", backend["id"], direction)
+            listing = json.loads(lab.ns(lab.lb, "nft", "-j", "list", "counter", "inet", "lbweb", name).stdout)
+            counter = next(x["counter"] for x in listing["nftables"] if "counter" in x)
+            assert counter["packets"] >= 2 and counter["bytes"] > 0, (name, counter)
 
 
 def test_disabled_backend_gets_no_new_connection_but_keeps_its_established_one(api, worker, lab):

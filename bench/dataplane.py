@@ -750,8 +750,13 @@ def machine() -> dict:
         lines = (result.stdout + result.stderr).strip().splitlines()
         return next((x.strip() for x in lines if x.startswith(line)), lines[0] if lines else "")
 
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    # "-dirty": the tree measured was not the commit alone (a diagnostic variant being tried, say)
+    dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
     return {
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+        "commit": git("rev-parse", "HEAD") + dirty,
         "nproc": os.cpu_count(),
         "cpu_model": model,
         "kernel": platform.release(),

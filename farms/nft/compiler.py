@@ -74,8 +74,8 @@ skeleton's digest.
   the sum of its backends' (the collector adds them up,
   :mod:`monitoring.farm_index`). Why the packet's address and not the reply
   tuple's (``ct reply ip saddr``, the same address for the farm's packets):
-  two fields rather than three, from the packet and a fast ct key, cost a
-  packet a third less of this lookup's excess over the minimal ruleset
+  two fields rather than three, the address read from the packet, cost a
+  packet about a third less of this lookup's excess over the minimal ruleset
   (bench/RESULTS.md, "The per-backend accounting's price"). (Backends of
   one farm that share an address are counted together, on the lowest id:
   nft 1.0.6 cannot put ``ct proto-src`` in a key.) The ``farm-``/``be-``

@@ -128,6 +128,7 @@ class Bench:
         self.farm_ids: list[int] = []
         self.clients: dict[str, list[measure.Client]] = {}
         self.document: Path | None = None  # the compiled case's document in the LB's kernel (lbweb's table)
+        self.sysctls_before: dict[str, str] = {}  # what a case's lb_sysctls replaced, put back after its run
 
     def add_clients(self, cases: list[Case], count: int) -> None:
         """``count`` clients per case, each with its own source address: TIME-WAIT sockets one case
@@ -196,6 +197,7 @@ class Bench:
     def load_ruleset(self, case: Case) -> None:
         """A ruleset case's tables go in before its run (the LB is a plain router otherwise), and its sysctls."""
         for key, value in case.lb_sysctls.items():
+            self.sysctls_before[key] = self.lab.ns(self.lab.lb, "sysctl", "-n", key).stdout.strip()
             self.lab.ns(self.lab.lb, "sysctl", "-qw", f"{key}={value}")
         if case.ruleset:
             command = ["ip", "netns", "exec", self.lab.lb, "nft", "-f", "-"]
@@ -217,8 +219,8 @@ class Bench:
             self.document = path
 
     def drop_ruleset(self, case: Case) -> None:
-        for key in case.lb_sysctls:  # back to the kernel's default, which every other case runs with
-            self.lab.ns(self.lab.lb, "sysctl", "-qw", f"{key}={LB_SYSCTL_DEFAULTS[key]}")
+        for key in case.lb_sysctls:  # back to what every other case runs with
+            self.lab.ns(self.lab.lb, "sysctl", "-qw", f"{key}={self.sysctls_before.pop(key)}")
         for family, name in ruleset_tables(case.ruleset):
             self.lab.ns(self.lab.lb, "nft", "delete", "table", family, name, check=False)
 
@@ -450,9 +452,6 @@ def filler_farms(count: int) -> list[FarmSpec]:
             )
         )
     return farms
-
-
-LB_SYSCTL_DEFAULTS = {"net.netfilter.nf_conntrack_acct": "0"}
 
 
 def without_forward(command: dict) -> dict | None:

@@ -182,7 +182,8 @@ def backend_traffic_counter_name(farm_name: str, backend_id: int | str, directio
     return f"{name}-{direction}" if direction else name
 
 
-TRAFFIC_DIRECTIONS = (("in", "original"), ("out", "reply"))  # a counter's direction, the ct direction it counts
+# A counter's direction -> the ct direction it counts and the packet's field that holds the backend's address there
+TRAFFIC_DIRECTIONS = {"in": ("original", "daddr"), "out": ("reply", "saddr")}
 
 
 def traffic_map(family: int, direction: str) -> str:
@@ -827,7 +828,7 @@ def _traffic(b: _Builder, farm: FarmSpec) -> None:
         destinations.append(("fallback", farm.fallback.address))
     seen = set()
     for destination, address in destinations:
-        for direction, _ct_direction in TRAFFIC_DIRECTIONS:
+        for direction in TRAFFIC_DIRECTIONS:
             name = backend_traffic_counter_name(farm.name, destination, direction)
             b.obj("counter", f.counter(name))
             if address not in seen:
@@ -1105,7 +1106,7 @@ def _base_parts() -> tuple[list[Json], list[Json], str]:
         *(
             f.add("map", f.named_map(traffic_map(family, direction), [address, "mark"], "counter"))
             for family, address in ((4, "ipv4_addr"), (6, "ipv6_addr"))
-            for direction, _ct_direction in TRAFFIC_DIRECTIONS
+            for direction in TRAFFIC_DIRECTIONS
         ),
         f.add("map", f.named_map(LOG_FORWARD_MAP, "mark", "verdict")),
         f.add("map", f.named_map(ROUTE_MARKS, "mark", "verdict")),
@@ -1192,7 +1193,7 @@ def hooks_for(needs: Collection[tuple]) -> dict[str, UnitRuleset]:
         rules.append([f.vmap(f.ct("mark"), "@offload_marks")])  # offloaded flows leave the hook from here on
     for family, proto in ((4, "ip"), (6, "ip6")):
         if ("forward", family, True) in needs:
-            for (direction, ct_direction), field in zip(TRAFFIC_DIRECTIONS, ("daddr", "saddr"), strict=True):
+            for direction, (ct_direction, field) in TRAFFIC_DIRECTIONS.items():
                 key = f.concat(f.payload(proto, field), f.ct("mark"))
                 count = f.counter_map_ref(key, traffic_map(family, direction))
                 rules.append([f.match(f.ct("direction"), ct_direction), count])

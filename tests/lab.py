@@ -275,6 +275,11 @@ class Lab:
 
         return run_in_netns(self.client, many)
 
+    def lbweb_counter(self, name: str) -> dict[str, int]:
+        """One named counter of lbweb's table in the LB's kernel: ``packets`` and ``bytes``."""
+        out = self.ns(self.lb, "nft", "-j", "list", "counter", "inet", "lbweb", name).stdout
+        return next(i["counter"] for i in json.loads(out)["nftables"] if "counter" in i)
+
     def link_counters(self, ns: str, dev: str) -> dict[str, int]:
         """An interface's cumulative counters (bytes, packets each way) as the kernel of ``ns`` sees them."""
         names = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")

@@ -85,8 +85,7 @@ def test_ipv6_farm_balances_over_ipv6_backends_and_counts_each_ones_bytes_both_w
     for backend in farm["backends"]:
         for direction in ("in", "out"):
             name = compiler.backend_traffic_counter_name("web6", backend["id"], direction)
-            listing = json.loads(lab.ns(lab.lb, "nft", "-j", "list", "counter", "inet", "lbweb", name).stdout)
-            counter = next(x["counter"] for x in listing["nftables"] if "counter" in x)
+            counter = lab.lbweb_counter(name)
             assert counter["packets"] >= 2 and counter["bytes"] > 0, (name, counter)
 
 

@@ -47,8 +47,7 @@ def persistence_entries(lab, farm: str) -> list:
 
 
 def counter_packets(lab, name: str) -> int:
-    listing = json.loads(nft(lab, "-j", "list", "counter", "inet", "lbweb", name).stdout)["nftables"]
-    return next(i["counter"]["packets"] for i in listing if "counter" in i)
+    return lab.lbweb_counter(name)["packets"]
 
 
 @pytest.fixture

@@ -31,8 +31,7 @@ pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 
 
 def counter(lab, name: str) -> int:
-    out = lab.ns(lab.lb, "nft", "-j", "list", "counter", "inet", "lbweb", name).stdout
-    return next(i["counter"]["packets"] for i in json.loads(out)["nftables"] if "counter" in i)
+    return lab.lbweb_counter(name)["packets"]
 
 
 def backends_of(answers) -> collections.Counter:

@@ -8,7 +8,6 @@ connection limit holds for one client while another still connects, and the farm
 
 from __future__ import annotations
 
-import json
 import threading
 from http.server import ThreadingHTTPServer
 
@@ -40,8 +39,7 @@ def local_service(lab):
 
 
 def traffic_bytes(lab, name: str) -> int:
-    out = lab.ns(lab.lb, "nft", "-j", "list", "counter", "inet", "lbweb", name).stdout
-    return next(i["counter"]["bytes"] for i in json.loads(out)["nftables"] if "counter" in i)
+    return lab.lbweb_counter(name)["bytes"]
 
 
 def test_local_farm_filters_limits_and_counts_the_appliance_s_own_service(api, worker, lab, clients, local_service):  # noqa: F811

@@ -19,11 +19,15 @@ connection; the hook keeps one context per worker and builds a new one when the 
 size or modification time), so a certificate uploaded through the UI or the API is served from the next
 handshake on, with no restart or reload. If the new files do not load (say the key was renamed into place
 and the certificate not yet), the last good context stays in use and the load is tried again at the next
-connection.
+connection. Each worker also looks at the files every ``TLS_REFRESH_SECONDS`` on a thread of its own
+(``post_worker_init``): "the last good context" is then the last complete pair installed, in every worker,
+and not the pair a worker happened to load at its own last handshake. Without it a worker that had served
+no handshake since an install fell back to the pair before it while a later install was half written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -31,6 +35,7 @@ import signal
 import ssl
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -69,9 +74,27 @@ def post_fork(server, worker):
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+TLS_REFRESH_SECONDS = 0.5
+
+
+def post_worker_init(worker):
+    from gunicorn import sock
+
+    def refresh() -> None:
+        while True:
+            time.sleep(TLS_REFRESH_SECONDS)
+            # Loads the files into this worker's context when they changed; a pair that never loaded is
+            # reported by the next handshake, which raises it.
+            with contextlib.suppress(Exception):
+                sock.ssl_context(worker.cfg)
+
+    if worker.cfg.is_ssl:
+        threading.Thread(target=refresh, name="lbweb-tls-refresh", daemon=True).start()
+
+
 log = logging.getLogger("gunicorn.error")
 _lock = threading.Lock()
-_loaded: dict = {"signature": None, "context": None}
+_loaded: dict = {"signature": None, "context": None, "refused": None}  # refused: the files' last failed load
 
 
 def _signature() -> tuple | None:
@@ -92,7 +115,9 @@ def ssl_context(conf, default_ssl_context_factory):
             except (OSError, ssl.SSLError) as error:
                 if _loaded["context"] is None:
                     raise
-                log.warning("lbweb: new TLS files do not load (%s); still serving the previous certificate", error)
+                if signature != _loaded["refused"]:  # once per state of the files, not at every retry
+                    _loaded["refused"] = signature
+                    log.warning("lbweb: new TLS files do not load (%s); still serving the previous certificate", error)
             else:
                 context.minimum_version = ssl.TLSVersion.TLSv1_2
                 _loaded.update(signature=signature, context=context)

@@ -106,6 +106,7 @@ class Case:
     ruleset_json: Path | None = None  # the same, as a libnftables JSON document (nft -j -f)
     peers: dict[str, str] = field(default_factory=dict)  # "minimal"/"nftlb" -> the case of the same farm
     lb_sysctls: dict[str, str] = field(default_factory=dict)  # set in the LB for this case's runs only
+    lb_reader: tuple[str, ...] = ()  # a process run in the LB during this case's runs (its cost is in the figure)
     unavailable: str | None = field(default=None, init=False)
 
     def addresses(self, clients: int) -> list[str]:
@@ -129,6 +130,8 @@ class Bench:
         self.clients: dict[str, list[measure.Client]] = {}
         self.document: Path | None = None  # the compiled case's document in the LB's kernel (lbweb's table)
         self.sysctls_before: dict[str, str] = {}  # what a case's lb_sysctls replaced, put back after its run
+        self.reader: subprocess.Popen | None = None  # a case's lb_reader, while its run lasts
+        self.reader_reports: list[dict] = []  # what each reader printed when it was stopped
 
     def add_clients(self, cases: list[Case], count: int) -> None:
         """``count`` clients per case, each with its own source address: TIME-WAIT sockets one case
@@ -199,6 +202,9 @@ class Bench:
         for key, value in case.lb_sysctls.items():
             self.sysctls_before[key] = self.lab.ns(self.lab.lb, "sysctl", "-n", key).stdout.strip()
             self.lab.ns(self.lab.lb, "sysctl", "-qw", f"{key}={value}")
+        if case.lb_reader:
+            command = ["ip", "netns", "exec", self.lab.lb, *case.lb_reader]
+            self.reader = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         if case.ruleset:
             command = ["ip", "netns", "exec", self.lab.lb, "nft", "-f", "-"]
             subprocess.run(command, input=case.ruleset, text=True, check=True, capture_output=True)
@@ -219,6 +225,12 @@ class Bench:
             self.document = path
 
     def drop_ruleset(self, case: Case) -> None:
+        if self.reader is not None:
+            self.reader.terminate()
+            output, _ = self.reader.communicate(timeout=30)
+            self.reader_reports.append({"case": case.name, **json.loads(output or "{}")})
+            print(f"  {case.name} reader: {output.strip()}", flush=True)
+            self.reader = None
         for key in case.lb_sysctls:  # back to what every other case runs with
             self.lab.ns(self.lab.lb, "sysctl", "-qw", f"{key}={self.sysctls_before.pop(key)}")
         for family, name in ruleset_tables(case.ruleset):
@@ -582,6 +594,26 @@ def all_cases() -> list[Case]:
             peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
         ),
         compiled_case(
+            "lbweb-c1-dnat-ctevents",
+            "dnat",
+            0,
+            edit=without_forward,
+            lb_sysctls={"net.netfilter.nf_conntrack_acct": "1"},
+            # what the collector would have to run to read that accounting: every destroy event, in Python
+            lb_reader=(sys.executable, str(Path(__file__).with_name("ct_destroy_reader.py"))),
+            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
+        ),
+        compiled_case(
+            "lbweb-c1-dnat-ctevents-recv",
+            "dnat",
+            0,
+            edit=without_forward,
+            lb_sysctls={"net.netfilter.nf_conntrack_acct": "1"},
+            # the same events received and not parsed: what of -ctevents' cost is the kernel's
+            lb_reader=(sys.executable, str(Path(__file__).with_name("ct_destroy_reader.py")), "--count-only"),
+            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
+        ),
+        compiled_case(
             "lbweb-c1-dnat-fwdcounter",
             "dnat",
             0,
@@ -797,6 +829,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gap", type=float, default=1.0, help="pause between runs in seconds (default 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the JSON and PNG go")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (configurations, logs)")
+    parser.add_argument(
+        "--lb-sysctl",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set in the LB's namespace for every case of the invocation (repeatable); say, a short TIME-WAIT "
+        "(net.netfilter.nf_conntrack_tcp_timeout_time_wait=1) so that conntrack destroys connections at the "
+        "rate they open within a few seconds' run, as an appliance does in its steady state",
+    )
     parser.add_argument("--install-only", action="store_true", help="install what the bench needs, then exit")
     parser.add_argument("--no-install", action="store_true", help="print what is missing instead of installing it")
     args = parser.parse_args(argv)
@@ -835,6 +876,8 @@ def run(args: argparse.Namespace) -> dict:
     runs: list[dict] = []
     try:
         bench.lab.build()
+        for setting in args.lb_sysctl:
+            bench.lab.ns(bench.lab.lb, "sysctl", "-qw", setting)
         if any(c.lbweb for c in cases):
             bench.appliance = Appliance(bench.lab, workdir).start()
         for case in cases:
@@ -910,6 +953,7 @@ def run(args: argparse.Namespace) -> dict:
             "clients": args.clients,
             "connections": args.connections,
             "idle_sample_s": args.idle,
+            "lb_sysctls": args.lb_sysctl,
         },
         "elapsed_s": round(time.monotonic() - started, 1),
         "lab_namespaces": bench.lab.namespaces,
@@ -917,6 +961,7 @@ def run(args: argparse.Namespace) -> dict:
         "cases": case_rows,
         "summary": rows,
         "runs": runs,
+        "readers": bench.reader_reports,
     }
 
 

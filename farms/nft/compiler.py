@@ -76,7 +76,11 @@ skeleton's digest.
   tuple's (``ct reply ip saddr``, the same address for the farm's packets):
   two fields rather than three, the address read from the packet, cost a
   packet about a third less of this lookup's excess over the minimal ruleset
-  (bench/RESULTS.md, "The per-backend accounting's price"). (Backends of
+  (bench/RESULTS.md, "The per-backend accounting's price"). Why a counter
+  map and not conntrack's own accounting: read truthfully (every destroy
+  event, for the connections that end between two censuses) it cost short
+  connections more than this lookup does (bench/RESULTS.md, "Conntrack
+  accounting with its reader"). (Backends of
   one farm that share an address are counted together, on the lowest id:
   nft 1.0.6 cannot put ``ct proto-src`` in a key.) The ``farm-``/``be-``
   counters in the nat chains count new connections. (NAT farms only:

@@ -9,8 +9,9 @@ farm so that both costs are inside the figure, as they would be on an appliance.
 
 Run in the LB's namespace (``ip netns exec LB python3 bench/ct_destroy_reader.py``); on SIGTERM it prints
 how many events it read, lost and summed, as one JSON line on stdout. ``--count-only``: receive every event
-but parse none (the kernel's share of the cost, and Python's least: one receive per event). Standard library
-only.
+but parse none (the kernel's share of the cost, and Python's least: one receive per event). The ctnetlink
+numbers and the attribute walk are lbweb's own (``farms.kernel``), which imports nothing beyond the standard
+library.
 """
 
 from __future__ import annotations
@@ -21,35 +22,26 @@ import socket
 import struct
 import sys
 from collections import defaultdict
+from pathlib import Path
 
-NETLINK_NETFILTER = 12
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from farms.kernel import conntrack as ct  # noqa: E402
+from farms.kernel.netlink import MESSAGE_HEADER as HEADER  # noqa: E402
+from farms.kernel.netlink import NETLINK_NETFILTER, SO_RCVBUFFORCE, attrs  # noqa: E402
+
 NFNLGRP_CONNTRACK_DESTROY = 3
 SOL_NETLINK = 270
 NETLINK_ADD_MEMBERSHIP, NETLINK_BROADCAST_ERROR = 1, 4
-SO_RCVBUFFORCE = 33
-CTA_TUPLE_REPLY, CTA_MARK, CTA_COUNTERS_ORIG, CTA_COUNTERS_REPLY = 2, 8, 9, 10
-CTA_TUPLE_IP, CTA_IP_V4_SRC, CTA_IP_V6_SRC = 1, 1, 3
-CTA_COUNTERS_PACKETS, CTA_COUNTERS_BYTES = 1, 2
-HEADER = struct.Struct("=IHHII")
-ATTR = struct.Struct("=HH")
 BE32, BE64 = struct.Struct(">I"), struct.Struct(">Q")
-
-
-def attrs(data: bytes, start: int, end: int):
-    while start + 4 <= end:
-        length, kind = ATTR.unpack_from(data, start)
-        if length < 4:
-            return
-        yield kind & 0x3FFF, start + 4, start + length
-        start += (length + 3) & ~3
 
 
 def counters(data: bytes, start: int, end: int) -> tuple[int, int]:
     packets = octets = 0
     for kind, a, _b in attrs(data, start, end):
-        if kind == CTA_COUNTERS_PACKETS:
+        if kind == ct.CTA_COUNTERS_PACKETS:
             packets = BE64.unpack_from(data, a)[0]
-        elif kind == CTA_COUNTERS_BYTES:
+        elif kind == ct.CTA_COUNTERS_BYTES:
             octets = BE64.unpack_from(data, a)[0]
     return packets, octets
 
@@ -94,17 +86,17 @@ def main() -> int:
             events += 1
             mark, source, orig, reply = 0, b"", (0, 0), (0, 0)
             for kind, a, b in attrs(data, offset + HEADER.size + 4, offset + length):
-                if kind == CTA_MARK:
+                if kind == ct.CTA_MARK:
                     mark = BE32.unpack_from(data, a)[0]
-                elif kind == CTA_COUNTERS_ORIG:
+                elif kind == ct.CTA_COUNTERS_ORIG:
                     orig = counters(data, a, b)
-                elif kind == CTA_COUNTERS_REPLY:
+                elif kind == ct.CTA_COUNTERS_REPLY:
                     reply = counters(data, a, b)
-                elif kind == CTA_TUPLE_REPLY:
+                elif kind == ct.CTA_TUPLE_REPLY:
                     for inner, c, d in attrs(data, a, b):
-                        if inner == CTA_TUPLE_IP:
+                        if inner == ct.CTA_TUPLE_IP:
                             for ip_kind, e, f in attrs(data, c, d):
-                                if ip_kind in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
+                                if ip_kind in (ct.CTA_IP_V4_SRC, ct.CTA_IP_V6_SRC):
                                     source = data[e:f]
             if mark:
                 row = totals[(mark, source)]

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -515,6 +515,7 @@ def compiled_case(
     filler: int,
     edit: Callable[[dict], dict | None] | None = None,
     beside_nat: bool = False,
+    farm_options: dict | None = None,
     **extra,
 ) -> Case:
     """lbweb's compiler output for one farm, loaded with ``nft -j -f`` while the worker is stopped; with
@@ -523,7 +524,8 @@ def compiled_case(
     take many minutes to build through the services. The document is the worker's full apply's
     (``full_document``). ``edit``: each command as a diagnostic variant has it (None: left out). ``beside_nat``:
     the other compiled case's farm in the same table too, as ``filler`` puts it there (a stateless farm
-    beside a DNAT farm: the NAT chain makes the kernel track every packet of the namespace)."""
+    beside a DNAT farm: the NAT chain makes the kernel track every packet of the namespace). ``farm_options``: the
+    farm's own settings changed, as an operator would change them (``FarmSpec`` fields, the model's names)."""
     case = Case(name, extra.pop("baseline", "baseline"), lbweb=False, host=COMPILED_VIPS[mode], **extra)
 
     def prepare(bench: Bench) -> None:
@@ -532,6 +534,7 @@ def compiled_case(
         path = bench.workdir / (f"compiled-{filler}.json" if filler else f"{name}.json")
         if not path.exists():
             farms = [compiled_farm(m) for m in COMPILED_VIPS] if filler or beside_nat else [compiled_farm(mode)]
+            farms = [replace(x, **(farm_options or {})) if x.mode == mode else x for x in farms]
             document = compiler.full_document([*farms, *filler_farms(filler)])
             edited = document["nftables"] if edit is None else [edit(c) for c in document["nftables"]]
             document["nftables"] = [c for c in edited if c is not None]
@@ -583,6 +586,13 @@ def all_cases() -> list[Case]:
             "dnat",
             0,
             edit=without_forward,
+            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
+        ),
+        compiled_case(
+            "lbweb-c1-dnat-uncounted",
+            "dnat",
+            0,
+            farm_options={"count_bytes": False},  # the operator's switch: no per-backend byte counting
             peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
         ),
         compiled_case(

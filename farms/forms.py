@@ -40,6 +40,7 @@ FARM_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Logging", ("log", "log_forward", "log_output", "log_drops", "log_prefix", "log_rtlimit", "log_rtlimit_unit")),
     ("Routing", ("mark",)),
     ("Connection tracking", ("helper", "tcp_strict", "intra_connect", "flow_offload")),
+    ("Monitoring", ("count_bytes",)),
     ("Access policies", ("policies",)),
 )
 # When a farm field means something: {other field: the values it must have}. The edit page shows the field
@@ -83,6 +84,7 @@ FARM_FIELD_WHEN: dict[str, dict[str, list]] = {
     "tcp_strict": {"mode": FILTERED},
     "intra_connect": {"mode": FILTERED},
     "flow_offload": {"mode": NAT},
+    "count_bytes": {"mode": FILTERED},  # the farms whose bytes lbweb counts (through conntrack's mark)
     "policies": {"mode": FILTERED},
     "fallback_address": {"when_all_down": ["fallback"]},
     "fallback_port": {"when_all_down": ["fallback"]},
@@ -200,6 +202,7 @@ class FarmForm(FieldsetsMixin, forms.ModelForm):
             "tcp_strict": "TCP strict",
             "intra_connect": "Intra-connect",
             "flow_offload": "Flow offload",
+            "count_bytes": "Count bytes",
             "interface": "DSR interface",
         }
 

@@ -204,6 +204,12 @@ class Farm(models.Model):
     tcp_strict = models.BooleanField(default=False, help_text="Drop packets conntrack finds invalid.")
     intra_connect = models.BooleanField(default=False, help_text="Balance connections from the appliance itself.")
     flow_offload = models.BooleanField(default=False, help_text="Flowtable fast path for established flows.")
+    count_bytes = models.BooleanField(
+        default=True,
+        help_text="Count the bytes and packets of each backend, both ways, on every packet (the dashboard's "
+        "throughput). Off: a packet of this farm skips that lookup (3-4 % of a stateful farm's throughput on the "
+        "bench); new and open connections are still counted, bytes are not.",
+    )
     interface = models.CharField(max_length=15, blank=True, help_text="DSR: the interface facing the backends.")
     oface = models.CharField(
         max_length=15, blank=True, help_text="DSR: the interface frames leave by (empty: the interface)."

@@ -104,7 +104,8 @@ def _others_needs(farm_id: int) -> set:
     rows = rows.annotate(backend_count=Count("backends", distinct=True), policy_count=Count("policies", distinct=True))
     fields = ("id", "name", "vip", "protocol", "mode", "state", "tcp_strict", "rst_rtlimit", "intra_connect")
     stateless = []
-    for row in rows.values(*fields, "ports", "flow_offload", "persistence", "backend_count", "policy_count"):
+    counts = ("backend_count", "policy_count")
+    for row in rows.values(*fields, "ports", "flow_offload", "count_bytes", "persistence", *counts):
         # A stateless farm's hook lookups follow its backends' ports: its whole spec, below.
         if row["mode"] == FarmModeChoices.STATELESS_DNAT:
             stateless.append(row["id"])
@@ -122,6 +123,7 @@ def _others_needs(farm_id: int) -> set:
             rst_rtlimit=row["rst_rtlimit"],
             intra_connect=row["intra_connect"],
             flow_offload=row["flow_offload"],
+            count_bytes=row["count_bytes"],
             persistence=tuple(row["persistence"].split()),
             policies=(PolicySpec(id=0, name="any"),) if row["policy_count"] else (),
             backends=backends,

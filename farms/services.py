@@ -59,6 +59,7 @@ FARM_FIELDS = (
     "tcp_strict",
     "intra_connect",
     "flow_offload",
+    "count_bytes",
     "interface",
     "oface",
     "ether_addr",

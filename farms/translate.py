@@ -77,6 +77,7 @@ def farm_spec(farm: Farm) -> FarmSpec:
         tcp_strict=farm.tcp_strict,
         intra_connect=farm.intra_connect,
         flow_offload=farm.flow_offload,
+        count_bytes=farm.count_bytes,
         interface=farm.interface,
         policies=tuple(policy_spec(p) for p in farm.policies.all()),
         sessions=tuple(

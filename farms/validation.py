@@ -211,6 +211,11 @@ def farm_option_errors(farm) -> dict[str, str]:
         e["rst_rtlimit"] = "Reset limits apply to TCP farms only."
     if farm.interface and mode != Mode.DSR:
         e["interface"] = "An interface is needed only by DSR farms."
+    if not farm.count_bytes and mode not in (Mode.SNAT, Mode.DNAT, Mode.LOCAL):
+        e["count_bytes"] = (
+            "lbweb counts bytes only for NAT and local farms (DSR and stateless farms bypass conntrack; HTTP "
+            "farms' figures are HAProxy's): there is no counting to turn off."
+        )
     if mode == Mode.DSR:
         _dsr_errors(farm, e)
     if mode == Mode.STATELESS_DNAT:

@@ -47,6 +47,7 @@ class FarmInfo:
     traffic_out_counter: str
     backends: tuple[BackendInfo, ...] = ()
     snat_tuples: int = 0  # SNAT: source address:port pairs available towards one backend (Farm.snat_capacity)
+    bytes_counted: bool = True  # Farm.count_bytes: off, the kernel holds no traffic counter of this farm
     # Counters the kernel does not hold, each the sum of the kernel's counters named beside it: a NAT farm's
     # in and out (the first two), then each backend's traffic (see the module's docstring). Empty for a local farm.
     sums: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -54,9 +55,11 @@ class FarmInfo:
     @property
     def counters(self) -> tuple[str, ...]:
         """Every counter name this farm's figures come from."""
-        names = [self.new_connections_counter, self.traffic_in_counter, self.traffic_out_counter]
+        names = [self.new_connections_counter]
+        if self.bytes_counted:
+            names += [self.traffic_in_counter, self.traffic_out_counter]
         for backend in self.backends:
-            names += [backend.new_connections_counter, backend.traffic_counter]
+            names += [backend.new_connections_counter, *([backend.traffic_counter] if self.bytes_counted else [])]
         return tuple(names)
 
 
@@ -111,7 +114,7 @@ def farm_info(farm: Farm) -> FarmInfo:
     traffic_in = compiler.traffic_counter_name(farm.name, "in")
     traffic_out = compiler.traffic_counter_name(farm.name, "out")
     sums: list[tuple[str, tuple[str, ...]]] = []
-    if farm.mode != FarmModeChoices.LOCAL:  # a local farm's kernel counts each direction itself
+    if farm.mode != FarmModeChoices.LOCAL and farm.count_bytes:  # a local farm's kernel counts each direction itself
         # Backends that share an address are counted on the lowest id (the compiler's _traffic): the others'
         # counters stay at zero, so adding every backend's gives the farm's bytes.
         destinations = [b.id for b in rows] + (["fallback"] if fallback_spec(farm) else [])
@@ -134,6 +137,7 @@ def farm_info(farm: Farm) -> FarmInfo:
         backends=backends,
         snat_tuples=(farm.snat_capacity or {}).get("per_backend", 0),
         sums=tuple(sums),
+        bytes_counted=farm.count_bytes,
     )
 
 

@@ -178,7 +178,8 @@ class Sampler:
         seconds = current.monotonic - previous.monotonic if previous else 0.0
         census = self._census_if_due(current.monotonic)
         by_mark = group_by_mark(census[0]) if census else None
-        # Idle farms are recognised from three counters; a census or a configuration change builds every entry.
+        # Idle farms are recognised from three counters (one without byte counters: its connections); a census or
+        # a configuration change builds every entry.
         shortcut = previous is not None and by_mark is None and self._generation == index.generation
         self._generation = index.generation
         now, before = current.counters, previous.counters if previous else {}
@@ -192,15 +193,13 @@ class Sampler:
                 traffic_out.bytes if traffic_out else None,
                 conns.packets if conns else None,
             )
-            if (
-                shortcut
-                and traffic_in is not None
+            bytes_still = not farm.bytes_counted or (  # a farm that counts no bytes is idle on its connections
+                traffic_in is not None
                 and traffic_out is not None
-                and conns is not None
                 and traffic_in == before.get(farm.traffic_in_counter)
                 and traffic_out == before.get(farm.traffic_out_counter)
-                and conns == before.get(farm.new_connections_counter)
-            ):
+            )
+            if shortcut and conns is not None and conns == before.get(farm.new_connections_counter) and bytes_still:
                 idle.add(farm.id)
             else:
                 busy.append(farm)

@@ -269,6 +269,7 @@ def farm_series(
         "step": step,
         "census_interval": census_interval,
         "measured": measured,
+        "bytes_counted": farm.count_bytes or farm.mode not in MEASURED_MODES,
         "now": now,
         **staleness(last, now, step),
         "points": with_gaps(points, step, since),

@@ -985,3 +985,25 @@ def test_a_unit_map_keeps_the_digest_of_the_units_it_holds():
     assert kept.combined == combined_digest(dict(changed)) != combined_digest(dict(first))
     kept.clear()
     assert kept.combined == combined_digest({})
+
+
+def test_a_farm_that_does_not_count_its_bytes_leaves_no_counting_on_any_packet():
+    """``count_bytes`` off: the farm has no traffic counter and no element in the counter maps, and when no farm
+    counts, the forward hook (a base chain every forwarded packet enters) is not there at all; its connections
+    are still counted in the nat chains. A local farm loses its input and output hooks the same way."""
+    uncounted = replace(WEB, count_bytes=False)
+    unit = compiler.compile_farm(uncounted)
+    counters = [c["add"]["counter"]["name"] for c in unit.creates if "counter" in c["add"]]
+    assert counters and not [name for name in counters if name.startswith("traffic-")]
+    assert compiler.backend_chain_name(uncounted, 1) in counters  # new connections, per backend
+    assert not [c for c in unit.creates if "element" in c["add"] and c["add"]["element"]["name"].startswith("traffic")]
+    assert set(compiler.compile_hooks([uncounted])) == {"hook:prerouting", "hook:postrouting"}
+    # beside a farm that counts, the hook stays for that farm's packets only (its elements)
+    other = replace(DNS6, id=20, name="d")
+    assert "hook:forward" in compiler.compile_hooks([uncounted, other])
+    # nftlb's "forward" log still needs the hook, without the counting rules
+    logged = compiler.compile_hooks([replace(uncounted, log_forward=True)])["hook:forward"]
+    assert "traffic4_in" not in json.dumps(logged.creates) and compiler.LOG_FORWARD_MAP in json.dumps(logged.creates)
+    local = replace(LOCAL, count_bytes=False)
+    assert set(compiler.compile_hooks([local])) == {"hook:prerouting", "hook:guard"}
+    assert not [c for c in compiler.compile_farm(local).creates if "traffic" in json.dumps(c)]

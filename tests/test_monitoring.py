@@ -166,3 +166,41 @@ def test_a_hand_removed_traffic_hook_is_drift_that_reconcile_repairs(api, lab, w
     listing = lab.ns(lab.lb, "nft", "list", "map", "inet", "lbweb", "traffic4_in").stdout
     backend_id = farm["backends"][0]["id"]
     assert f"traffic-be-hooked-{backend_id}-in" in listing
+
+
+def test_a_farm_that_does_not_count_bytes_has_no_forward_hook_and_reports_connections_not_bytes(api, lab, collector):
+    """count_bytes off on the only farm: no base chain in forward (no packet pays the counting), traffic still
+    balanced, and the figures say bytes are not counted (null, never 0) while new connections are. Turned
+    back on, the hook and the bytes come back."""
+    farm = api.farm(
+        name="uncounted",
+        vip=vip4(82),
+        protocol="tcp",
+        ports="80",
+        mode="dnat",
+        scheduler="rr",
+        count_bytes=False,
+        backends=[{"address": backend4(b)} for b in ("b1", "b2")],
+    )
+    api.wait_applied(farm["id"])
+    chains = lab.ns(lab.lb, "nft", "list", "chains", "inet").stdout
+    assert "chain forward" not in chains and "chain prerouting" in chains, chains
+    served = lab.http_get(vip4(82), 80, count=6)
+    assert len({a["backend"] for a in served}) == 2  # balanced over both backends
+    start = time.time()
+    row = wait_for(
+        lambda: (r := farm_row(api, farm["id"])).get("total_conns") and r["total_conns"] >= 6 and r, what="the conns"
+    )
+    assert row["total_bytes_in"] is None and row["total_bytes_out"] is None, row
+    sample_after(api, start + INTERVAL)
+    series = api.get(f"metrics/farms/{farm['id']}/?window=5m")
+    assert series["measured"] and series["bytes_counted"] is False
+    points = [p for p in series["points"] if not p.get("gap")]
+    assert points and all(p["bytes_in"] is None and p["bytes_out"] is None for p in points if "new_conns" in p)
+    assert any(p.get("new_conns") for p in points)  # connections are still counted
+
+    api.patch(f"farms/{farm['id']}/", {"count_bytes": True})
+    api.wait_applied(farm["id"])
+    assert "chain forward" in lab.ns(lab.lb, "nft", "list", "chains", "inet").stdout
+    lab.http_get(vip4(82), 80, count=2)
+    wait_for(lambda: farm_row(api, farm["id"]).get("total_bytes_in"), what="the bytes counted again")

@@ -307,6 +307,7 @@ REFUSED_WHERE_HIDDEN = {
     "tcp_strict": True,
     "intra_connect": True,
     "flow_offload": True,
+    "count_bytes": False,
     "log": True,
     "fallback_address": "198.18.1.99",
     "scheduler": "weight",

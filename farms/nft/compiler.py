@@ -85,7 +85,9 @@ skeleton's digest.
   nft 1.0.6 cannot put ``ct proto-src`` in a key.) The ``farm-``/``be-``
   counters in the nat chains count new connections. (NAT farms only:
   stateless and DSR farms have no conntrack mark; offloaded flows skip the
-  hook.)
+  hook. A farm with ``count_bytes`` off has no counter and no element, and
+  when no farm counts the hook is not there: the operator's way to pay
+  nothing of this.)
 
 DSR farms live in ``table netdev lbweb-<interface>`` (see :mod:`.dsr`).
 
@@ -825,13 +827,14 @@ def _traffic(b: _Builder, farm: FarmSpec) -> None:
     """The farm's byte counters, by backend and direction, and their entries in the forward hook's counter map
     (see the module's docstring).
 
-    Disabled backends are counted too: their established connections still carry traffic.
+    Disabled backends are counted too: their established connections still carry traffic. A farm that does
+    not count its bytes (``count_bytes`` off) has neither counters nor entries: its packets find no element.
     """
     destinations = [(x.id, x.address) for x in sorted(farm.backends, key=lambda x: x.id)]
     if farm.fallback is not None:
         destinations.append(("fallback", farm.fallback.address))
     seen = set()
-    for destination, address in destinations:
+    for destination, address in destinations if farm.count_bytes else ():
         for direction in TRAFFIC_DIRECTIONS:
             name = backend_traffic_counter_name(farm.name, destination, direction)
             b.obj("counter", f.counter(name))
@@ -939,7 +942,8 @@ def _local_farm(b: _Builder, farm: FarmSpec) -> None:
     if farm.intra_connect:  # nftlb's output chains: the appliance's own connections to the VIP are limited too
         for map_name, key in _dispatch_keys(farm, "local"):
             _service_element(b, map_name, key, chain)
-    _direction_counters(b, farm)
+    if farm.count_bytes:
+        _direction_counters(b, farm)
     _guard_chain(b, farm)
 
 
@@ -1134,8 +1138,12 @@ def farm_needs(farm: FarmSpec) -> frozenset[tuple]:
             for name, _key in _stateless_reply_keys(farm, backend):
                 needs.add(("stateless_replies", farm.family, farm.protocol, _ranged(name)))
         return frozenset(needs)
-    counted = bool(farm.backends) or farm.fallback is not None  # somewhere the forward hook's counter map sends it
-    needs = {("local_traffic",)} if farm.mode == "local" else {("forward", farm.family, counted)}
+    # Somewhere the forward hook's counter map sends the farm's packets, unless the farm does not count its bytes.
+    counted = farm.count_bytes and (bool(farm.backends) or farm.fallback is not None)
+    if farm.mode == "local":
+        needs = {("local_traffic",)} if farm.count_bytes else set()
+    else:
+        needs = {("forward", farm.family, counted)}
     needs.add(("prerouting",))  # the NAT hook and the shared schedule chains (see _schedule_chains)
     if farm.policies or farm.tcp_strict or farm.rst_rtlimit or (farm.persistence and farm.sticky_backends):
         needs |= {("guard", farm.family, ranged) for ranged in ranges}  # the farm has a guard chain (see _guard_chain)

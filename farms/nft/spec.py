@@ -129,6 +129,7 @@ class FarmSpec:
     tcp_strict: bool = False
     intra_connect: bool = False
     flow_offload: bool = False
+    count_bytes: bool = True  # each backend's bytes counted on every packet (the forward hook's counter map)
     offload_devices: tuple[str, ...] = ()
     interface: str = ""  # DSR: the LB's interface on the backends' segment
     interface_mac: str = ""  # DSR: that interface's MAC (resolved by the worker)

@@ -190,6 +190,8 @@ FARM_ATTRIBUTES = (
     ),
     Attribute("fallback-addr", "fallback_address", c.ip_address, c.omit_if_empty),
     Attribute("fallback-port", "fallback_port", c.optional_port, lambda v: None if v is None else str(v)),
+    # lbweb extension: nftlb has no per-backend byte counting to turn off; written only when off
+    Attribute("count-bytes", "count_bytes", c.switch, lambda v: None if v else "off"),
 )
 
 LOG_PREFIX_DEFAULTS = frozenset({"", "KNAME-FNAME", "KNAME-FNAME "})

@@ -57,6 +57,10 @@ class FarmSeriesSerializer(SeriesSerializer):
     )
     backends = serializers.ListField(child=serializers.DictField(), help_text="id, address, state, weight.")
     measured = serializers.BooleanField(help_text="False for DSR and stateless farms: they bypass conntrack.")
+    bytes_counted = serializers.BooleanField(
+        help_text="False for a NAT or local farm whose count_bytes is off: its bytes and packets are null, its "
+        "connections are counted."
+    )
     census_interval = serializers.FloatField(
         allow_null=True,
         help_text="Seconds between conntrack censuses (active connections); grows with the table.",

@@ -417,10 +417,12 @@
       const backends = meta.backends;
       const b8 = (v) => (v == null ? v : v * 8);
       const none = meta.last_sample === null ? "No data yet: is the collector running?" : null;
+      const uncounted = meta.bytes_counted === false
+        ? "Bytes not counted: this farm's \u201cCount bytes\u201d setting is off (its connections are counted)." : null;
       draw(charts.throughput, series, [
         { label: "in (client → backend)", value: (p) => b8(p.bytes_in) },
         { label: "out (backend → client)", value: (p) => b8(p.bytes_out) },
-      ], none || "No traffic yet.");
+      ], none || uncounted || "No traffic yet.");
       draw(charts.conns, series, [
         { label: "farm", value: (p) => p.new_conns, color: "#111827" },
         ...backends.map((b) => ({ label: b.address, value: (p) => (p.backends[b.id] || {}).new_conns })),
@@ -431,12 +433,12 @@
       })), none || (backends.length ? "No open connections." : "No backends yet."));
       draw(charts.traffic, series, backends.map((b) => ({
         label: b.address, value: (p) => b8((p.backends[b.id] || {}).bytes),
-      })), none || (backends.length ? "No traffic yet." : "No backends yet."));
+      })), none || uncounted || (backends.length ? "No traffic yet." : "No backends yet."));
       drawTimeline(charts.states, series);
       if (http) drawHttp(backends, none);
       const last = latestPoint(series) || {};
-      text("card-in", bits(last.bytes_in));
-      text("card-out", bits(last.bytes_out));
+      text("card-in", uncounted ? "not counted" : bits(last.bytes_in));
+      text("card-out", uncounted ? "not counted" : bits(last.bytes_out));
       text("card-conns", number(last.new_conns) + " /s");
       const census = [...series.points].reverse().find((p) => !p.gap && "active_conns" in p) || {};
       text("card-active", census.active_conns === undefined ? "–" : number(census.active_conns, 0));

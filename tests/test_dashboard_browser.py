@@ -61,6 +61,17 @@ def test_dashboard_draws_live_charts_and_says_when_data_is_stale(
         backends=[{"address": backend4(b)} for b in ("b1", "b2")],
     )
     api.wait_applied(farm["id"])
+    uncounted = api.farm(
+        name="uncounted",
+        vip=vip4(91),
+        protocol="tcp",
+        ports="80",
+        mode="dnat",
+        scheduler="rr",
+        count_bytes=False,
+        backends=[{"address": backend4("b1")}],
+    )
+    api.wait_applied(uncounted["id"])
     # healthd runs but cannot reach the backends' network: the dashboard must say so
     settings.LBWEB_HEALTHD_STALE_SECONDS = 120
     own_error = "this appliance's interface br0 towards 198.18.1.12 has no carrier"
@@ -95,6 +106,15 @@ def test_dashboard_draws_live_charts_and_says_when_data_is_stale(
         serving = "() => Chart.getChart('chart-states').data.datasets[0].data.length"  # one bar per backend
         wait_for(lambda: page.evaluate(serving) >= 2, what="backend states drawn (recorded history, one bar each)")
         page.screenshot(path=str(OUTPUT / "dashboard-farm.png"), full_page=True)
+
+        # A farm that does not count its bytes says so where its bytes would be, not "0" or "no traffic".
+        page.goto(f"{live_server.url}/monitoring/farms/{uncounted['id']}/")
+        page.wait_for_function("() => document.getElementById('card-in').textContent === 'not counted'")
+        notes = page.eval_on_selector_all(".chart-empty:not([hidden])", "els => els.map(e => e.textContent)")
+        assert sum("Bytes not counted" in note for note in notes) == 2, notes  # throughput, and per backend
+        page.go_back()
+        page.wait_for_url(f"**/monitoring/farms/{farm['id']}/")
+        wait_for(lambda: points_drawn(page, "chart-throughput", 1) >= 3, what="farm throughput drawn again")
 
         collector.stop()
         page.wait_for_function(

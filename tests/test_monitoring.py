@@ -185,6 +185,8 @@ def test_a_farm_that_does_not_count_bytes_has_no_forward_hook_and_reports_connec
     api.wait_applied(farm["id"])
     chains = lab.ns(lab.lb, "nft", "list", "chains", "inet").stdout
     assert "chain forward" not in chains and "chain prerouting" in chains, chains
+    # read once before the traffic, so that the connections make a rate (the first reading has none)
+    wait_for(lambda: farm_row(api, farm["id"]).get("total_conns") is not None, what="the farm's counters")
     served = lab.http_get(vip4(82), 80, count=6)
     assert len({a["backend"] for a in served}) == 2  # balanced over both backends
     start = time.time()

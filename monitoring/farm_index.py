@@ -49,7 +49,8 @@ class FarmInfo:
     snat_tuples: int = 0  # SNAT: source address:port pairs available towards one backend (Farm.snat_capacity)
     bytes_counted: bool = True  # Farm.count_bytes: off, the kernel holds no traffic counter of this farm
     # Counters the kernel does not hold, each the sum of the kernel's counters named beside it: a NAT farm's
-    # in and out (the first two), then each backend's traffic (see the module's docstring). Empty for a local farm.
+    # in and out (the first two), then each backend's traffic (see the module's docstring). Empty for a local farm
+    # (its kernel counts each direction itself) and for a farm that counts no bytes.
     sums: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
@@ -114,7 +115,7 @@ def farm_info(farm: Farm) -> FarmInfo:
     traffic_in = compiler.traffic_counter_name(farm.name, "in")
     traffic_out = compiler.traffic_counter_name(farm.name, "out")
     sums: list[tuple[str, tuple[str, ...]]] = []
-    if farm.mode != FarmModeChoices.LOCAL and farm.count_bytes:  # a local farm's kernel counts each direction itself
+    if farm.mode != FarmModeChoices.LOCAL and farm.count_bytes:
         # Backends that share an address are counted on the lowest id (the compiler's _traffic): the others'
         # counters stay at zero, so adding every backend's gives the farm's bytes.
         destinations = [b.id for b in rows] + (["fallback"] if fallback_spec(farm) else [])

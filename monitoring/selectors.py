@@ -104,6 +104,19 @@ def _idle_point(t: float, census: bool, backends: dict[str, float], states: dict
     return point
 
 
+BYTE_FIELDS = ("bytes_in", "bytes_out", "packets_in", "packets_out")
+BACKEND_BYTE_FIELDS = ("bytes", "packets")
+
+
+def _bytes_not_counted(point: Json) -> Json:
+    """A point of a farm whose bytes the kernel does not count (``count_bytes`` off): its byte and packet rates
+    are unknown, never the zeros an idle sample would give them."""
+    point.update(dict.fromkeys(BYTE_FIELDS))
+    for backend in (point.get("backends") or {}).values():
+        backend.update(dict.fromkeys(BACKEND_BYTE_FIELDS))
+    return point
+
+
 def serving_status(state: str, health: str) -> str:
     """What a backend did with new connections, from its state and health: the words of the farm page."""
     if state == "disabled":
@@ -221,6 +234,7 @@ def farm_series(
     window_start = max(now - WINDOWS[window][0], created)  # the farm's history starts when it was created
     start = max(start, created - step)
     measured = farm.mode in MEASURED_MODES or farm.mode in L7_MODES  # HTTP farms: HAProxy's statistics
+    bytes_counted = farm.count_bytes or farm.mode not in MEASURED_MODES
     heartbeat = [b for b in store.system_series(resolution, start) if b["t"] >= created - step] if measured else []
     # Backend flags are written only when they change: start from the last one recorded before the window.
     entries = store.farm_series(farm.id, resolution, start - STATE_LOOKBACK * step)
@@ -246,7 +260,7 @@ def farm_series(
             for backend_id, backend in entry["backends"].items():
                 if "enabled" in backend:
                     states[backend_id] = backend["enabled"]
-        points.append(point)
+        points.append(point if bytes_counted else _bytes_not_counted(point))
     last = heartbeat[-1]["t"] if heartbeat else (store.latest() or {}).get("t")
     census_interval = next((b.get("census_interval") for b in reversed(heartbeat) if b.get("census_interval")), None)
     return {
@@ -269,7 +283,7 @@ def farm_series(
         "step": step,
         "census_interval": census_interval,
         "measured": measured,
-        "bytes_counted": farm.count_bytes or farm.mode not in MEASURED_MODES,
+        "bytes_counted": bytes_counted,
         "now": now,
         **staleness(last, now, step),
         "points": with_gaps(points, step, since),
@@ -293,9 +307,10 @@ def summary(store: MetricStore, now: float | None = None) -> Json:
     warn = settings.LBWEB_CONNTRACK_WARN
     count, maximum = system.get("conntrack_count"), system.get("conntrack_max")
     rows = []
-    for farm in Farm.objects.order_by("name").values("id", "name", "vip", "mode", "state"):
+    for farm in Farm.objects.order_by("name").values("id", "name", "vip", "mode", "state", "count_bytes"):
         key = str(farm["id"])
         row = dict(farm)
+        bytes_counted = row.pop("count_bytes") or row["mode"] not in MEASURED_MODES
         if key in totals:  # sampled: absent from the moved farms means idle
             row.update(dict.fromkeys(RATE_FIELDS, 0.0))
             row.update(zip(("total_bytes_in", "total_bytes_out", "total_conns"), totals[key], strict=True))
@@ -303,7 +318,7 @@ def summary(store: MetricStore, now: float | None = None) -> Json:
             row.update({k: v for k, v in decode_farm_fields(moved[key]).items() if k != "backends"})
         if key in counted:
             row.update({k: v for k, v in decode_farm_fields(counted[key]).items() if k != "backends"})
-        rows.append(row)
+        rows.append(row if bytes_counted or key not in totals else _bytes_not_counted(row))
     return {
         "interval": step,
         "now": now,

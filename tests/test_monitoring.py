@@ -194,6 +194,7 @@ def test_a_farm_that_does_not_count_bytes_has_no_forward_hook_and_reports_connec
         lambda: (r := farm_row(api, farm["id"])).get("total_conns") and r["total_conns"] >= 6 and r, what="the conns"
     )
     assert row["total_bytes_in"] is None and row["total_bytes_out"] is None, row
+    assert row["bytes_in"] is None and row["bytes_out"] is None, row  # unknown, not the zeros of an idle farm
     sample_after(api, start + INTERVAL)
     series = api.get(f"metrics/farms/{farm['id']}/?window=5m")
     assert series["measured"] and series["bytes_counted"] is False

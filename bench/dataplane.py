@@ -563,6 +563,22 @@ def all_cases() -> list[Case]:
         peers = stateless_peers | {"1 farm": "lbweb-c1-stateless"}
         return compiled_case(name, "stlsdnat", 0, baseline="baseline-udp", peers=peers, **options, **dns)
 
+    def dnat_variant(name: str, **options) -> Case:
+        """The one compiled DNAT farm, changed by ``options`` (see compiled_case), against it, minimal and nftlb."""
+        peers = {"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"}
+        return compiled_case(name, "dnat", 0, peers=peers, **options)
+
+    def conntrack_accounting(name: str, reader: tuple[str, ...] | None = None) -> Case:
+        """The DNAT farm without its forward hook, conntrack counting each flow's bytes instead; with ``reader``
+        (its arguments), bench/ct_destroy_reader.py reading every destroy event in the LB meanwhile."""
+        command = () if reader is None else (sys.executable, str(Path(__file__).with_name("ct_destroy_reader.py")))
+        return dnat_variant(
+            name,
+            edit=without_forward,
+            lb_sysctls={"net.netfilter.nf_conntrack_acct": "1"},
+            lb_reader=(*command, *(reader or ())),
+        )
+
     return [
         Case("baseline", "baseline", lbweb=False),
         minimal_case("minimal-dnat", "dnat"),
@@ -581,55 +597,15 @@ def all_cases() -> list[Case]:
             peers={"minimal": "minimal-dnat-100", "nftlb": "nftlb-dnat"},
         ),
         compiled_case("lbweb-c1-dnat", "dnat", 0, peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat"}),
-        compiled_case(
-            "lbweb-c1-dnat-noacct",
-            "dnat",
-            0,
-            edit=without_forward,
-            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
-        ),
-        compiled_case(
-            "lbweb-c1-dnat-uncounted",
-            "dnat",
-            0,
-            farm_options={"count_bytes": False},  # the operator's switch: no per-backend byte counting
-            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
-        ),
-        compiled_case(
-            "lbweb-c1-dnat-ctacct",
-            "dnat",
-            0,
-            edit=without_forward,
-            lb_sysctls={"net.netfilter.nf_conntrack_acct": "1"},  # conntrack counts each flow's bytes instead
-            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
-        ),
-        compiled_case(
-            "lbweb-c1-dnat-ctevents",
-            "dnat",
-            0,
-            edit=without_forward,
-            lb_sysctls={"net.netfilter.nf_conntrack_acct": "1"},
-            # what the collector would have to run to read that accounting: every destroy event, in Python
-            lb_reader=(sys.executable, str(Path(__file__).with_name("ct_destroy_reader.py"))),
-            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
-        ),
-        compiled_case(
-            "lbweb-c1-dnat-ctevents-recv",
-            "dnat",
-            0,
-            edit=without_forward,
-            lb_sysctls={"net.netfilter.nf_conntrack_acct": "1"},
-            # the same events received and not parsed: what of -ctevents' cost is the kernel's
-            lb_reader=(sys.executable, str(Path(__file__).with_name("ct_destroy_reader.py")), "--count-only"),
-            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
-        ),
-        compiled_case(
-            "lbweb-c1-dnat-fwdcounter",
-            "dnat",
-            0,
-            edit=forward_counter_only,
-            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
-        ),
+        dnat_variant("lbweb-c1-dnat-noacct", edit=without_forward),
+        # the operator's switch: no per-backend byte counting
+        dnat_variant("lbweb-c1-dnat-uncounted", farm_options={"count_bytes": False}),
+        conntrack_accounting("lbweb-c1-dnat-ctacct"),  # the kernel's side alone: nothing reads it
+        # what the collector would have to run to read that accounting: every destroy event, in Python
+        conntrack_accounting("lbweb-c1-dnat-ctevents", reader=()),
+        # the same events received and not parsed: what of -ctevents' cost is the kernel's
+        conntrack_accounting("lbweb-c1-dnat-ctevents-recv", reader=("--count-only",)),
+        dnat_variant("lbweb-c1-dnat-fwdcounter", edit=forward_counter_only),
         compiled_case(
             "lbweb-c10k-dnat",
             "dnat",

@@ -108,6 +108,13 @@ BYTE_FIELDS = ("bytes_in", "bytes_out", "packets_in", "packets_out")
 BACKEND_BYTE_FIELDS = ("bytes", "packets")
 
 
+def bytes_switched_off(count_bytes: bool, mode: str) -> bool:
+    """Whether a farm's bytes are unknown because its operator turned their counting off: ``count_bytes``
+    means something only for the farms lbweb counts (DSR and stateless are not measured at all, HTTP farms'
+    figures are HAProxy's)."""
+    return not count_bytes and mode in MEASURED_MODES
+
+
 def _bytes_not_counted(point: Json) -> Json:
     """A point of a farm whose bytes the kernel does not count (``count_bytes`` off): its byte and packet rates
     are unknown, never the zeros an idle sample would give them."""
@@ -234,7 +241,7 @@ def farm_series(
     window_start = max(now - WINDOWS[window][0], created)  # the farm's history starts when it was created
     start = max(start, created - step)
     measured = farm.mode in MEASURED_MODES or farm.mode in L7_MODES  # HTTP farms: HAProxy's statistics
-    bytes_counted = farm.count_bytes or farm.mode not in MEASURED_MODES
+    bytes_counted = not bytes_switched_off(farm.count_bytes, farm.mode)
     heartbeat = [b for b in store.system_series(resolution, start) if b["t"] >= created - step] if measured else []
     # Backend flags are written only when they change: start from the last one recorded before the window.
     entries = store.farm_series(farm.id, resolution, start - STATE_LOOKBACK * step)
@@ -310,7 +317,7 @@ def summary(store: MetricStore, now: float | None = None) -> Json:
     for farm in Farm.objects.order_by("name").values("id", "name", "vip", "mode", "state", "count_bytes"):
         key = str(farm["id"])
         row = dict(farm)
-        bytes_counted = row.pop("count_bytes") or row["mode"] not in MEASURED_MODES
+        bytes_counted = not bytes_switched_off(row.pop("count_bytes"), row["mode"])
         if key in totals:  # sampled: absent from the moved farms means idle
             row.update(dict.fromkeys(RATE_FIELDS, 0.0))
             row.update(zip(("total_bytes_in", "total_bytes_out", "total_conns"), totals[key], strict=True))

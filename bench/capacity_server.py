@@ -5,7 +5,8 @@
 Each request takes WORK_MS while the service holds at most CAPACITY requests; beyond that, every request it holds
 slows all of them down by (held / CAPACITY) squared: the non-linear degradation of an overloaded service the seed
 (l7-proxy-deterministic-sessions.txt) describes (contention for its CPU, memory, locks), as a model. ``GET /stats``
-answers how many connections it accepted and how many requests it served, and the most it held at once.
+answers how many connections it accepted and how many requests it served, how many it holds now and the most it held
+at once; ``GET /reset`` starts that high-water mark again from what it holds now, so one service serves every run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             path = head.split(b" ", 2)[1]
-            if path == b"/stats":
+            if path in (b"/stats", b"/reset"):
+                if path == b"/reset":
+                    state["max_held"] = state["held"]
                 body = json.dumps(state).encode()
             else:
                 state["held"] += 1

@@ -68,7 +68,9 @@ DNS_CONTROL_PORT = 5300
 MINIMAL_VIPS = {"dnat": vip4(11), "snat": vip4(12), "udp": vip4(13), "stateless": vip4(14), "dnat-100": vip4(15)}
 NFTLB_VIPS = {"dnat": vip4(21), "snat": vip4(22), "udp": vip4(23)}
 MANY_VIP = vip4(7)  # lbweb's farm of MANY_BACKENDS backends
-COMPILED_VIPS = {"dnat": vip4(31), "stlsdnat": vip4(32)}  # lbweb's compiled farm loaded without the worker
+# lbweb's compiled farm of each kind, loaded without the worker; "dnat-udp" is a DNAT farm of the DNS service
+COMPILED_VIPS = {"dnat": vip4(31), "stlsdnat": vip4(32), "snat": vip4(33), "dnat-udp": vip4(34)}
+BESIDE_FILLER = ("dnat", "stlsdnat")  # the compiled farms the 10,000-farm document holds beside its filler
 FILLER_FARMS = 10_000  # the other farms of the lbweb-c10k-* cases: half DNAT (TCP), half stateless (UDP)
 FILLER_BASE = "198.19.0.1"  # their VIPs, then their backends: map keys only, no packet is sent to them
 MANY_BACKENDS = 100
@@ -76,7 +78,7 @@ EXTRA_BACKEND_BASE = 100  # 198.18.1.100-199: secondary addresses of the backend
 HAPROXY_SOURCE = "198.18.1.2"  # HAProxy's connections to the backends; lbweb's SNAT uses 198.18.1.1
 # Each SNAT ruleset has its own source address: the TIME-WAIT sockets one leaves on the backends must
 # not meet the next case's connections (lbweb's SNAT uses 198.18.1.1, the LB's address).
-MINIMAL_SOURCE, NFTLB_SOURCE = "198.18.1.3", "198.18.1.4"
+MINIMAL_SOURCE, NFTLB_SOURCE, COMPILED_SOURCE = "198.18.1.3", "198.18.1.4", "198.18.1.5"
 LB_CLIENT_SIDE = "198.18.0.1"
 SETTLE = 2.0  # seconds of quiet after lbweb's worker starts or stops
 CLIENT_UID = 61000  # + 10 x case + client: each client's uid, which policy routing maps to its address
@@ -427,19 +429,25 @@ def minimal_case(name: str, kind: str, **extra) -> Case:
     return case
 
 
-def compiled_farm(mode: str) -> FarmSpec:
-    """The farm of a compiled case, as the REST API would make it (round robin over the three backends)."""
-    udp = mode == "stlsdnat"
+def compiled_farm(kind: str) -> FarmSpec:
+    """The farm of a compiled case, as the REST API would make it (round robin over the three backends); each kind
+    has ids and backend ids of its own. SNAT uses a source address of its own, as the minimal and nftlb cases do."""
+    number = list(COMPILED_VIPS).index(kind)
+    udp = kind in ("stlsdnat", "dnat-udp")
     port = DNS_PORT if udp else 80
-    backends = tuple(BackendSpec(id=3 * udp + i + 1, address=b) for i, b in enumerate(ROUTED_BACKENDS))
+    backend_port = DNS_CONTROL_PORT if kind == "dnat-udp" else None
+    backends = tuple(
+        BackendSpec(id=3 * number + i + 1, address=b, port=backend_port) for i, b in enumerate(ROUTED_BACKENDS)
+    )
     return FarmSpec(
-        id=1 + udp,
-        name=f"bench-{mode}",
-        vip=COMPILED_VIPS[mode],
+        id=1 + number,
+        name=f"bench-{kind}",
+        vip=COMPILED_VIPS[kind],
         protocol="udp" if udp else "tcp",
         ports=((port, port),),
-        mode=mode,
+        mode=kind.removesuffix("-udp"),
         backends=backends,
+        source_addr=COMPILED_SOURCE if kind == "snat" else "",
     )
 
 
@@ -511,30 +519,32 @@ def with_counters(command: dict) -> dict | None:
 
 def compiled_case(
     name: str,
-    mode: str,
+    kind: str,
     filler: int,
     edit: Callable[[dict], dict | None] | None = None,
     beside_nat: bool = False,
     farm_options: dict | None = None,
     **extra,
 ) -> Case:
-    """lbweb's compiler output for one farm, loaded with ``nft -j -f`` while the worker is stopped; with
-    ``filler``, beside that many other farms (and the other compiled case's farm: both 10,000-farm cases share
-    one document, loaded once for both): the per-packet cost of lbweb's ruleset at a size the worker would
-    take many minutes to build through the services. The document is the worker's full apply's
-    (``full_document``). ``edit``: each command as a diagnostic variant has it (None: left out). ``beside_nat``:
-    the other compiled case's farm in the same table too, as ``filler`` puts it there (a stateless farm
-    beside a DNAT farm: the NAT chain makes the kernel track every packet of the namespace). ``farm_options``: the
-    farm's own settings changed, as an operator would change them (``FarmSpec`` fields, the model's names)."""
-    case = Case(name, extra.pop("baseline", "baseline"), lbweb=False, host=COMPILED_VIPS[mode], **extra)
+    """lbweb's compiler output for one farm of ``kind`` (``COMPILED_VIPS``), loaded with ``nft -j -f`` while the
+    worker is stopped; with ``filler``, beside that many other farms (and the DNAT and stateless compiled farms,
+    ``BESIDE_FILLER``: both 10,000-farm cases share one document, loaded once for both): the per-packet cost of
+    lbweb's ruleset at a size the worker would take many minutes to build through the services. The document is the
+    worker's full apply's (``full_document``). ``edit``: each command as a diagnostic variant has it (None: left
+    out). ``beside_nat``: those two farms in the same table, as ``filler`` puts them there (a stateless farm beside
+    a DNAT farm: the NAT chain makes the kernel track every packet of the namespace). ``farm_options``: the farm's
+    own settings changed, as an operator would change them (``FarmSpec`` fields, the model's names)."""
+    case = Case(name, extra.pop("baseline", "baseline"), lbweb=False, host=COMPILED_VIPS[kind], **extra)
 
     def prepare(bench: Bench) -> None:
-        if mode == "stlsdnat":
+        if kind in ("stlsdnat", "dnat-udp"):
             bench.start_dns()
+        if kind == "snat":
+            bench.add_lb_address(COMPILED_SOURCE)
         path = bench.workdir / (f"compiled-{filler}.json" if filler else f"{name}.json")
         if not path.exists():
-            farms = [compiled_farm(m) for m in COMPILED_VIPS] if filler or beside_nat else [compiled_farm(mode)]
-            farms = [replace(x, **(farm_options or {})) if x.mode == mode else x for x in farms]
+            farms = [compiled_farm(k) for k in BESIDE_FILLER] if filler or beside_nat else [compiled_farm(kind)]
+            farms = [replace(x, **(farm_options or {})) if x.name == f"bench-{kind}" else x for x in farms]
             document = compiler.full_document([*farms, *filler_farms(filler)])
             edited = document["nftables"] if edit is None else [edit(c) for c in document["nftables"]]
             document["nftables"] = [c for c in edited if c is not None]
@@ -557,6 +567,9 @@ def all_cases() -> list[Case]:
     dns = {"tool": "dnsperf", "conns": (DATAGRAMS,)}
     stateless_peers = {"minimal": "minimal-stateless"}
     many = tuple(many_backend(i) for i in range(MANY_BACKENDS))
+    snat_peers = {"minimal": "minimal-snat", "nftlb": "nftlb-snat"}
+    udp_peers = {"minimal": "minimal-dnat-udp", "nftlb": "nftlb-dnat-udp"}
+    uncounted = {"count_bytes": False}  # the operator's switch: no per-backend byte counting
 
     def stateless_variant(name: str, **options) -> Case:
         """The one compiled stateless farm, changed by ``options`` (see compiled_case), against it and minimal."""
@@ -587,6 +600,10 @@ def all_cases() -> list[Case]:
         minimal_case("minimal-snat", "snat"),
         nftlb_case("nftlb-snat", "snat"),
         lbweb_case("lbweb-snat", "snat", vip4(2), peers={"minimal": "minimal-snat", "nftlb": "nftlb-snat"}),
+        compiled_case("lbweb-c1-snat", "snat", 0, peers=snat_peers),
+        compiled_case(
+            "lbweb-c1-snat-uncounted", "snat", 0, farm_options=uncounted, peers=snat_peers | {"1 farm": "lbweb-c1-snat"}
+        ),
         minimal_case("minimal-dnat-100", "dnat-100", backends=many, before=Bench.add_backend_addresses),
         lbweb_case(
             "lbweb-dnat-100",
@@ -598,8 +615,7 @@ def all_cases() -> list[Case]:
         ),
         compiled_case("lbweb-c1-dnat", "dnat", 0, peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat"}),
         dnat_variant("lbweb-c1-dnat-noacct", edit=without_forward),
-        # the operator's switch: no per-backend byte counting
-        dnat_variant("lbweb-c1-dnat-uncounted", farm_options={"count_bytes": False}),
+        dnat_variant("lbweb-c1-dnat-uncounted", farm_options=uncounted),
         conntrack_accounting("lbweb-c1-dnat-ctacct"),  # the kernel's side alone: nothing reads it
         # what the collector would have to run to read that accounting: every destroy event, in Python
         conntrack_accounting("lbweb-c1-dnat-ctevents", reader=()),
@@ -661,7 +677,17 @@ def all_cases() -> list[Case]:
             protocol="udp",
             backend_port=DNS_CONTROL_PORT,
             before=Bench.start_dns,
-            peers={"minimal": "minimal-dnat-udp", "nftlb": "nftlb-dnat-udp"},
+            peers=udp_peers,
+            **dns,
+        ),
+        compiled_case("lbweb-c1-dnat-udp", "dnat-udp", 0, baseline="baseline-udp", peers=udp_peers, **dns),
+        compiled_case(
+            "lbweb-c1-dnat-udp-uncounted",
+            "dnat-udp",
+            0,
+            baseline="baseline-udp",
+            farm_options=uncounted,
+            peers=udp_peers | {"1 farm": "lbweb-c1-dnat-udp"},
             **dns,
         ),
     ]

@@ -78,7 +78,8 @@ EXTRA_BACKEND_BASE = 100  # 198.18.1.100-199: secondary addresses of the backend
 HAPROXY_SOURCE = "198.18.1.2"  # HAProxy's connections to the backends; lbweb's SNAT uses 198.18.1.1
 # Each SNAT ruleset has its own source address: the TIME-WAIT sockets one leaves on the backends must
 # not meet the next case's connections (lbweb's SNAT uses 198.18.1.1, the LB's address).
-MINIMAL_SOURCE, NFTLB_SOURCE, COMPILED_SOURCE = "198.18.1.3", "198.18.1.4", "198.18.1.5"
+MINIMAL_SOURCE, NFTLB_SOURCE = "198.18.1.3", "198.18.1.4"
+COMPILED_SOURCE, UNCOUNTED_SNAT_SOURCE = "198.18.1.5", "198.18.1.6"  # lbweb-c1-snat's, lbweb-c1-snat-uncounted's
 LB_CLIENT_SIDE = "198.18.0.1"
 SETTLE = 2.0  # seconds of quiet after lbweb's worker starts or stops
 CLIENT_UID = 61000  # + 10 x case + client: each client's uid, which policy routing maps to its address
@@ -239,8 +240,9 @@ class Bench:
             self.lab.ns(self.lab.lb, "nft", "delete", "table", family, name, check=False)
 
     def add_lb_address(self, address: str) -> None:
-        """A secondary address of the LB on the backends' side (SNAT keeps 198.18.1.1 as the primary)."""
-        self.lab.ns(self.lab.lb, "ip", "addr", "add", f"{address}/24", "dev", "br0")
+        """A secondary address of the LB on the backends' side (SNAT keeps 198.18.1.1 as the primary); once for
+        every case that uses it (``replace``: a second case's call finds it there)."""
+        self.lab.ns(self.lab.lb, "ip", "addr", "replace", f"{address}/24", "dev", "br0")
 
     def add_backend_addresses(self) -> None:
         """MANY_BACKENDS addresses over the three backends (nginx listens on every address): a farm of 100
@@ -539,12 +541,13 @@ def compiled_case(
     def prepare(bench: Bench) -> None:
         if kind in ("stlsdnat", "dnat-udp"):
             bench.start_dns()
-        if kind == "snat":
-            bench.add_lb_address(COMPILED_SOURCE)
+        farms = [compiled_farm(k) for k in BESIDE_FILLER] if filler or beside_nat else [compiled_farm(kind)]
+        farms = [replace(x, **(farm_options or {})) if x.name == f"bench-{kind}" else x for x in farms]
+        for farm in farms:
+            if farm.source_addr:
+                bench.add_lb_address(farm.source_addr)
         path = bench.workdir / (f"compiled-{filler}.json" if filler else f"{name}.json")
         if not path.exists():
-            farms = [compiled_farm(k) for k in BESIDE_FILLER] if filler or beside_nat else [compiled_farm(kind)]
-            farms = [replace(x, **(farm_options or {})) if x.name == f"bench-{kind}" else x for x in farms]
             document = compiler.full_document([*farms, *filler_farms(filler)])
             edited = document["nftables"] if edit is None else [edit(c) for c in document["nftables"]]
             document["nftables"] = [c for c in edited if c is not None]
@@ -602,7 +605,13 @@ def all_cases() -> list[Case]:
         lbweb_case("lbweb-snat", "snat", vip4(2), peers={"minimal": "minimal-snat", "nftlb": "nftlb-snat"}),
         compiled_case("lbweb-c1-snat", "snat", 0, peers=snat_peers),
         compiled_case(
-            "lbweb-c1-snat-uncounted", "snat", 0, farm_options=uncounted, peers=snat_peers | {"1 farm": "lbweb-c1-snat"}
+            "lbweb-c1-snat-uncounted",
+            "snat",
+            0,
+            # a source address of its own: the TIME-WAIT sockets one SNAT case leaves on the backends must not meet
+            # the next case's connections (the two compiled SNAT cases run one after the other)
+            farm_options=uncounted | {"source_addr": UNCOUNTED_SNAT_SOURCE},
+            peers=snat_peers | {"1 farm": "lbweb-c1-snat"},
         ),
         minimal_case("minimal-dnat-100", "dnat-100", backends=many, before=Bench.add_backend_addresses),
         lbweb_case(

@@ -22,10 +22,12 @@ CASES = (
     "minimal-snat",
     "nftlb-snat",
     "lbweb-snat",
+    "lbweb-c1-snat-uncounted",  # a compiled document (no worker), a farm option, its own SNAT source address
     "baseline-l2",
     "lbweb-dsr",
     "baseline-udp",
     "lbweb-stateless",
+    "lbweb-c1-dnat-udp-uncounted",
 )
 
 
@@ -57,6 +59,8 @@ def test_dataplane_bench_quick_runs_http_dsr_and_stateless_udp_cases_and_writes_
     assert rows[("lbweb-stateless", "datagrams")]["baseline"] == "baseline-udp"
     for case in ("lbweb-snat", "lbweb-dsr", "lbweb-stateless", "minimal-snat", "nftlb-snat"):
         assert rows[(case, kinds[case])]["req_s_ratio"] > 0
+    assert rows[("lbweb-c1-dnat-udp-uncounted", "datagrams")]["baseline"] == "baseline-udp"
+    assert rows[("lbweb-c1-snat-uncounted", "close")]["peer_ratios"]["nftlb"]["case"] == "nftlb-snat"
     # lbweb's SNAT farm beside a hand-written ruleset and nftlb's ruleset of the same farm, same rounds
     peers = rows[("lbweb-snat", "close")]["peer_ratios"]
     assert peers["minimal"]["case"] == "minimal-snat" and peers["nftlb"]["case"] == "nftlb-snat"

@@ -195,26 +195,13 @@ def test_a_thousand_farms_of_ten_backends_fit_one_libnftables_transaction():
     in one transaction, and its 10,000 are not (libnftables would hold ~3.2 GB). When a farm's commands grew
     from 74 to 99, 1,000 farms crossed the old bound of 80,000 unseen and their full apply went from 2.6 s to
     3.6 s in lbweb's transactions: this keeps the bound in step with what the compiler writes."""
+    from dataclasses import replace
+
+    from bench.compile import scale_farms  # the control-plane bench's scale farms, as the compiler sees them
     from farms.nft import compiler
-    from farms.nft.spec import BackendSpec, FarmSpec
 
     def commands(count: int) -> int:
-        farms = [
-            FarmSpec(
-                id=i + 1,
-                name=f"s{i}",
-                vip=f"198.18.{128 + i // 250}.{i % 250 + 1}",
-                ports=((80, 80),),
-                mode="dnat",
-                scheduler="weight",
-                backends=tuple(
-                    BackendSpec(id=10 * i + j, address=f"198.19.{i // 25}.{10 * (i % 25) + j + 1}", weight=j + 1)
-                    for j in range(10)
-                ),
-            )  # fmt: skip
-            for i in range(count)
-        ]
-        units = compiler.compile_units(farms, [])
+        units = compiler.compile_units([replace(f, mode="dnat") for f in scale_farms(count)], [])
         return sum(dataplane.command_count(unit, None) for unit in units.values())
 
     thousand = commands(1000)

@@ -70,6 +70,7 @@ NFTLB_VIPS = {"dnat": vip4(21), "snat": vip4(22), "udp": vip4(23)}
 MANY_VIP = vip4(7)  # lbweb's farm of MANY_BACKENDS backends
 # lbweb's compiled farm of each kind, loaded without the worker; "dnat-udp" is a DNAT farm of the DNS service
 COMPILED_VIPS = {"dnat": vip4(31), "stlsdnat": vip4(32), "snat": vip4(33), "dnat-udp": vip4(34)}
+COMPILED_UDP = ("stlsdnat", "dnat-udp")  # the compiled kinds that serve DNS over UDP
 BESIDE_FILLER = ("dnat", "stlsdnat")  # the compiled farms the 10,000-farm document holds beside its filler
 FILLER_FARMS = 10_000  # the other farms of the lbweb-c10k-* cases: half DNAT (TCP), half stateless (UDP)
 FILLER_BASE = "198.19.0.1"  # their VIPs, then their backends: map keys only, no packet is sent to them
@@ -435,7 +436,7 @@ def compiled_farm(kind: str) -> FarmSpec:
     """The farm of a compiled case, as the REST API would make it (round robin over the three backends); each kind
     has ids and backend ids of its own. SNAT uses a source address of its own, as the minimal and nftlb cases do."""
     number = list(COMPILED_VIPS).index(kind)
-    udp = kind in ("stlsdnat", "dnat-udp")
+    udp = kind in COMPILED_UDP
     port = DNS_PORT if udp else 80
     backend_port = DNS_CONTROL_PORT if kind == "dnat-udp" else None
     backends = tuple(
@@ -539,7 +540,7 @@ def compiled_case(
     case = Case(name, extra.pop("baseline", "baseline"), lbweb=False, host=COMPILED_VIPS[kind], **extra)
 
     def prepare(bench: Bench) -> None:
-        if kind in ("stlsdnat", "dnat-udp"):
+        if kind in COMPILED_UDP:
             bench.start_dns()
         farms = [compiled_farm(k) for k in BESIDE_FILLER] if filler or beside_nat else [compiled_farm(kind)]
         farms = [replace(x, **(farm_options or {})) if x.name == f"bench-{kind}" else x for x in farms]
@@ -570,6 +571,7 @@ def all_cases() -> list[Case]:
     dns = {"tool": "dnsperf", "conns": (DATAGRAMS,)}
     stateless_peers = {"minimal": "minimal-stateless"}
     many = tuple(many_backend(i) for i in range(MANY_BACKENDS))
+    dnat_peers = {"minimal": "minimal-dnat", "nftlb": "nftlb-dnat"}
     snat_peers = {"minimal": "minimal-snat", "nftlb": "nftlb-snat"}
     udp_peers = {"minimal": "minimal-dnat-udp", "nftlb": "nftlb-dnat-udp"}
     uncounted = {"count_bytes": False}  # the operator's switch: no per-backend byte counting
@@ -581,7 +583,7 @@ def all_cases() -> list[Case]:
 
     def dnat_variant(name: str, **options) -> Case:
         """The one compiled DNAT farm, changed by ``options`` (see compiled_case), against it, minimal and nftlb."""
-        peers = {"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"}
+        peers = dnat_peers | {"1 farm": "lbweb-c1-dnat"}
         return compiled_case(name, "dnat", 0, peers=peers, **options)
 
     def conntrack_accounting(name: str, reader: tuple[str, ...] | None = None) -> Case:
@@ -599,10 +601,10 @@ def all_cases() -> list[Case]:
         Case("baseline", "baseline", lbweb=False),
         minimal_case("minimal-dnat", "dnat"),
         nftlb_case("nftlb-dnat", "dnat"),
-        lbweb_case("lbweb-dnat", "dnat", vip4(1), peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat"}),
+        lbweb_case("lbweb-dnat", "dnat", vip4(1), peers=dnat_peers),
         minimal_case("minimal-snat", "snat"),
         nftlb_case("nftlb-snat", "snat"),
-        lbweb_case("lbweb-snat", "snat", vip4(2), peers={"minimal": "minimal-snat", "nftlb": "nftlb-snat"}),
+        lbweb_case("lbweb-snat", "snat", vip4(2), peers=snat_peers),
         compiled_case("lbweb-c1-snat", "snat", 0, peers=snat_peers),
         compiled_case(
             "lbweb-c1-snat-uncounted",
@@ -622,7 +624,7 @@ def all_cases() -> list[Case]:
             before=Bench.add_backend_addresses,
             peers={"minimal": "minimal-dnat-100", "nftlb": "nftlb-dnat"},
         ),
-        compiled_case("lbweb-c1-dnat", "dnat", 0, peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat"}),
+        compiled_case("lbweb-c1-dnat", "dnat", 0, peers=dnat_peers),
         dnat_variant("lbweb-c1-dnat-noacct", edit=without_forward),
         dnat_variant("lbweb-c1-dnat-uncounted", farm_options=uncounted),
         conntrack_accounting("lbweb-c1-dnat-ctacct"),  # the kernel's side alone: nothing reads it
@@ -635,7 +637,7 @@ def all_cases() -> list[Case]:
             "lbweb-c10k-dnat",
             "dnat",
             FILLER_FARMS,
-            peers={"minimal": "minimal-dnat", "nftlb": "nftlb-dnat", "1 farm": "lbweb-c1-dnat"},
+            peers=dnat_peers | {"1 farm": "lbweb-c1-dnat"},
         ),
         Case("haproxy-tcp", "baseline", lbweb=False, host=HAPROXY_VIP, prepare=prepare_haproxy),
         Case("baseline-l2", "baseline-l2", lbweb=False, segment=True),

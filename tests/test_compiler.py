@@ -218,6 +218,30 @@ def test_same_input_gives_byte_identical_output_whatever_the_order():
     assert compiler.compile_farm(WEB).digest == compiler.compile_farm(WEB).digest
 
 
+def test_a_units_digest_and_text_are_the_same_in_every_process():
+    """A unit's digest is of its JSON text in the compiler's own key order (``units.text_of``), not sorted:
+    were that order to follow a set's iteration (string hashes differ from one process to the next), the
+    worker would see every farm changed after a restart, and rewrite it. Two hash seeds, same units."""
+    code = (
+        "import json, sys; sys.path.insert(0, 'tests'); from test_compiler import ALL_FARMS, FEATURES, DENY, ALLOW;"
+        "from farms.nft import compiler;"
+        "units = compiler.compile_units(ALL_FARMS + FEATURES, [DENY, ALLOW]);"
+        "print(json.dumps({k: [u.digest, u.creates] for k, u in sorted(units.items())}))"
+    )
+    seen = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    ]
+    assert seen[0] == seen[1] and len(json.loads(seen[0])) > len(ALL_FARMS + FEATURES)  # farms, policies, hooks
+
+
 def test_every_command_names_only_lbweb_table():
     for document in documents().values():
         for command in document["nftables"]:

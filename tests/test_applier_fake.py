@@ -560,8 +560,9 @@ def test_the_kernel_writer_is_ended_after_a_big_libnftables_transaction(monkeypa
         def call(self, method, *args):
             self.calls.append((method, len(args[0])))
 
-        def close(self):
+        def close(self, wait=True):
             self.closed += 1
+            self.waited = wait
 
     stub = Writer()
     monkeypatch.setattr(sandbox, "writer", lambda: stub)
@@ -572,3 +573,4 @@ def test_the_kernel_writer_is_ended_after_a_big_libnftables_transaction(monkeypa
     big = {"nftables": small["nftables"] + [{"add": {"chain": {**TABLE, "name": f"c{i}"}}} for i in range(50)]}
     sandbox.IsolatedKernel().apply(big)
     assert (len(stub.calls), stub.closed) == (2, 1) and stub.calls[1][1] > 1000
+    assert stub.waited is False  # ended without waiting for it to exit (reaped at the next call)

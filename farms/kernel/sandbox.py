@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -40,6 +41,7 @@ from .applier import ApplyError, Kernel
 ROOT = Path(__file__).resolve().parents[2]
 CRASH_ON, CRASH_SIGNAL = steps.CRASH_ON, steps.CRASH_SIGNAL
 ANSWER_SECONDS = 3600  # a full apply of 10,000 farms took 16 min on 2 cores (bench/RESULTS.md); beyond this it hangs
+LEAVE_SECONDS = 10  # a child ended (its request pipe closed) that has not exited by then is killed
 RESTART_AFTER_BYTES = 4 << 20  # ~400 farms of 10 backends
 CALLS = {
     "check",
@@ -81,6 +83,8 @@ class Writer:
         self._proc: subprocess.Popen | None = None
         self._requests: Connection | None = None
         self._answers: Connection | None = None
+        # children ended without waiting (``close(wait=False)``), with when: reaped later
+        self._leaving: list[tuple[subprocess.Popen, float]] = []
 
     def _start(self) -> None:
         request_read, request_write = os.pipe()
@@ -96,23 +100,34 @@ class Writer:
         self._requests = Connection(request_write, readable=False)
         self._answers = Connection(answer_read, writable=False)
 
-    def close(self) -> None:
-        """Stop the child (it exits when its request pipe closes)."""
+    def close(self, wait: bool = True) -> None:
+        """Stop the child (it exits when its request pipe closes). ``wait=False``: without waiting for it to
+        exit (freeing what libnftables held for 1,000 farms took it 64 ms, the worker's to wait for); it is
+        reaped at the next call or close, and a child that does not exit within 10 s of its end is killed."""
         for connection in (self._requests, self._answers):
             if connection is not None:
                 connection.close()
         self._requests = self._answers = None
         if self._proc is not None:
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            self._leaving.append((self._proc, time.monotonic()))
             self._proc = None
+        self._reap(wait)
+
+    def _reap(self, wait: bool) -> None:
+        for entry in list(self._leaving):
+            proc, since = entry
+            if not wait and proc.poll() is None and time.monotonic() - since < LEAVE_SECONDS:
+                continue
+            try:
+                proc.wait(timeout=max(0.0, since + LEAVE_SECONDS - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            self._leaving.remove(entry)
 
     def call(self, method: str, *args: Any) -> Any:
         if self._proc is None or self._proc.poll() is not None:
-            self.close()
+            self.close(wait=False)
             self._start()
         document = next((a for a in args if isinstance(a, dict)), None)
         generation = nfmsg.generation_id() if method in WRITES else None
@@ -175,7 +190,7 @@ class IsolatedKernel(Kernel):
             writer().call("apply_text", text)
         finally:
             if len(text) > RESTART_AFTER_BYTES:
-                writer().close()
+                writer().close(wait=False)
 
     def prefetch(self, document: dict, context: list[dict], whole: Mapping[str, UnitObjects] | None = None) -> int:
         """The writer starts the change's scratch loads now (see ``Kernel.prefetch``); the document is sent

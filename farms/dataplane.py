@@ -466,8 +466,9 @@ def is_bulk(changed: int, total: int) -> bool:
 BULK_TRANSACTION_COMMANDS = int(os.environ.get("LBWEB_BULK_TRANSACTION_COMMANDS", "20000"))
 # A bulk change (``is_bulk``) of at most this many commands goes to libnftables in one transaction:
 # 1,000 farms of 10 backends are 99,000 commands (74,000 before the per-backend counter map and the named
-# scheduler sets), which the worker applies in 3.1-3.2 s this way (~700 MB summed peak), where transactions of
-# lbweb's own batch (``Applier._write_bulk``) took 3.5-3.7 s (bench/RESULTS.md, eighteenth pass). Beyond,
+# scheduler sets), which the worker applied in 3.1-3.2 s this way (~700 MB summed peak), where transactions of
+# lbweb's own batch (``Applier._write_bulk``) took 3.5-3.7 s (bench/RESULTS.md, eighteenth pass; 2.5 s this
+# way since the nineteenth, the table read back after the run is recorded). Beyond,
 # libnftables' memory grows with the change (~3.2 GB at 10,000 farms), and the change goes in transactions.
 LIBNFTABLES_BULK_COMMANDS = int(os.environ.get("LBWEB_LIBNFTABLES_BULK_COMMANDS", "120000"))
 

@@ -467,9 +467,9 @@ BULK_TRANSACTION_COMMANDS = int(os.environ.get("LBWEB_BULK_TRANSACTION_COMMANDS"
 # A bulk change (``is_bulk``) of at most this many commands goes to libnftables in one transaction:
 # 1,000 farms of 10 backends are 99,000 commands (74,000 before the per-backend counter map and the named
 # scheduler sets), which the worker applied in 3.1-3.2 s this way (~700 MB summed peak), where transactions of
-# lbweb's own batch (``Applier._write_bulk``) took 3.5-3.7 s (bench/RESULTS.md, eighteenth pass; 2.5 s this
-# way since the nineteenth, the table read back after the run is recorded). Beyond,
-# libnftables' memory grows with the change (~3.2 GB at 10,000 farms), and the change goes in transactions.
+# lbweb's own batch (``Applier._write_bulk``) took 3.5-3.7 s (bench/RESULTS.md, eighteenth pass; 2.5 s this way
+# since the nineteenth, the table read back after the run is recorded). Beyond, libnftables' memory grows with
+# the change (~3.2 GB at 10,000 farms), and the change goes in transactions.
 LIBNFTABLES_BULK_COMMANDS = int(os.environ.get("LBWEB_LIBNFTABLES_BULK_COMMANDS", "120000"))
 
 
@@ -991,9 +991,7 @@ class Applier:
         outcome.changed = sorted(units)
         outcome.commands = len(document["nftables"])
         outcome.writer = "libnftables"
-        outcome.read_all, outcome.written_generation = True, self.kernel.generation_id()
-        if not outcome.failed and not outcome.error:
-            CACHE.verified = (outcome.written_generation, snap.generation)
+        self._table_written(outcome, snap.generation)
         self._store_units(units, None)
         return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
 
@@ -1020,10 +1018,15 @@ class Applier:
         except ApplyError as exc:  # part of the table is written, or not: rebuild from what the kernel holds
             log.warning("the build's outcome is unknown (%s); rebuilding the table", exc.message)
             return self._full(localise(snapshot()), reason=f"{reason}: outcome unknown", build=False)
+        self._table_written(outcome, snap.generation)
+        return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
+
+    def _table_written(self, outcome: Outcome, generation: int) -> None:
+        """After a rebuild (:meth:`_full`, :meth:`_build`): the whole table is read back once the run is
+        recorded (:meth:`_read_back`), and the kernel is known to match unless a farm failed."""
         outcome.read_all, outcome.written_generation = True, self.kernel.generation_id()
         if not outcome.failed and not outcome.error:
-            CACHE.verified = (outcome.written_generation, snap.generation)
-        return self._record(snap.generation, ApplyKindChoices.FULL, reason, started, outcome, units)
+            CACHE.verified = (outcome.written_generation, generation)
 
     def _learnt(self) -> tuple[list[dict] | None, dict]:
         """The table as the kernel holds it and its counters, for the rebuild to carry over (nothing

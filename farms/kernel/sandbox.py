@@ -102,8 +102,8 @@ class Writer:
 
     def close(self, wait: bool = True) -> None:
         """Stop the child (it exits when its request pipe closes). ``wait=False``: without waiting for it to
-        exit (freeing what libnftables held for 1,000 farms took it 64 ms, the worker's to wait for); it is
-        reaped at the next call or close, and a child that does not exit within 10 s of its end is killed."""
+        exit (after 1,000 farms it took 64 ms to free what libnftables held, time the apply waited for); it
+        is reaped at the next call or close, and killed if it has not exited LEAVE_SECONDS after its end."""
         for connection in (self._requests, self._answers):
             if connection is not None:
                 connection.close()

@@ -37,12 +37,12 @@ import dataclasses, json, statistics, sys, time
 sys.path.insert(0, ".")
 sys.path.insert(0, "bench")
 from compile import scale_farms
-from farms.kernel import nfmsg
-from farms.nft import compiler
-from farms.kernel.applier import Kernel
-from farms.kernel.sandbox import IsolatedKernel
-from farms.kernel.scratch import scratch
-from farms.kernel.transcribe import transcribe
+from dataplane.kernel import nfmsg
+from compiler import compiler
+from dataplane.kernel.applier import Kernel
+from dataplane.kernel.sandbox import IsolatedKernel
+from dataplane.kernel.scratch import scratch
+from dataplane.kernel.transcribe import transcribe
 
 count, backends, changes, path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 farms = scale_farms(count, backends)

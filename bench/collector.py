@@ -123,7 +123,7 @@ def trickle(lab, farms: int) -> None:
 def measure_sampler(lab_ns: str, store, samples: int, between=None) -> dict:
     """CPU of ``samples`` samples (after one warm-up) in namespace ``lab_ns``, census and writes apart."""
     from monitoring.farm_index import load_index
-    from monitoring.sampler import Sampler
+    from monitoring.collector.sampler import Sampler
     from tests.lab import run_in_netns
 
     def run() -> dict:
@@ -166,7 +166,7 @@ def core_share(m: dict) -> float:
 def real_loop(lab_ns: str, store, seconds: float) -> tuple[float, int, int]:
     """The collector's own loop at the production interval: thread CPU / wall time."""
     from monitoring.farm_index import load_index
-    from monitoring.sampler import Sampler
+    from monitoring.collector.sampler import Sampler
     from tests.lab import run_in_netns
 
     def run() -> tuple[float, int, int]:
@@ -197,7 +197,7 @@ def idle_loop(seconds: float) -> float:
 
 
 def apply_in(ns: str) -> None:
-    from farms import dataplane
+    from dataplane import applier as dataplane
     from tests.lab import run_in_netns
 
     run = run_in_netns(ns, lambda: dataplane.Applier().reconcile(reason="bench"))

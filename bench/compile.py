@@ -5,7 +5,7 @@
 No root, no kernel: the pure compiler alone (farms of 10 backends, weight scheduler, DNAT, as
 bench/control_plane.py's scale farms). Both variants run in the same invocation, alternating,
 and the table gives medians and the ratio; it never passes or fails. The worker runs its applies
-and reconciles with the collector paused (``farms.dataplane.cyclic_gc_paused``).
+and reconciles with the collector paused (``dataplane.applier.cyclic_gc_paused``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from farms.nft import compiler  # noqa: E402
-from farms.nft.spec import BackendSpec, FarmSpec  # noqa: E402
+from compiler import compiler  # noqa: E402
+from compiler.spec import BackendSpec, FarmSpec  # noqa: E402
 
 
 def scale_farms(count: int, backends: int = 10) -> list[FarmSpec]:

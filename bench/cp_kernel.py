@@ -11,7 +11,7 @@ import statistics
 import subprocess
 
 from bench.cp_util import PYTHON, ROOT
-from farms.nft import compiler
+from compiler import compiler
 
 # -- the kernel watcher ------------------------------------------------------------------
 #
@@ -264,12 +264,12 @@ KERNEL_LIMIT = r"""
 import gc, json, subprocess, sys, time
 import django
 
-gc.disable()  # as the worker compiles (farms.dataplane.cyclic_gc_paused): only the load is the kernel's limit
+gc.disable()  # as the worker compiles (dataplane.applier.cyclic_gc_paused): only the load is the kernel's limit
 
 django.setup()
-from farms.dataplane import localise, snapshot
-from farms.nft import compiler
-from farms.kernel.applier import Kernel
+from dataplane.applier import localise, snapshot
+from compiler import compiler
+from dataplane.kernel.applier import Kernel
 
 path, repetitions = sys.argv[1], int(sys.argv[2])
 t0 = time.perf_counter()

@@ -296,7 +296,7 @@ def resync_after_reload() -> None:
     anonymous sets renamed by the reload) is no drift: the reconcile then records no run, and its end
     is when the worker has nothing left to do."""
     from farms.models import ApplyRun
-    from farms.tasks import reconcile
+    from dataplane.tasks import reconcile
     from lbweb.celery import app
 
     before = last_run_id()

@@ -10,7 +10,7 @@ farm so that both costs are inside the figure, as they would be on an appliance.
 Run in the LB's namespace (``ip netns exec LB python3 bench/ct_destroy_reader.py``); on SIGTERM it prints
 how many events it read, lost and summed, as one JSON line on stdout. ``--count-only``: receive every event
 but parse none (the kernel's share of the cost, and Python's least: one receive per event). The ctnetlink
-numbers and the attribute walk are lbweb's own (``farms.kernel``), which imports nothing beyond the standard
+numbers and the attribute walk are lbweb's own (``dataplane.kernel``), which imports nothing beyond the standard
 library.
 """
 
@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from farms.kernel import conntrack as ct  # noqa: E402
-from farms.kernel.netlink import MESSAGE_HEADER as HEADER  # noqa: E402
-from farms.kernel.netlink import NETLINK_NETFILTER, SO_RCVBUFFORCE, attrs  # noqa: E402
+from dataplane.kernel import conntrack as ct  # noqa: E402
+from dataplane.kernel.netlink import MESSAGE_HEADER as HEADER  # noqa: E402
+from dataplane.kernel.netlink import NETLINK_NETFILTER, SO_RCVBUFFORCE, attrs  # noqa: E402
 
 NFNLGRP_CONNTRACK_DESTROY = 3
 SOL_NETLINK = 270

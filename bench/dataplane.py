@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 from bench import measure, report, topology  # noqa: E402
 from bench.appliance import Appliance  # noqa: E402
 from bench.servers import DNS_NAME, nginx_starter, start_dnsmasq, start_haproxy, stop  # noqa: E402
-from farms.nft import compiler  # noqa: E402
-from farms.nft.spec import BackendSpec, FarmSpec  # noqa: E402
+from compiler import compiler  # noqa: E402
+from compiler.spec import BackendSpec, FarmSpec  # noqa: E402
 from tests.lab import backend4, run_in_netns, vip4  # noqa: E402
 
 APT_TOOLS = {

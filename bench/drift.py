@@ -1,6 +1,6 @@
 """What a reconcile costs at 1,000 and 10,000 farms: quiet (nothing moved) and with one drifted farm.
 
-Runs the worker's own pieces (``farms/kernel/drift.py``, the applier's netlink batch) on the real kernel,
+Runs the worker's own pieces (``dataplane/kernel/drift.py``, the applier's netlink batch) on the real kernel,
 in a network namespace made for the run and removed after it, on farms compiled by the pure compiler
 (two backends each, SNAT, weights: the shape of bench/control_plane.py's scale farms). The database
 is left out: a quiet reconcile adds two small queries (the configuration generation, pending farms).
@@ -34,10 +34,10 @@ def measure(count: int) -> dict:
     import django
 
     django.setup()
-    from farms.kernel import drift, nfmsg
-    from farms.kernel.applier import Kernel
-    from farms.nft import compiler
-    from farms.nft.spec import BackendSpec, FarmSpec, PolicySpec
+    from dataplane.kernel import drift, nfmsg
+    from dataplane.kernel.applier import Kernel
+    from compiler import compiler
+    from compiler.spec import BackendSpec, FarmSpec, PolicySpec
 
     policy = PolicySpec(id=1, name="deny", type="deny", elements=("198.18.0.99",))
     specs = [

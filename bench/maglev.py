@@ -5,7 +5,7 @@
 No root, no kernel: both schedulers' choices computed for the same random flows, in the same run.
 ``hash`` is what nft does with ``jhash ... mod total``: the hash scaled onto [0, total weight)
 (the kernel's reciprocal_scale), each backend owning an interval; ``maglev`` is lbweb's table
-(farms/nft/maglev.py) indexed by the same hash modulo its size. For each backend count N the
+(compiler/maglev.py) indexed by the same hash modulo its size. For each backend count N the
 figures are the share of the *other* backends' flows that move when one backend leaves (averaged
 over which one leaves), and the share of all flows that move when one joins; Maglev's promise is
 about 0 and 1/(N+1). A join that crosses a table size (40 -> 41 backends) moves nearly every flow: the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from farms.nft import maglev  # noqa: E402
+from compiler import maglev  # noqa: E402
 
 HASH_RANGE = 2**32
 

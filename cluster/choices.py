@@ -2,7 +2,7 @@ from django.db import models
 
 
 class RoleChoices(models.TextChoices):
-    """A node's VRRP state as its transition handler last recorded it (``cluster.transition``)."""
+    """A node's VRRP state as its transition handler last recorded it (``dataplane.cluster.transition``)."""
 
     UNKNOWN = "unknown", "Unknown"
     MASTER = "master", "Master"

@@ -2,7 +2,7 @@
 # Sourced, not run: `. deploy/lib.sh`.
 
 # Debian packages lbweb runs on (python-nftables from PyPI loads libnftables1; Redis is lbweb's own on a unix socket;
-# util-linux: setpriv, for deploy/privdrop; certbot: ACME certificates, run by the worker, l7/acme.py).
+# util-linux: setpriv, for deploy/privdrop; certbot: ACME certificates, run by the worker, dataplane/l7/acme.py).
 LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy keepalived conntrackd certbot tzdata)
 
 # lbweb_apt_install PACKAGE...: install those that are missing; apt-get runs only when one is.

@@ -40,8 +40,8 @@ from .choices import (
     RateUnitChoices,
 )
 from .fields import AddressField
-from .nft import maglev
-from .nft.limits import KERNEL_INT_MAX
+from compiler import maglev
+from compiler.limits import KERNEL_INT_MAX
 from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
 from .validation import (
     farm_option_errors,
@@ -54,7 +54,7 @@ from .validation import (
     vip_problem,
 )
 
-KERNEL_MAX = MaxValueValidator(KERNEL_INT_MAX)  # rates, bursts, connection counts: see farms.nft.limits
+KERNEL_MAX = MaxValueValidator(KERNEL_INT_MAX)  # rates, bursts, connection counts: see compiler.limits
 
 
 class ConfigGeneration(models.Model):
@@ -258,7 +258,7 @@ class Farm(models.Model):
     @property
     def traffic(self) -> str:
         """Where new connections go now (FarmTrafficChoices), decided exactly as the compiler decides it."""
-        from .translate import farm_spec  # translate imports these models
+        from .specs import farm_spec  # translate imports these models
 
         return farm_spec(self).traffic
 
@@ -723,7 +723,7 @@ class KernelUnit(models.Model):
 
 class KernelFingerprint(models.Model):
     """What the kernel held of one unit (a farm, a policy, or "skeleton") right after lbweb wrote it, as
-    normalised hashes of its objects (``farms/kernel/drift.py``): the reference a reconcile compares with."""
+    normalised hashes of its objects (``dataplane/kernel/drift.py``): the reference a reconcile compares with."""
 
     key = models.CharField(max_length=40, primary_key=True)
     record = models.JSONField(default=dict)

@@ -22,11 +22,11 @@ from farms.types import Json
 
 from .choices import L7_MODES, FarmModeChoices, FarmStateChoices
 from .models import Backend, Farm, Policy
-from .nft import compiler
-from .nft.spec import BackendSpec, FarmSpec, PolicySpec
+from compiler import compiler
+from compiler.spec import BackendSpec, FarmSpec, PolicySpec
 from .ports import parse_ports
 from .summary import summarise
-from .translate import farm_spec
+from .specs import farm_spec
 
 
 @dataclass

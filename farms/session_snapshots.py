@@ -10,7 +10,7 @@ viewers costs the worker one read per farm per ``ASK_SECONDS`` at most, and a st
 pile up tasks. A stale snapshot is never passed off as current: the caller states the age it accepts.
 
 Web side: this module only reads and writes Redis (and enqueues by name); the worker's reading of the
-kernel is ``farms.sessions.publish_live``.
+kernel is ``dataplane.sessions.publish_live``.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from .choices import L7_MODES, FarmAllDownChoices, HashFieldChoices, LimitVerdic
 from .choices import FarmModeChoices as Mode
 from .choices import FarmProtocolChoices as Proto
 from .choices import FarmSchedulerChoices as Sched
-from .nft.limits import LOG_PREFIX_BYTES, utf8_length
-from .nft.spec import HELPER_PROTOCOLS
+from compiler.limits import LOG_PREFIX_BYTES, utf8_length
+from compiler.spec import HELPER_PROTOCOLS
 from .ports import PortSyntaxError, overlaps, parse_port_number, parse_ports
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
@@ -233,7 +233,7 @@ def farm_option_errors(farm) -> dict[str, str]:
 
 
 def _text_errors(farm, e: dict[str, str]) -> None:
-    """Text that reaches the kernel, counted as the kernel counts it (see farms.nft.limits)."""
+    """Text that reaches the kernel, counted as the kernel counts it (see compiler.limits)."""
     prefix = farm.log_prefix or ""
     if utf8_length(prefix) > LOG_PREFIX_BYTES:
         e["log_prefix"] = (

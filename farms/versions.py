@@ -1,6 +1,6 @@
 """Configuration history: every configuration the kernel held, kept as a version; diffs; restore.
 
-The worker calls :func:`record_applied` after each apply (``farms/tasks.py``). A version is the export
+The worker calls :func:`record_applied` after each apply (``dataplane/tasks.py``). A version is the export
 document (``config_io.export_config``) of the whole configuration, taken only when it is exactly what
 the kernel holds: the run succeeded, no farm waits for an apply or is isolated, and the configuration
 generation has not moved since the run (a change saved meanwhile is recorded by its own apply). A

@@ -44,7 +44,7 @@ from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
 from .nftlb import nftlb_import
 from .roles import ADMIN, OPERATOR, VIEWER, RoleRequiredMixin, has_role
 from .summary import shares
-from .translate import farm_spec
+from .specs import farm_spec
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
 STATE_VERBS = {

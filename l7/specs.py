@@ -1,5 +1,5 @@
 """The database read as an ``EngineSpec``: what HAProxy should serve. No I/O beyond the database, so the web
-process uses it too (the preview), and the worker's ``l7/dataplane.py`` applies it."""
+process uses it too (the preview), and the worker's ``dataplane/l7/applier.py`` applies it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from farms.choices import L7_MODES, BackendHealthChoices
 from farms.models import ConfigGeneration, Farm
 from farms.ports import parse_ports
 
-from .engine.spec import CertificateSpec, EngineSpec, FarmSpec, HeaderRule, RedirectRule, ServerSpec, ServiceSpec
+from compiler.haproxy.spec import CertificateSpec, EngineSpec, FarmSpec, HeaderRule, RedirectRule, ServerSpec, ServiceSpec
 
 MAX_PORTS = 64  # an HTTP farm binds each port: a range stays small
 
@@ -127,7 +127,7 @@ def preview(conf_dir) -> dict:
     import difflib
     from pathlib import Path
 
-    from .engine.config import CONFIG_NAME, render
+    from compiler.haproxy.config import CONFIG_NAME, render
 
     generation, spec, _farms = snapshot()
     new = render(spec, str(conf_dir)).config
@@ -146,7 +146,7 @@ def change_diff(farm_id: int, new: Farm | None, conf_dir) -> tuple[str, bool]:
     import dataclasses
     import difflib
 
-    from .engine.config import render
+    from compiler.haproxy.config import render
 
     _generation, spec, _farms = snapshot()
     farms = [f for f in spec.farms if f.id != farm_id]

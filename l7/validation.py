@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .engine.config import ERROR_REASONS
+from compiler.haproxy.config import ERROR_REASONS
 
 TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 HOST = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")

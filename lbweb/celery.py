@@ -8,4 +8,3 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lbweb.settings")
 
 app = Celery("lbweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()

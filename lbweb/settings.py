@@ -221,7 +221,7 @@ LBWEB_HAPROXY_DIR = Path(os.environ.get("LBWEB_HAPROXY_DIR", "/run/lbweb-haproxy
 LBWEB_HAPROXY_CONF_DIR = LBWEB_HAPROXY_DIR / "conf"
 LBWEB_HAPROXY_SOCKET = os.environ.get("LBWEB_HAPROXY_SOCKET", str(LBWEB_HAPROXY_DIR / "sock" / "master.sock"))
 LBWEB_CERT_WARN_DAYS = int(os.environ.get("LBWEB_CERT_WARN_DAYS", "21"))
-# ACME (l7/acme.py): the directory URL of the CA, the account's e-mail, certbot's state.
+# ACME (dataplane/l7/acme.py): the directory URL of the CA, the account's e-mail, certbot's state.
 LBWEB_ACME_SERVER = os.environ.get("LBWEB_ACME_SERVER", "")
 LBWEB_ACME_EMAIL = os.environ.get("LBWEB_ACME_EMAIL", "")
 LBWEB_ACME_DIR = Path(os.environ.get("LBWEB_ACME_DIR", str(VAR_DIR / "acme")))
@@ -233,6 +233,10 @@ _BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1) if REDIS_URL.st
 CELERY_BROKER_URL = _BROKER_URL
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "dataplane"
+# The worker's tasks live in the worker's package (dataplane/); their names are those they had when they sat in
+# the web apps (farms.tasks.*, ...), so beat's schedule, the routes and messages already queued keep working.
+# Only the worker imports them: the web sends tasks by name.
+CELERY_IMPORTS = ("dataplane.tasks", "dataplane.l7.tasks", "dataplane.cluster.tasks", "dataplane.network.tasks")
 CELERY_TASK_ROUTES = {
     "farms.tasks.*": {"queue": "dataplane"},
     "network.tasks.*": {"queue": "dataplane"},
@@ -246,7 +250,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # The worker runs one task at a time (``-c 1``) in its own process: prefork's pool process beside a main
 # process that only dispatches cost ~117 MB more at 10,000 farms (bench/control_plane.py: the summed peak of
 # the worker's processes), and crash containment does not need it: libnftables and netlink run in the
-# kernel writer process (farms/kernel/sandbox.py), which the worker restarts when it dies. The worker's
+# kernel writer process (dataplane/kernel/sandbox.py), which the worker restarts when it dies. The worker's
 # heartbeat is a thread, so it beats while a task runs.
 CELERY_WORKER_POOL = "solo"
 CELERY_BEAT_SCHEDULE = {
@@ -326,5 +330,5 @@ LBWEB_APPLY_STALL_SECONDS = float(os.environ.get("LBWEB_APPLY_STALL_SECONDS", "1
 # Configuration versions kept (each holds the whole export document): farms/versions.py.
 LBWEB_CONFIG_VERSIONS_KEEP = int(os.environ.get("LBWEB_CONFIG_VERSIONS_KEEP", "200"))
 # Where the worker writes the network as systemd files, in /etc's layout (systemd/network/, ...):
-# /etc on the appliance, lbweb's state directory elsewhere (network/worker.py).
+# /etc on the appliance, lbweb's state directory elsewhere (dataplane/network/applier.py).
 LBWEB_NETWORK_DIR = os.environ.get("LBWEB_NETWORK_DIR", str(VAR_DIR / "network"))

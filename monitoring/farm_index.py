@@ -4,8 +4,8 @@ Built from the database (the truth) with the compiler's own naming functions,
 so a counter the compiler creates is the counter the collector reads.
 
 The kernel counts a NAT farm's bytes once per packet, by backend and direction (one lookup in the
-forward hook, see :mod:`farms.nft.compiler`); a farm's bytes each way and a backend's bytes both
-ways are sums of those (:attr:`FarmInfo.sums`), which ``monitoring.sampler.add_sums`` adds to a
+forward hook, see :mod:`compiler.compiler`); a farm's bytes each way and a backend's bytes both
+ways are sums of those (:attr:`FarmInfo.sums`), which ``monitoring.collector.sampler.add_sums`` adds to a
 reading under the names the rest of the collector reads, as if the kernel had counted them itself.
 """
 
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from farms.choices import BackendStateChoices, FarmModeChoices, FarmStateChoices
 from farms.models import ConfigGeneration, Farm
-from farms.nft import compiler
-from farms.nft.spec import FarmSpec
-from farms.translate import fallback_spec
+from compiler import compiler
+from compiler.spec import FarmSpec
+from farms.specs import fallback_spec
 
 
 @dataclass(frozen=True)

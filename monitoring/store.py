@@ -36,7 +36,7 @@ from farms.types import Json
 from lbweb import redis_keys as keys
 
 if TYPE_CHECKING:  # the sampler reads the kernel: the web process, which reads the store, never imports it
-    from .sampler import Sample
+    from .collector.sampler import Sample
 
 log = logging.getLogger("lbweb.monitoring")
 
@@ -59,7 +59,7 @@ FARM_FIELDS = {
     "tracked_conns": "tc",
     "snat_ports": "sp",
     "snat_port_use": "su",
-    # HTTP farms (l7/stats.py, from HAProxy): requests/s, responses by class /s, latency, sessions, queue
+    # HTTP farms (monitoring/collector/haproxy_stats.py, from HAProxy): requests/s, responses by class /s, latency, sessions, queue
     "requests": "rq",
     "responses_1xx": "h1",
     "responses_2xx": "h2",

@@ -1,7 +1,7 @@
 """The appliance's own network: interfaces (Ethernet, VLAN, bond), addresses, routes, DNS and NTP.
 
 The web process writes these rows (``network/services.py``, audited); the worker makes the kernel
-match them with pyroute2 (``network/kernel.py``) and writes them as systemd-networkd, -resolved and
+match them with pyroute2 (``dataplane/network/kernel.py``) and writes them as systemd-networkd, -resolved and
 -timesyncd files (``network/networkd.py``) so they hold across a reboot. lbweb manages only what it
 is given here: an interface nobody declared, an address or a route lbweb did not add is left alone.
 """

@@ -1,5 +1,5 @@
 """The network as the worker applies it: plain data (no Django), built from the database by
-``network/selectors.py``, applied by ``network/kernel.py``, written as files by ``network/networkd.py``.
+``network/selectors.py``, applied by ``dataplane/network/kernel.py``, written as files by ``network/networkd.py``.
 
 The plan the worker applied last is kept (``NetworkSettings.applied_plan``): what lbweb added before
 and is no longer wanted (an address, a route, a VLAN or bond it created) is what it removes; anything

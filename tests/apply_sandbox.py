@@ -132,7 +132,7 @@ def main() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("capabilities"):
-            from farms.kernel.applier import Kernel
+            from dataplane.kernel.applier import Kernel
 
             answer = {"capabilities": Kernel().capabilities()}
         else:

@@ -38,8 +38,8 @@ def forget_config_parts():
     from farms import versions
 
     versions.PARTS.reset()
-    if "farms.dataplane" in sys.modules:  # the same for the compile cache, where a test loaded the worker's code
-        sys.modules["farms.dataplane"].CACHE.reset()
+    if "dataplane.applier" in sys.modules:  # the same for the compile cache, where a test loaded the worker's code
+        sys.modules["dataplane.applier"].CACHE.reset()
 
 
 @pytest.fixture(scope="session", autouse=True)

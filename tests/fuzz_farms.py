@@ -36,7 +36,7 @@ from farms.choices import (
     PersistenceChoices,
     PolicyTypeChoices,
 )
-from farms.nft.spec import HELPER_PROTOCOL
+from compiler.spec import HELPER_PROTOCOL
 
 SLUG = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 INTERFACES = ("eth1", "fz0", "a.b", "x@y", "veth-lb_1")
@@ -239,8 +239,8 @@ def build_and_apply(draw, sandbox, stats: Stats, *, keep_failures: int = 20) -> 
     """
     from farms import services
     from farms.models import Policy
-    from farms.nft import compiler
-    from farms.translate import farm_spec, farms_queryset, policy_spec
+    from compiler import compiler
+    from farms.specs import farm_spec, farms_queryset, policy_spec
 
     stats.examples += 1
     policies = []

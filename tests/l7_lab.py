@@ -1,4 +1,4 @@
-"""HAProxy in the namespace lab: the real engine, run in the LB namespace, driven through l7.engine.
+"""HAProxy in the namespace lab: the real engine, run in the LB namespace, driven through dataplane.l7.engine.
 
 The VIPs HAProxy binds are put on the LB namespace's loopback (HAProxy binds addresses the host holds; on the
 appliance the operator's or keepalived's interfaces hold them). Everything lives in the lab's namespaces and a
@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from l7.engine.engine import BASE_CONFIG, Engine
+from dataplane.l7.engine import BASE_CONFIG, Engine
 from tests.lab import Lab, run_in_netns
 
 

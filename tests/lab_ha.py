@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from cluster import render
-from cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
-from farms.nft import compiler
-from farms.nft.spec import BackendSpec, FarmSpec
+from compiler.cluster import render
+from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
+from compiler import compiler
+from compiler.spec import BackendSpec, FarmSpec
 from tests.lab import sh
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,7 +194,7 @@ class HaLab:
                 f"PYTHONPATH={ROOT}",
                 sys.executable,
                 "-m",
-                "cluster.transition",
+                "dataplane.cluster.transition",
                 "--plan",
                 str(state_dir / "plan.json"),
             ),  # fmt: skip
@@ -237,17 +237,17 @@ class HaLab:
         return proc
 
     def start_conntrackd(self, name: str) -> None:
-        """The appliance's program: cluster/run.py (as lbweb, with conntrackd's capabilities) runs conntrackd."""
-        argv = [*PRIVDROP, sys.executable, "-m", "cluster.run", "conntrackd", "--dir", self.spec(name).state_dir]
+        """The appliance's program: dataplane/cluster/run.py (as lbweb, with conntrackd's capabilities) runs conntrackd."""
+        argv = [*PRIVDROP, sys.executable, "-m", "dataplane.cluster.run", "conntrackd", "--dir", self.spec(name).state_dir]
         self._spawn(f"conntrackd-{name}", self.nodes[name], argv)
 
     def start_keepalived(self, name: str) -> None:
-        """The appliance's program: cluster/run.py runs keepalived, reloads it, releases the addresses after it."""
+        """The appliance's program: dataplane/cluster/run.py runs keepalived, reloads it, releases the addresses after it."""
         argv = [
             *PRIVDROP_KEEPALIVED,
             sys.executable,
             "-m",
-            "cluster.run",
+            "dataplane.cluster.run",
             "keepalived",
             "--dir",
             self.spec(name).state_dir,

@@ -1,4 +1,4 @@
-"""The Applier's own logic against an in-memory kernel (farms/kernel/fake.py): no root, no namespace.
+"""The Applier's own logic against an in-memory kernel (dataplane/kernel/fake.py): no root, no namespace.
 
 Coalescing, incremental or bulk, isolating a refused farm by bisection, a crash, an uncertain outcome,
 drift repair and the ApplyRun bookkeeping, each in a few milliseconds. Nothing here may reach a kernel:
@@ -13,13 +13,14 @@ import socket
 
 import pytest
 
-from farms import dataplane, services
+from dataplane import applier as dataplane
+from farms import services
 from farms.choices import ApplyKindChoices
-from farms.kernel import sandbox
-from farms.kernel.fake import FakeKernel
-from farms.kernel.interface import Interface
+from dataplane.kernel import sandbox
+from dataplane.kernel.fake import FakeKernel
+from dataplane.kernel.interface import Interface
 from farms.models import ApplyRun, ConfigGeneration, Farm, KernelFingerprint, Policy
-from farms.nft import units
+from compiler import units
 
 pytestmark = pytest.mark.django_db
 
@@ -275,7 +276,7 @@ def test_a_thousand_farms_of_ten_backends_fit_one_libnftables_transaction():
     from dataclasses import replace
 
     from bench.compile import scale_farms  # the control-plane bench's scale farms, as the compiler sees them
-    from farms.nft import compiler
+    from compiler import compiler
 
     def commands(count: int) -> int:
         units = compiler.compile_units([replace(f, mode="dnat") for f in scale_farms(count)], [])
@@ -339,7 +340,7 @@ def test_a_table_libnftables_cannot_list_is_still_rebuilt_in_one_transaction(ker
 
 def test_bulk_transactions_keep_what_depends_on_what():
     """Units that go and policies or hooks that come first, farms in groups, policies that go last."""
-    from farms.nft import compiler
+    from compiler import compiler
 
     unit = lambda key, size: compiler.UnitRuleset(key, key, compiler.UnitObjects(), [{"add": {}}] * size)  # noqa: E731
     compiled = {k: unit(k, 4) for k in ("farm:1", "farm:2", "farm:3", "policy:1")}
@@ -500,7 +501,7 @@ def test_one_farms_change_compiles_that_farm_alone_and_reads_no_row_of_the_other
     from django.test.utils import CaptureQueriesContext
 
     from farms import versions
-    from farms.nft import compiler
+    from compiler import compiler
 
     farms = [farm(f"f{i}", i + 1, backends=1) for i in range(12)]
     versions.record_applied(applier(kernel).apply_pending())
@@ -524,7 +525,7 @@ def test_a_change_compares_only_the_units_that_changed_and_a_refused_policy_is_t
     """Issue 13: which units changed is asked at every change. The worker compares the units written or
     recompiled since it last asked, and those that differed then, not all of them (~5 ms at 10,000 farms):
     a policy the kernel refused still differs, and the next change tries it again."""
-    from farms.nft import compiler
+    from compiler import compiler
 
     farms = [farm(f"f{i}", i + 1, backends=1) for i in range(8)]
     applier(kernel).apply_pending()

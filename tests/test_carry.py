@@ -1,14 +1,14 @@
-"""What a full rebuild carries over (farms/nft/carry.py) and how refused units are found (dataplane.bisect):
+"""What a full rebuild carries over (compiler/carry.py) and how refused units are found (dataplane.bisect):
 pure logic, no kernel."""
 
 from __future__ import annotations
 
 import pytest
 
-from farms.dataplane import bisect
-from farms.kernel.applier import ApplyError
-from farms.nft import carry, compiler
-from farms.nft.spec import BackendSpec, FarmSpec
+from dataplane.applier import bisect
+from dataplane.kernel.applier import ApplyError
+from compiler import carry, compiler
+from compiler.spec import BackendSpec, FarmSpec
 
 STICKY = FarmSpec(
     id=7,

@@ -223,7 +223,7 @@ def backup_node(tmp_path):
 def test_the_backup_follows_the_master_within_a_second(node, backup_node, tmp_path, redis_server):
     """n1 (this process) configures a farm as master; the push the worker runs after every change
     (``cluster.tasks.push_config``) reaches n2 over TLS, pinned to n2's own certificate, with the cluster token."""
-    from cluster import tasks
+    from dataplane.cluster import tasks
     from cluster.services import cluster_update
     from farms import services
 
@@ -274,7 +274,7 @@ def test_the_backup_follows_the_master_within_a_second(node, backup_node, tmp_pa
 def test_the_heartbeat_records_transitions_and_leaves_a_silent_peer_alone(client, node, monkeypatch):
     """Every 2 s on the worker: the journal is ingested; a peer that does not answer is tried again after 10 s,
     not at every beat (the worker applies too). The engine's files are not written here (host namespace)."""
-    from cluster import tasks
+    from dataplane.cluster import tasks
 
     deployed = []
     monkeypatch.setattr(tasks.engine, "deploy", lambda: deployed.append(1) or {})
@@ -298,7 +298,7 @@ def test_after_an_apply_the_master_pushes_and_its_vips_follow(client, node, monk
 
     from celery.signals import task_postrun
 
-    from cluster import tasks
+    from dataplane.cluster import tasks
 
     assert any(getattr(r(), "__name__", "") == "after_apply" for _key, r in task_postrun.receivers)
     calls = []

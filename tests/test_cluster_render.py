@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
-from cluster import render, transition
-from cluster.engine import CheckFailed, build_spec, check_keepalived
+from compiler.cluster import render
+from dataplane.cluster import transition
+from dataplane.cluster.applier import CheckFailed, build_spec, check_keepalived
 from cluster.models import Cluster, Node
-from cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
+from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
 from tests.lab import run_in_netns
 from tests.lab_ha import reachable_dir
 
@@ -37,7 +38,7 @@ SPEC = ClusterSpec(
         "PYTHONPATH=/opt/lbweb",
         "/opt/lbweb/.venv/bin/python",
         "-m",
-        "cluster.transition",
+        "dataplane.cluster.transition",
         "--plan",
         "/var/lib/lbweb/cluster/plan.json",
     ),  # fmt: skip
@@ -125,7 +126,7 @@ def test_an_unreadable_file_is_no_pass(tmp_path):
 
 
 def _absent_as_lbweb(tmp_path):
-    from cluster.engine import _keepalived_test
+    from dataplane.cluster.applier import _keepalived_test
 
     _keepalived_test(["/usr/sbin/keepalived", "-t", "-f", str(tmp_path / "absent.conf")], tmp_path / "absent.conf")
 
@@ -155,7 +156,7 @@ def test_plan_round_trip():
 
 
 def test_no_django_on_the_failover_path():
-    code = "import sys, cluster.transition, cluster.render; print(sorted(m for m in sys.modules if 'django' in m))"
+    code = "import sys, dataplane.cluster.transition, compiler.cluster.render; print(sorted(m for m in sys.modules if 'django' in m))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from farms.nft import compiler
-from farms.nft import fragments as f
-from farms.nft.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
+from compiler import compiler
+from compiler import fragments as f
+from compiler.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from tests.stack import ROOT
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -206,7 +206,7 @@ def test_every_golden_document_is_accepted_by_nft(throwaway_netns, tmp_path):
 
 
 def test_compiler_imports_no_django():
-    code = "import sys, farms.nft.compiler, farms.nft.spec; print(sorted(m for m in sys.modules if 'django' in m))"
+    code = "import sys, compiler.compiler, compiler.spec; print(sorted(m for m in sys.modules if 'django' in m))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
@@ -224,7 +224,7 @@ def test_a_units_digest_and_text_are_the_same_in_every_process():
     worker would see every farm changed after a restart, and rewrite it. Two hash seeds, same units."""
     code = (
         "import json, sys; sys.path.insert(0, 'tests'); from test_compiler import ALL_FARMS, FEATURES, DENY, ALLOW;"
-        "from farms.nft import compiler;"
+        "from compiler import compiler;"
         "units = compiler.compile_units(ALL_FARMS + FEATURES, [DENY, ALLOW]);"
         "print(json.dumps({k: [u.digest, u.creates] for k, u in sorted(units.items())}))"
     )
@@ -994,7 +994,7 @@ def test_merge_elements_sends_each_sets_additions_as_one_command_after_what_they
 def test_a_unit_map_keeps_the_digest_of_the_units_it_holds():
     """The worker's units keep one digest of the configuration up to date as they change (recorded with
     every apply): whatever the order of the changes, it is the digest of the same units in a plain dict."""
-    from farms.nft.units import UnitMap, combined_digest
+    from compiler.units import UnitMap, combined_digest
 
     first = compiler.compile_units(ALL_FARMS, [DENY, ALLOW])
     changed = compiler.compile_units([WEB_REWEIGHTED, *ALL_FARMS[1:]], [DENY])

@@ -10,7 +10,7 @@ from django.test import Client
 
 from farms import services, versions
 from farms.models import ApplyRun, AuditEvent, ConfigGeneration, ConfigVersion, Farm
-from farms.tasks import apply_config, keep_version
+from dataplane.tasks import apply_config, keep_version
 
 pytestmark = pytest.mark.django_db
 
@@ -75,8 +75,8 @@ def test_the_worker_task_keeps_a_version(admin_user, monkeypatch):
             return applied()
 
     queued = []
-    monkeypatch.setattr("farms.dataplane.Applier", FakeApplier)
-    monkeypatch.setattr("farms.tasks.keep_version.apply_async", lambda args, retry: queued.append(args))
+    monkeypatch.setattr("dataplane.applier.Applier", FakeApplier)
+    monkeypatch.setattr("dataplane.tasks.keep_version.apply_async", lambda args, retry: queued.append(args))
     apply_config(ConfigGeneration.current())
     assert not ConfigVersion.objects.exists() and len(queued) == 1  # behind the applies already queued
     keep_version(*queued[0])
@@ -85,7 +85,7 @@ def test_the_worker_task_keeps_a_version(admin_user, monkeypatch):
     def no_broker(args, retry):
         raise OSError("broker unreachable")
 
-    monkeypatch.setattr("farms.tasks.keep_version.apply_async", no_broker)
+    monkeypatch.setattr("dataplane.tasks.keep_version.apply_async", no_broker)
     services.farm_update(farm=Farm.objects.get(), ports="81")
     apply_config(ConfigGeneration.current())
     assert ConfigVersion.objects.first().document["farms"][0]["ports"] == "81"  # kept at once

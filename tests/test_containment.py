@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from farms.kernel.sandbox import CRASH_ON, CRASH_SIGNAL
+from dataplane.kernel.sandbox import CRASH_ON, CRASH_SIGNAL
 from farms.models import ApplyRun, Backend, Farm
-from farms.nft import compiler
+from compiler import compiler
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import CLIENT4, vip4
 from tests.stack import Worker
@@ -133,7 +133,7 @@ def assert_state_kept(lab, entries: dict[str, int], packets: dict[str, int], sin
 
 
 def test_persistence_and_counters_survive_a_refused_farm_a_reconcile_a_restart_and_a_full_rebuild(api, worker, lab):
-    from farms.tasks import reconcile
+    from dataplane.tasks import reconcile
 
     sticky = make_farm(api, "sticky", vip4(85), scheduler="weight", persistence="srcip", persist_ttl=3600)
     first = lab.http_get(vip4(85), 80)[0]["backend"]
@@ -187,7 +187,7 @@ def test_a_reconcile_that_finds_writes_not_applied_yet_applies_them_without_a_re
     """Under a steady stream of writes the database is always a little ahead of the kernel: that is not
     drift, and rebuilding the table for it at every reconcile would cost every farm's learnt state."""
     from farms.models import ConfigGeneration
-    from farms.tasks import reconcile
+    from dataplane.tasks import reconcile
 
     farm = make_farm(api, "pending", vip4(87), scheduler="weight")
     worker.drain()  # the farm's four writes may have queued a second apply: it must not take the write below
@@ -233,6 +233,6 @@ def test_the_worker_runs_its_tasks_itself_and_only_the_kernel_writer_beside_it(a
     assert lab.http_get(vip4(89), 80)[0]["backend"] in THREE
     tree = process_tree(worker.proc.pid)
     celery = [(pid, command) for pid, command in tree if "celery" in command]
-    writers = [pid for pid, command in tree if "-m farms.kernel.sandbox" in command]
+    writers = [pid for pid, command in tree if "-m dataplane.kernel.sandbox" in command]
     assert not celery and len(writers) == 1, tree
     assert Farm.objects.get(id=farm["id"]).apply_status == "applied"

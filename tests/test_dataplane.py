@@ -12,7 +12,7 @@ import time
 import pytest
 
 from farms.models import ApplyRun, KernelFingerprint
-from farms.nft import compiler
+from compiler import compiler
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import CLIENT4, CLIENT6, LB_BACKSIDE4, KeepAlive, backend4, backend6, vip4, vip6
 from tests.stack import ROOT, VENV_BIN, Worker
@@ -160,7 +160,7 @@ def test_worker_killed_mid_stream_restarts_and_the_kernel_matches_the_database(a
 
 
 def test_drift_is_repaired_by_reconcile(api, worker, lab):
-    from farms.tasks import reconcile
+    from dataplane.tasks import reconcile
 
     make_farm(api, "drifty", vip4(50))
     lab.ns(lab.lb, "nft", "delete", "table", "inet", "lbweb")  # someone deletes the table by hand
@@ -181,7 +181,7 @@ def test_drift_is_repaired_by_reconcile(api, worker, lab):
 def test_reconcile_compares_only_when_the_kernel_moved_and_still_repairs_a_hand_edit(api, worker, lab):
     """At 10,000 farms reading the table back takes seconds: the worker skips it while the kernel's ruleset
     generation is the one it left, and any hand edit moves that generation."""
-    from farms.tasks import reconcile
+    from dataplane.tasks import reconcile
 
     make_farm(api, "watched", vip4(51))
     runs = ApplyRun.objects.count()
@@ -245,7 +245,7 @@ def test_a_farm_the_kernel_refuses_is_failed_with_its_message_and_the_others_sti
 def test_the_skeleton_digest_is_read_from_the_kernel_and_is_none_without_table_or_chain(lab):
     """``Kernel.base_digest`` reads one netlink dump of lbweb's skeleton chain (``base``). Run in the client namespace,
     where no worker can rebuild anything behind the test's back."""
-    probe = [str(VENV_BIN / "python"), "-c", "from farms.kernel.applier import Kernel; print(Kernel().base_digest())"]
+    probe = [str(VENV_BIN / "python"), "-c", "from dataplane.kernel.applier import Kernel; print(Kernel().base_digest())"]
     nft = functools.partial(lab.ns, lab.client, "nft")
     digest_comment = f'"{compiler.BASE_DIGEST_PREFIX}abc123"'
     try:

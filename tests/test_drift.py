@@ -70,7 +70,7 @@ def farms(api, worker, lab):
 
 def tamper_and_repair(api, worker, lab, farms, script: str, unit: str, differences: list[str]) -> ApplyRun:
     """Run the nft ``script`` in the LB namespace; check the report, the repair, and the bystander's state."""
-    from farms.tasks import reconcile
+    from dataplane.tasks import reconcile
 
     unit = farms[unit]
     entries = persistence_entries(lab, "other")
@@ -191,7 +191,7 @@ def test_a_rule_added_to_a_base_chain(api, worker, lab, farms):
 def test_a_dsr_table_tampered_is_rewritten_alone(api, l2worker, l2lab):  # noqa: F811
     """A DSR farm owns a netdev table: a rule added to it is drift of that farm; the next reconcile re-makes
     that table and leaves the other DSR farm's table (and its counter) as it was."""
-    from farms.tasks import reconcile
+    from dataplane.tasks import reconcile
     from tests import lab_l2 as l2
     from tests.test_dsr_stateless import dsr_farm
     from tests.test_dsr_stateless import kernel_check as l2_check

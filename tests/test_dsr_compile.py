@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from farms.nft import compiler, dsr
-from farms.nft.spec import BackendSpec, FarmSpec
+from compiler import compiler, dsr
+from compiler.spec import BackendSpec, FarmSpec
 
 SCHEDULERS = {"rr": (), "weight": (), "hash": ("srcip", "srcport"), "hash-addr": ("srcip",), "symhash": ()}
 

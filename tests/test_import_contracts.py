@@ -21,23 +21,23 @@ from tests.stack import ROOT, VENV_BIN
 
 # What the web process must never load: kernel I/O and the worker's own modules.
 FORBIDDEN_IN_WEB = (
-    "farms.kernel",
-    "farms.dataplane",
+    "dataplane.kernel",
+    "dataplane.applier",
     "farms.tasks",
-    "farms.sessions",
-    "monitoring.sampler",
-    "network.kernel",
-    "network.worker",
+    "dataplane.sessions",
+    "monitoring.collector.sampler",
+    "dataplane.network.kernel",
+    "dataplane.network.applier",
     "network.tasks",
-    "cluster.engine",
+    "dataplane.cluster.applier",
     "cluster.tasks",
-    "cluster.transition",
-    "cluster.run",
-    "l7.dataplane",
+    "dataplane.cluster.transition",
+    "dataplane.cluster.run",
+    "dataplane.l7.applier",
     "l7.tasks",
-    "l7.acme",
-    "l7.engine.engine",
-    "l7.engine.runtime",
+    "dataplane.l7.acme",
+    "dataplane.l7.engine",
+    "dataplane.l7.runtime",
 )
 FORBIDDEN_EXTERNAL = ("nftables", "pyroute2")
 
@@ -60,9 +60,9 @@ print(json.dumps(sorted(sys.modules)))
 
 COMPILER_PROBE = """
 import json, pkgutil, sys
-import farms.nft
-for module in pkgutil.iter_modules(farms.nft.__path__):
-    __import__(f"farms.nft.{module.name}")
+import compiler
+for module in pkgutil.iter_modules(compiler.__path__):
+    __import__(f"compiler.{module.name}")
 for extra in sys.argv[1:]:
     __import__(extra)
 print(json.dumps(sorted(sys.modules)))
@@ -83,21 +83,21 @@ def offending(modules: list[str], forbidden: tuple[str, ...]) -> list[str]:
 def test_the_web_process_loads_no_kernel_code():
     modules = loaded(WEB_PROBE)
     assert "farms.views" in modules and "farms.preview" in modules and "farms.api.views" in modules
-    assert "farms.translate" in modules  # the preview's row -> spec translation, free of kernel I/O
+    assert "farms.specs" in modules  # the preview's row -> spec translation, free of kernel I/O
     assert offending(modules, FORBIDDEN_IN_WEB + FORBIDDEN_EXTERNAL) == []
 
 
 def test_the_web_probe_notices_a_kernel_import():
-    modules = loaded(WEB_PROBE, "farms.dataplane")
-    assert "farms.kernel.applier" in offending(modules, FORBIDDEN_IN_WEB)
+    modules = loaded(WEB_PROBE, "dataplane.applier")
+    assert "dataplane.kernel.applier" in offending(modules, FORBIDDEN_IN_WEB)
     assert "nftables" in offending(modules, FORBIDDEN_EXTERNAL)
 
 
 def test_the_compiler_loads_no_django_and_no_kernel_code():
     modules = loaded(COMPILER_PROBE)
-    assert "farms.nft.compiler" in modules and "farms.nft.carry" in modules
-    assert offending(modules, ("django", "farms.models", "farms.kernel", *FORBIDDEN_EXTERNAL)) == []
-    assert offending(loaded(COMPILER_PROBE, "farms.kernel.applier"), ("farms.kernel",)) != []
+    assert "compiler.compiler" in modules and "compiler.carry" in modules
+    assert offending(modules, ("django", "farms.models", "dataplane.kernel", *FORBIDDEN_EXTERNAL)) == []
+    assert offending(loaded(COMPILER_PROBE, "dataplane.kernel.applier"), ("dataplane.kernel",)) != []
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -125,25 +125,25 @@ def plant(tmp_path: Path, module: str, line: str) -> Path:
 
 def test_the_contracts_fail_on_a_kernel_import_in_a_lazy_web_function(tmp_path):
     # inside a function: it would only run on some request, and lint-imports still sees it
-    root = plant(tmp_path, "farms.forms", "def later():\n    from farms.kernel import conntrack")
+    root = plant(tmp_path, "farms.forms", "def later():\n    from dataplane.kernel import conntrack")
     result = lint_imports(root)
     assert result.returncode != 0
-    assert "farms.forms -> farms.kernel.conntrack" in result.stdout
+    assert "farms.forms -> dataplane.kernel.conntrack" in result.stdout
 
 
 def test_the_contracts_fail_on_django_in_the_haproxy_generator(tmp_path):
-    result = lint_imports(plant(tmp_path, "l7.engine.config", "from django.conf import settings"))
+    result = lint_imports(plant(tmp_path, "compiler.haproxy.config", "from django.conf import settings"))
     assert result.returncode != 0
-    assert "l7.engine.config -> django" in result.stdout
+    assert "compiler.haproxy.config -> django" in result.stdout
 
 
 def test_the_contracts_fail_on_worker_code_in_the_http_farm_api(tmp_path):
     result = lint_imports(plant(tmp_path, "l7.api", "def later():\n    from l7 import dataplane"))
     assert result.returncode != 0
-    assert "l7.api -> l7.dataplane" in result.stdout
+    assert "l7.api -> dataplane.l7.applier" in result.stdout
 
 
 def test_the_contracts_fail_on_django_in_the_compiler(tmp_path):
-    result = lint_imports(plant(tmp_path, "farms.nft.limits", "from django.conf import settings"))
+    result = lint_imports(plant(tmp_path, "compiler.limits", "from django.conf import settings"))
     assert result.returncode != 0
-    assert "farms.nft.limits -> django" in result.stdout
+    assert "compiler.limits -> django" in result.stdout

@@ -14,9 +14,9 @@ from django.core.exceptions import ValidationError
 from farms import capabilities, config_io, services
 from farms.forms import BackendForm, FarmForm
 from farms.models import Farm
-from farms.nft import compiler
-from farms.nft.limits import KERNEL_INT_MAX, LOG_PREFIX_BYTES, truncate_utf8
-from farms.nft.spec import FarmSpec
+from compiler import compiler
+from compiler.limits import KERNEL_INT_MAX, LOG_PREFIX_BYTES, truncate_utf8
+from compiler.spec import FarmSpec
 from farms.nftlb import nftlb_import
 from tests.test_api import create_farm, farm_data
 

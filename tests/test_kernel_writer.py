@@ -1,4 +1,4 @@
-"""The kernel writer's process (farms/kernel/sandbox.py): how the worker ends it.
+"""The kernel writer's process (dataplane/kernel/sandbox.py): how the worker ends it.
 
 Nothing is asked of the child here: it is started and ended, and never reaches a kernel."""
 
@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from farms.kernel import sandbox
+from dataplane.kernel import sandbox
 
 
 def test_a_writer_ended_without_waiting_is_reaped_later_and_killed_if_it_stays():

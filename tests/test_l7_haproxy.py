@@ -1,4 +1,4 @@
-"""The real HAProxy (Debian's) in the namespace lab, configured by l7.engine: routing by host and path, cookie
+"""The real HAProxy (Debian's) in the namespace lab, configured by dataplane.l7.engine: routing by host and path, cookie
 persistence, redirects, headers, TLS with SNI and ALPN checked by a real client, backends over TLS, drain with no
 failed request, capacity changed live (no reload), and 100 hitless reloads under load."""
 
@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from l7.engine.spec import CertificateSpec, EngineSpec, FarmSpec, HeaderRule, RedirectRule, ServerSpec, ServiceSpec
+from compiler.haproxy.spec import CertificateSpec, EngineSpec, FarmSpec, HeaderRule, RedirectRule, ServerSpec, ServiceSpec
 from tests import certs
 from tests.l7_lab import HAProxyLab, request
 from tests.lab import backend4, run_in_netns
@@ -311,8 +311,8 @@ def test_capacity_changed_live_queues_beyond_it(haproxy):
 
 
 def test_statistics_for_the_collector(haproxy):
-    """l7/stats.py on HAProxy's own rows: requests/s, responses by class, per backend sessions against capacity."""
-    from l7 import stats
+    """monitoring/collector/haproxy_stats.py on HAProxy's own rows: requests/s, responses by class, per backend sessions against capacity."""
+    from monitoring.collector import haproxy_stats as stats
 
     service = ServiceSpec(70, "stats", queue_timeout=10, servers=servers("b1", capacity=3) + servers("b2"))
     apply(haproxy, routing_farm(services=(service,)))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from l7.engine.runtime import MasterCLI
+from dataplane.l7.runtime import MasterCLI
 from tests.l7_lab import request
 from tests.lab import run_in_netns
 from tests.privileges import descendants, proc_status
@@ -30,8 +30,8 @@ CAP_NET_BIND_SERVICE = 10
 APPLY = """
 import sys
 from l7.certificates import self_signed
-from l7.engine.engine import Engine
-from l7.engine.spec import *
+from dataplane.l7.engine import Engine
+from compiler.haproxy.spec import *
 cert, key = self_signed(["www.example.com"])
 farm = FarmSpec(7, "web", "https", sys.argv[3], (443,), redirect_ports=(80,),
                 certificates=(CertificateSpec(1, "www", cert + key),),

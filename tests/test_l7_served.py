@@ -1,6 +1,6 @@
 """When HAProxy already serves exactly the database's HTTP farms, the worker writes nothing and records no
 ApplyRun, but the farms it serves are applied: in CI a farm stayed pending for good after HAProxy's apply at
-the worker's start served it without marking it (``l7.dataplane._served``). The whole path with the real
+the worker's start served it without marking it (``dataplane.l7.applier._served``). The whole path with the real
 HAProxy is ``tests/test_l7_worker.py``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from farms import services
 from farms.models import Farm
-from l7 import dataplane
+from dataplane.l7 import applier as dataplane
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 
 from farms import services as farm_services
 from l7 import services
-from monitoring.sampler import Sample
+from monitoring.collector.sampler import Sample
 from monitoring.store import MetricStore, client
 from tests import certs
 from tests.conftest import OUTPUT

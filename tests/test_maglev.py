@@ -21,8 +21,8 @@ import sys
 
 import pytest
 
-from farms.nft import compiler, maglev
-from farms.nft.spec import BackendSpec, FarmSpec
+from compiler import compiler, maglev
+from compiler.spec import BackendSpec, FarmSpec
 from tests.lab import HERE, run_in_netns, sh, udp_question, wait_listening
 from tests.test_compiler import scheduler_of
 

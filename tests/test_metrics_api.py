@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from farms import services
 from lbweb import redis_keys
-from monitoring.sampler import Sample
+from monitoring.collector.sampler import Sample
 from monitoring.store import MetricStore, client
 from tests.conftest import new_token
 

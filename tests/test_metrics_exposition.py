@@ -18,7 +18,7 @@ from farms import services
 from farms.models import ApplyRun, AuditEvent
 from monitoring import prometheus
 from monitoring.models import MetricsToken
-from monitoring.sampler import Sample
+from monitoring.collector.sampler import Sample
 from monitoring.store import MetricStore, client
 from tests import certs
 from tests.conftest import new_token

@@ -142,7 +142,7 @@ def test_a_stopped_collector_leaves_a_gap_not_zeros(api, lab, collector):
 
 
 def test_a_hand_removed_traffic_hook_is_drift_that_reconcile_repairs(api, lab, worker):
-    from farms.tasks import reconcile
+    from dataplane.tasks import reconcile
     from tests.test_dataplane import kernel_check
 
     farm = api.farm(

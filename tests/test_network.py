@@ -81,7 +81,7 @@ def network_dir(tmp_path, settings):
 
 
 def apply_in_netns():
-    from network import worker
+    from dataplane.network import applier as worker
 
     return run_in_netns(NS, lambda: worker.apply_network())
 

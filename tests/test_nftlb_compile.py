@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from farms.nft import compiler
-from farms.nft.spec import BackendSpec, FarmSpec, PolicySpec
+from compiler import compiler
+from compiler.spec import BackendSpec, FarmSpec, PolicySpec
 
 
 def farm(**fields) -> FarmSpec:

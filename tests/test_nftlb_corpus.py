@@ -19,9 +19,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from farms import services
-from farms.dataplane import farm_spec, policy_spec
+from dataplane.applier import farm_spec, policy_spec
 from farms.models import Farm, Policy
-from farms.nft.compiler import full_document
+from compiler.compiler import full_document
 
 CORPUS = Path(__file__).parent / "fixtures" / "nftlb" / "corpus"
 DOCUMENTS = sorted(p.stem for p in CORPUS.glob("*.json"))

@@ -8,8 +8,8 @@ from rest_framework.test import APIClient
 
 from farms import preview, services
 from farms.models import AuditEvent, Farm
-from farms.nft import compiler
-from farms.translate import snapshot
+from compiler import compiler
+from farms.specs import snapshot
 
 pytestmark = pytest.mark.django_db
 

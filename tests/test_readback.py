@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 
-from farms.nft import carry, compiler
+from compiler import carry, compiler
 from tests.test_compiler import ALL_FARMS, ALLOW, DENY, FEATURES, throwaway_netns  # noqa: F401 (a fixture)
 from tests.test_transcribe import run_in
 
 READ_BOTH_WAYS = """
 import json, sys
-from farms.kernel import drift, nfmsg
-from farms.kernel.applier import Kernel
-from farms.nft import compiler
-from farms.nft.units import UnitObjects
+from dataplane.kernel import drift, nfmsg
+from dataplane.kernel.applier import Kernel
+from compiler import compiler
+from compiler.units import UnitObjects
 job = json.load(sys.stdin)
 Kernel().apply(job["full"])
 units = {k: UnitObjects.from_json(v) for k, v in job["units"].items()}
@@ -54,7 +54,7 @@ def test_the_whole_table_read_makes_the_records_the_read_by_name_makes(throwaway
 
 READ_COUNTERS = """
 import json, sys
-from farms.kernel import applier
+from dataplane.kernel import applier
 job = json.load(sys.stdin)
 kernel = applier.Kernel()
 kernel.apply(job["full"])
@@ -86,9 +86,9 @@ def test_counters_read_by_name_are_those_the_dump_reads(throwaway_netns):  # noq
 
 READ_OBJECTS = """
 import json, subprocess, sys
-from farms.kernel import drift
-from farms.kernel.applier import Kernel
-from farms.nft.units import UnitObjects
+from dataplane.kernel import drift
+from dataplane.kernel.applier import Kernel
+from compiler.units import UnitObjects
 job = json.load(sys.stdin)
 Kernel().apply(job["full"])
 owners = drift.owners_of({k: UnitObjects.from_json(v) for k, v in job["units"].items()})

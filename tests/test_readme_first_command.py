@@ -49,7 +49,7 @@ PROGRAMS = {
     "collector": (re.compile(r"manage\.py collector"), NET_ADMIN),
     "prober": (re.compile(r"-m monitoring\.health\.prober"), 0),
     "haproxy": (re.compile(r"^/usr/sbin/haproxy -W "), 1 << 10),  # CAP_NET_BIND_SERVICE
-    # HA pair (cluster/run.py): waiting for a cluster's files, with the capabilities their daemons need
+    # HA pair (dataplane/cluster/run.py): waiting for a cluster's files, with the capabilities their daemons need
     "keepalived": (re.compile(r"-m cluster\.run keepalived"), NET_ADMIN | NET_RAW | 1 << 6),  # CAP_SETGID
     "conntrackd": (re.compile(r"-m cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
 }
@@ -413,7 +413,7 @@ def test_every_process_holds_only_its_privilege(appliance):
         if proc.own_userns:
             # The worker's scratch process: root of a user namespace it made itself, which gives nothing on the
             # host; seen from here it is lbweb.
-            assert name == "worker" and "farms.kernel.scratch" in proc.cmdline, proc.cmdline
+            assert name == "worker" and "dataplane.kernel.scratch" in proc.cmdline, proc.cmdline
             continue
         assert proc.cap_eff & ~PROGRAMS[name][1] == 0, f"{proc.cmdline} (of {name}) holds CapEff {proc.cap_eff:#x}"
 

@@ -14,14 +14,14 @@ import uuid
 
 import pytest
 
-from farms.nft import compiler
-from farms.nft.spec import PolicySpec
+from compiler import compiler
+from compiler.spec import PolicySpec
 from tests.stack import ROOT, VENV_BIN
 from tests.test_compiler import ALL_FARMS, ALLOW, DENY, DNS6, FEATURES, WEB, WEB_REWEIGHTED
 
 APPLY = """
 import json, sys
-from farms.kernel.applier import ApplyError, Kernel
+from dataplane.kernel.applier import ApplyError, Kernel
 job = json.load(sys.stdin)
 kernel = Kernel()
 kernel.apply(job["full"])
@@ -231,7 +231,7 @@ def test_a_refused_batch_changes_nothing_and_names_the_command(two_namespaces, w
 def test_only_a_big_drift_is_repaired_by_a_rebuild():
     """Repairing a unit reads it back and removes it by itself; when most of the table drifted, one
     rebuild costs less. Any everyday drift (even several hundred units out of thousands) is repaired."""
-    from farms.dataplane import is_bulk
+    from dataplane.applier import is_bulk
 
     assert not is_bulk(1, 10_000) and not is_bulk(1, 1) and not is_bulk(100, 100)
     assert not is_bulk(200, 10_000) and not is_bulk(101, 405)
@@ -240,8 +240,8 @@ def test_only_a_big_drift_is_repaired_by_a_rebuild():
 
 PREFETCH = """
 import json, sys
-from farms.kernel.applier import Kernel
-from farms.kernel.scratch import scratch
+from dataplane.kernel.applier import Kernel
+from dataplane.kernel.scratch import scratch
 job = json.load(sys.stdin)
 kernel = Kernel()
 kernel.apply(job["full"])
@@ -256,7 +256,7 @@ print(json.dumps({"writers": [first, second], "loads": loads, "again": kernel.ap
 
 LIBNFTABLES_TWICE = """
 import json, sys
-from farms.kernel.applier import Kernel
+from dataplane.kernel.applier import Kernel
 job = json.load(sys.stdin)
 kernel = Kernel()
 for document in (job["full"], job["first"], job["second"]):
@@ -295,9 +295,9 @@ def test_a_transaction_announced_ahead_is_loaded_in_scratch_once_while_the_one_b
 
 RECORDED = """
 import json, sys
-from farms.kernel import drift
-from farms.kernel.applier import Kernel
-from farms.nft.units import UnitObjects
+from dataplane.kernel import drift
+from dataplane.kernel.applier import Kernel
+from compiler.units import UnitObjects
 job = json.load(sys.stdin)
 kernel = Kernel()
 kernel.apply(job["full"])

@@ -15,7 +15,7 @@ import pytest
 from farms import capabilities
 from farms.forms import FarmForm
 from farms.models import Backend, Farm
-from farms.nft.limits import KERNEL_INT_MAX
+from compiler.limits import KERNEL_INT_MAX
 from tests.test_api import create_farm, farm_data
 
 pytestmark = pytest.mark.django_db

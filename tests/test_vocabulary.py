@@ -1,7 +1,7 @@
 """One vocabulary: each name the processes share is spelled in one place, and a second spelling fails here.
 
 The choice sets are farms/choices.py's (the compiler, which may not import Django, has the one mapping
-it needs, helper -> protocol, in farms/nft/spec.py); Redis keys are lbweb/redis_keys.py's; the ``Json``
+it needs, helper -> protocol, in compiler/spec.py); Redis keys are lbweb/redis_keys.py's; the ``Json``
 alias is farms/types.py's; the polling helper is tests/stack.py's ``wait_until``.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from django.db import models
 
 from farms import choices
-from farms.nft.spec import HELPER_PROTOCOL
+from compiler.spec import HELPER_PROTOCOL
 from tests.stack import ROOT
 
 PACKAGES = ("farms", "monitoring", "system", "lbweb", "l7", "network", "cluster")
@@ -68,10 +68,10 @@ def test_the_helper_choices_are_the_helpers_the_compiler_knows():
 # more than the choices' labels: each must keep covering exactly its choices (checked below), so a new
 # choice cannot be forgotten there.
 MAPPINGS = {
-    "farms/nft/spec.py": "farms.choices.HelperChoices",  # helper -> protocol, the compiler's
-    "farms/nft/fragments.py": "farms.choices.HashFieldChoices",  # hash field -> packet field
+    "compiler/spec.py": "farms.choices.HelperChoices",  # helper -> protocol, the compiler's
+    "compiler/fragments.py": "farms.choices.HashFieldChoices",  # hash field -> packet field
     "network/plan.py": "network.choices.InterfaceKindChoices",  # kind -> order of creation
-    "network/kernel.py": "network.choices.BondModeChoices",  # bond mode -> the kernel's number
+    "dataplane/network/kernel.py": "network.choices.BondModeChoices",  # bond mode -> the kernel's number
 }
 
 

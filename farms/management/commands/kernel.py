@@ -10,12 +10,12 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from farms import dataplane
-from farms.kernel import drift
-from farms.kernel.applier import Kernel
+from dataplane import applier as dataplane
+from dataplane.kernel import drift
+from dataplane.kernel.applier import Kernel
 from farms.models import KernelUnit
-from farms.nft import compiler
-from farms.nft.units import UnitObjects
+from compiler import compiler
+from compiler.units import UnitObjects
 
 
 class Command(BaseCommand):

@@ -19,7 +19,7 @@ from django.db.utils import Error as DatabaseError
 
 from monitoring.farm_index import FarmIndex, load_index
 from monitoring.health import heartbeat
-from monitoring.sampler import Sampler
+from monitoring.collector.sampler import Sampler
 from monitoring.store import MetricStore, client
 
 log = logging.getLogger("lbweb.monitoring")

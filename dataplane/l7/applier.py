@@ -1,0 +1,159 @@
+"""The worker's side of HTTP farms: read the database, build the ``EngineSpec``, bring HAProxy to it.
+
+Called by the same Celery tasks as the kernel's apply (``dataplane/tasks.py``), after it, so one change of either
+kind goes through one queue, one ``ApplyRun`` history (``writer`` = ``haproxy``) and one status per farm. Web code
+never imports this module (it talks to HAProxy's socket).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from farms.choices import L7_MODES, ApplyKindChoices
+from farms.models import ApplyRun, Farm
+
+from compiler.haproxy.config import CONFIG_NAME
+from .engine import Engine, EngineError
+from l7.specs import l7_farms, snapshot
+
+log = logging.getLogger("lbweb.l7")
+_ENGINE: Engine | None = None
+
+
+def engine() -> Engine:
+    global _ENGINE
+    if _ENGINE is None:
+        _ENGINE = Engine(settings.LBWEB_HAPROXY_CONF_DIR, settings.LBWEB_HAPROXY_SOCKET)
+    return _ENGINE
+
+
+def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
+    """Bring HAProxy to the database; no ApplyRun when it already serves exactly this (its farms are marked
+    applied all the same, :func:`_served`)."""
+    eng = engine()
+    generation, spec, farms = snapshot()
+    if not spec.farms and not force and not (eng.running and eng.running.farms) and not _farms_on_disk(eng):
+        return None  # no HTTP farm, none served: nothing to write (an L4-only appliance never sees HAProxy)
+    if not force and eng.running == spec and eng.cli.alive():
+        _served(generation, farms)
+        return None
+    if spec.farms:
+        ensure_nonlocal_bind()
+    started = time.monotonic()
+    error, kind, commands = "", ApplyKindChoices.FULL, 0
+    try:
+        outcome = eng.apply(spec)
+        if not outcome.engine_running:
+            error = "HAProxy is not running: its configuration is written and loads when it starts."
+        elif not outcome.reloaded:
+            kind, commands = ApplyKindChoices.INCREMENTAL, len(outcome.runtime_commands)
+        else:
+            commands = 1
+        digest = outcome.digest
+    except EngineError as exc:
+        error, digest = str(exc), ""
+    # An HTTPS farm without a certificate cannot listen: it is left out, and says why.
+    idle = {f.id: "An HTTPS farm needs a certificate: none is set, so it does not listen." for f in spec.farms
+            if f.mode == "https" and not f.certificates and f.ports}  # fmt: skip
+    return _record(generation, kind, reason, started, error, digest, commands, farms, idle)
+
+
+def ensure_nonlocal_bind() -> None:
+    """HAProxy binds each HTTP farm's VIP. On a cluster's backup node keepalived holds the VIPs elsewhere until a
+    failover, so the worker lets sockets bind addresses the host does not hold (net.ipv4/ipv6.ip_nonlocal_bind),
+    as it turns forwarding on: a reload never fails on a VIP that is away. Traffic still reaches HAProxy only
+    where the VIP is."""
+    if not settings.LBWEB_MANAGE_SYSCTL:
+        return
+    for path in ("/proc/sys/net/ipv4/ip_nonlocal_bind", "/proc/sys/net/ipv6/ip_nonlocal_bind"):
+        try:
+            if Path(path).read_text().strip() != "1":
+                Path(path).write_text("1\n")
+        except OSError as exc:
+            log.warning("cannot allow binding VIPs held elsewhere (%s): %s", path, exc)
+
+
+def _farms_on_disk(eng: Engine) -> bool:
+    """Whether the configuration HAProxy loads still has farms (a worker started after the last was deleted)."""
+    try:
+        return "\nfrontend " in (eng.conf_dir / CONFIG_NAME).read_text()
+    except OSError:
+        return False
+
+
+def _served(generation: int, farms: dict[int, int]) -> None:
+    """HAProxy already serves exactly the database's farms at ``generation``: those not marked applied yet are.
+
+    Why: an apply that wrote this very spec may have marked them at an older generation than the one they
+    were read at (seen in CI: HAProxy's apply at the worker's start served a new farm with its backends,
+    the farm stayed at applied_generation 0, and every later apply found nothing to write, so it stayed
+    pending for good). A farm with an error (an HTTPS farm without a certificate) keeps it."""
+    behind = Farm.objects.filter(id__in=list(farms), config_generation__lte=generation, apply_error="")
+    behind.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
+
+
+def _record(generation, kind, reason, started, error, digest, commands, farms, idle) -> ApplyRun:
+    duration_ms = (time.monotonic() - started) * 1000
+    with transaction.atomic():
+        # The kernel's apply counts generations up to the newest ApplyRun: never claim one it has not seen.
+        handled = ApplyRun.objects.exclude(writer="haproxy").aggregate(g=Max("generation"))["g"] or 0
+        run = ApplyRun.objects.create(
+            generation=min(generation, handled),
+            kind=kind,
+            reason=f"haproxy: {reason}"[:40],
+            started=timezone.now() - timezone.timedelta(milliseconds=duration_ms),
+            duration_ms=duration_ms,
+            ok=not error,
+            error=error,
+            digest=digest[:32],
+            farms_changed=len(farms),
+            commands=commands,
+            writer="haproxy",
+        )
+        rows = Farm.objects.filter(id__in=list(farms), config_generation__lte=generation)
+        if error:
+            rows.update(apply_error=error, failed_generation=generation, applied_generation=0)
+        else:
+            rows.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
+            rows.update(apply_error="")
+            for farm_id, message in idle.items():
+                rows.filter(id=farm_id).update(apply_error=message, failed_generation=generation, applied_generation=0)
+    log.info("%s", run)
+    return run
+
+
+def cut_backend(backend_id: int, only_if_down: bool = False) -> int | None:
+    """Maintenance "cut" of an HTTP farm's backend: end the requests HAProxy has in progress with it now (the
+    apply that put it in maintenance ran first: the worker's queue is in order). None for a kernel farm's
+    backend (conntrack's business, dataplane/sessions.py)."""
+    from farms.models import Backend
+
+    from l7.specs import farm_spec
+
+    backend = Backend.objects.select_related("farm").filter(id=backend_id).first()
+    if backend is None or backend.farm.mode not in L7_MODES:
+        return None
+    if only_if_down and backend.health != "down":
+        return 0  # healthd's "cut connections": it came back meanwhile
+    eng = engine()
+    spec = farm_spec(l7_farms().get(pk=backend.farm_id))
+    cut = 0
+    for service in spec.services:
+        for server in service.servers:
+            if server.id != backend_id:
+                continue
+            try:
+                row = eng.cli.servers().get((service.backend_name, server.name), {})
+                eng.cli.worker(f"shutdown sessions server {service.backend_name}/{server.name}")
+                cut += int(row.get("scur") or 0)
+            except EngineError as exc:
+                log.warning("cutting backend %s in HAProxy: %s", backend, exc)
+    log.info("cut backend %s: %d HAProxy session(s) ended", backend, cut)
+    return cut

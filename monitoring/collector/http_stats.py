@@ -1,0 +1,53 @@
+"""The collector's reading of HAProxy (HTTP farms): ``show stat`` through the master socket every sample, turned
+into farm entries by ``monitoring/collector/haproxy_stats.py`` and stored with the kernel's farms (same streams, same charts and API).
+
+HAProxy not running, or no HTTP farm: no entry, and nothing else changes."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+
+from farms.choices import L7_MODES
+from farms.models import ConfigGeneration, Farm
+from monitoring.collector import haproxy_stats as stats
+from dataplane.l7.runtime import EngineError, MasterCLI
+
+log = logging.getLogger("lbweb.monitoring")
+
+
+class HttpFarmStats:
+    def __init__(self, socket: str | None = None):
+        self.cli = MasterCLI(socket or settings.LBWEB_HAPROXY_SOCKET, timeout=2.0)
+        self.previous: tuple[float, stats.Rows] | None = None
+        self._generation: int | None = None
+        self._service_farm: dict[str, int] = {}
+
+    def _services(self) -> dict[str, int]:
+        """HAProxy backend name -> farm id, read again when the configuration changes."""
+        generation = ConfigGeneration.current()
+        if generation != self._generation:
+            from l7.models import HttpService
+
+            farms = list(Farm.objects.filter(mode__in=L7_MODES).values_list("id", flat=True))
+            mapping = {f"f{fid}-default": fid for fid in farms}
+            for sid, fid in HttpService.objects.filter(farm_id__in=farms).values_list("id", "farm_id"):
+                mapping[f"s{sid}"] = fid
+            self._service_farm, self._generation = mapping, generation
+        return self._service_farm
+
+    def sample(self, monotonic: float) -> dict[int, dict]:
+        services = self._services()
+        if not services:
+            self.previous = None
+            return {}
+        try:
+            rows = stats.index(self.cli.stats())
+        except EngineError as exc:
+            log.debug("HAProxy statistics unavailable: %s", exc)
+            self.previous = None
+            return {}
+        seconds, before = (monotonic - self.previous[0], self.previous[1]) if self.previous else (0.0, {})
+        self.previous = (monotonic, rows)
+        return stats.farm_entries(rows, before, seconds, services)

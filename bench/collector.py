@@ -122,8 +122,8 @@ def trickle(lab, farms: int) -> None:
 
 def measure_sampler(lab_ns: str, store, samples: int, between=None) -> dict:
     """CPU of ``samples`` samples (after one warm-up) in namespace ``lab_ns``, census and writes apart."""
+    from collector.sampler import Sampler
     from monitoring.farm_index import load_index
-    from monitoring.collector.sampler import Sampler
     from tests.lab import run_in_netns
 
     def run() -> dict:
@@ -165,8 +165,8 @@ def core_share(m: dict) -> float:
 
 def real_loop(lab_ns: str, store, seconds: float) -> tuple[float, int, int]:
     """The collector's own loop at the production interval: thread CPU / wall time."""
+    from collector.sampler import Sampler
     from monitoring.farm_index import load_index
-    from monitoring.collector.sampler import Sampler
     from tests.lab import run_in_netns
 
     def run() -> tuple[float, int, int]:

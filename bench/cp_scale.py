@@ -295,8 +295,8 @@ def resync_after_reload() -> None:
     the next figures (and the final ``kernel --check``). A table whose objects read back the same (no
     anonymous sets renamed by the reload) is no drift: the reconcile then records no run, and its end
     is when the worker has nothing left to do."""
-    from farms.models import ApplyRun
     from dataplane.tasks import reconcile
+    from farms.models import ApplyRun
     from lbweb.celery import app
 
     before = last_run_id()

@@ -34,10 +34,10 @@ def measure(count: int) -> dict:
     import django
 
     django.setup()
-    from dataplane.kernel import drift, nfmsg
-    from dataplane.kernel.applier import Kernel
     from compiler import compiler
     from compiler.spec import BackendSpec, FarmSpec, PolicySpec
+    from dataplane.kernel import drift, nfmsg
+    from dataplane.kernel.applier import Kernel
 
     policy = PolicySpec(id=1, name="deny", type="deny", elements=("198.18.0.99",))
     specs = [

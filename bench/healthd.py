@@ -10,7 +10,7 @@ in the same run; it never passes or fails.
 
 1. Checks/s and CPU at N backends x 1 s, and at shorter intervals until one
    core is the limit. Baseline: the same TCP probes fired by a bare asyncio
-   loop (monitoring.health.probes.tcp, no database, no state, no heartbeat).
+   loop (healthd.probes.tcp, no database, no state, no heartbeat).
 2. Detection-to-rule at probe timeouts of 0.1 s and 0.5 s: a backend starts
    refusing (TCP reset) or stops answering (blackhole) -> its chain is gone
    from the kernel. Baseline: the operator disables a backend through the
@@ -64,7 +64,7 @@ def addresses(count: int) -> list[str]:
 
 
 async def bare_probes(addrs: list[str], interval: float, seconds: float) -> int:
-    from monitoring.health.probes import CheckSpec, Target, tcp
+    from healthd.probes import CheckSpec, Target, tcp
 
     spec = CheckSpec(type="tcp", interval=interval, timeout=0.5)
     count = 0
@@ -165,7 +165,7 @@ def health_counts() -> dict[str, int]:
 
 
 def heartbeat_checks(redis_client) -> int:
-    from monitoring.health import heartbeat
+    from lbweb import heartbeat
 
     return json.loads(redis_client.get(heartbeat.KEY))["checks"]
 

@@ -46,8 +46,8 @@ else:
     sys.path.insert(0, str(ROOT))
 
 from bench import measure, servers  # noqa: E402
-from l7.certificates import self_signed  # noqa: E402
 from compiler.haproxy.spec import CertificateSpec, EngineSpec, FarmSpec, ServerSpec, ServiceSpec  # noqa: E402
+from l7.certificates import self_signed  # noqa: E402
 from tests.l7_lab import HAProxyLab  # noqa: E402
 from tests.lab import Lab, backend4  # noqa: E402
 

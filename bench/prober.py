@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from monitoring.health import prober  # noqa: E402
+from healthd import prober  # noqa: E402
 from tests.privileges import ensure_system_user, prober_socket_dir, setpriv  # noqa: E402
 from tests.stack import VENV_BIN  # noqa: E402
 
@@ -71,7 +71,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with prober_socket_dir(f"bench{os.getpid()}") as directory:
         path = directory / "prober.sock"
-        cmd = [*setpriv("lbweb-probe"), str(VENV_BIN / "python"), "-m", "monitoring.health.prober", "--socket"]
+        cmd = [*setpriv("lbweb-probe"), str(VENV_BIN / "python"), "-m", "healthd.prober", "--socket"]
         proc = subprocess.Popen([*cmd, str(path)], cwd=ROOT, env={}, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 10

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from farms.types import Json
+from compiler.types import Json
 
 from .fragments import TABLE_FAMILY, TABLE_NAME
 

@@ -107,8 +107,8 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
-from farms.ports import merge_ranges
-from farms.types import Json
+from compiler.ports import merge_ranges
+from compiler.types import Json
 
 from . import dsr, maglev
 from . import fragments as f

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from farms.types import Json
+from compiler.types import Json
 
 from . import fragments as f
 from .logs import log_statements

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from farms.types import Json
+from compiler.types import Json
 
 TABLE_FAMILY = "inet"
 TABLE_NAME = "lbweb"

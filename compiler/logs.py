@@ -3,7 +3,7 @@ rates in nftlb's units (pure)."""
 
 from __future__ import annotations
 
-from farms.types import Json
+from compiler.types import Json
 
 from .limits import LOG_PREFIX_BYTES, truncate_utf8
 from .spec import FarmSpec

@@ -8,7 +8,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from farms.types import Json
+from compiler.types import Json
 
 from . import fragments as f
 

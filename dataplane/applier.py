@@ -24,19 +24,19 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from farms.types import Json
+from compiler import carry, compiler
+from compiler.types import Json
+from compiler.units import UnitMap, combined_digest
+from farms.choices import L7_MODES, ApplyKindChoices, BackendHealthChoices, FarmModeChoices, FarmSchedulerChoices
+from farms.models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFingerprint, KernelUnit, Policy
+from farms.specs import Snapshot, farm_spec, farms_queryset, policy_spec, snapshot  # noqa: F401 (re-exported)
 from lbweb.db import read_snapshot
 
-from farms.choices import L7_MODES, ApplyKindChoices, BackendHealthChoices, FarmModeChoices, FarmSchedulerChoices
 from .kernel import drift, links
 from .kernel.applier import Kernel
 from .kernel.interface import ApplyError, Interface, KernelState
 from .kernel.sandbox import IsolatedKernel, writer
 from .kernel.transcribe import Untranscribable
-from farms.models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFingerprint, KernelUnit, Policy
-from compiler import carry, compiler
-from compiler.units import UnitMap, combined_digest
-from farms.specs import Snapshot, farm_spec, farms_queryset, policy_spec, snapshot  # noqa: F401 (re-exported)
 
 log = logging.getLogger("lbweb.dataplane")
 
@@ -160,9 +160,8 @@ def publish_capabilities() -> dict[str, bool]:
     """Probe the kernel (dry runs) and publish what it can do, for the API and the UI."""
     import json
 
-    from lbweb.redis_client import get_redis
-
     from farms.capabilities import REDIS_KEY
+    from lbweb.redis_client import get_redis
 
     capabilities = IsolatedKernel().capabilities()
     writer().close()  # a fresh writer for the first task (and for any process that probes without applying)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import time
 
+from compiler import compiler
+from compiler import fragments as f
 from farms import session_snapshots as snapshots
 from farms.choices import FarmSchedulerChoices, FarmStateChoices
+from farms.models import Backend, BackendLoad, Farm, KernelUnit
+
 from .kernel import conntrack
 from .kernel.applier import ApplyError
 from .kernel.sandbox import IsolatedKernel as Kernel
-from farms.models import Backend, BackendLoad, Farm, KernelUnit
-from compiler import compiler
-from compiler import fragments as f
 
 log = logging.getLogger("lbweb.sessions")
 LEASTCONN_MAX_WEIGHT = 100

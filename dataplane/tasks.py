@@ -6,11 +6,12 @@ from celery import shared_task
 from celery.signals import beat_init, worker_ready
 
 from dataplane.l7 import applier as l7_dataplane
-from monitoring.health import heartbeat
-
 from farms import apply_queue, audit, versions
-from . import applier as dataplane, sessions
 from farms.models import ApplyRun, ConfigGeneration
+from lbweb import heartbeat
+
+from . import applier as dataplane
+from . import sessions
 
 
 @shared_task(name="farms.tasks.apply_config")

@@ -21,7 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
-from farms.types import Json
+from compiler.types import Json
 
 from . import audit, services
 from .models import Backend, Farm, Policy, StaticSession

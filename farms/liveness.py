@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import Count, F, Min, Q
 from django.utils import timezone
 
-from monitoring.health import heartbeat
+from lbweb import heartbeat
 
 from .models import Farm
 

@@ -19,6 +19,10 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.functional import cached_property
 
+from compiler import maglev
+from compiler.limits import KERNEL_INT_MAX
+from compiler.ports import PortSyntaxError, format_ports, overlaps, parse_ports
+
 from .choices import (
     L7_MODES,
     ApplyKindChoices,
@@ -40,9 +44,6 @@ from .choices import (
     RateUnitChoices,
 )
 from .fields import AddressField
-from compiler import maglev
-from compiler.limits import KERNEL_INT_MAX
-from .ports import PortSyntaxError, format_ports, overlaps, parse_ports
 from .validation import (
     farm_option_errors,
     parse_address,
@@ -258,7 +259,7 @@ class Farm(models.Model):
     @property
     def traffic(self) -> str:
         """Where new connections go now (FarmTrafficChoices), decided exactly as the compiler decides it."""
-        from .specs import farm_spec  # translate imports these models
+        from .specs import farm_spec  # specs imports these models
 
         return farm_spec(self).traffic
 

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Max
 
-from farms.types import Json
+from compiler import compiler
+from compiler.ports import parse_ports
+from compiler.spec import BackendSpec, FarmSpec, PolicySpec
+from compiler.types import Json
 
 from .choices import L7_MODES, FarmModeChoices, FarmStateChoices
 from .models import Backend, Farm, Policy
-from compiler import compiler
-from compiler.spec import BackendSpec, FarmSpec, PolicySpec
-from .ports import parse_ports
-from .summary import summarise
 from .specs import farm_spec
+from .summary import summarise
 
 
 @dataclass

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from compiler import compiler
+from compiler.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from lbweb.db import read_snapshot
 
 from .choices import L7_MODES, FarmAllDownChoices, FarmSchedulerChoices, FarmStateChoices
 from .models import ConfigGeneration, Farm, Policy
-from compiler import compiler
-from compiler.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from .validation import parse_port_range, session_key_parts
 
 

@@ -9,8 +9,9 @@ not down, within nftlb's priority level), over the weights the compiler uses (ro
 
 from __future__ import annotations
 
-from .choices import FarmModeChoices, FarmSchedulerChoices
 from compiler.spec import BackendSpec, FarmSpec
+
+from .choices import FarmModeChoices, FarmSchedulerChoices
 
 # Options shown as "name: before → after" when they change (the lines above cover the rest).
 OPTION_NAMES = (

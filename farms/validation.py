@@ -9,14 +9,15 @@ import ipaddress
 import re
 import unicodedata
 
+from compiler.limits import LOG_PREFIX_BYTES, utf8_length
+from compiler.ports import PortSyntaxError, overlaps, parse_port_number, parse_ports
+from compiler.spec import HELPER_PROTOCOLS
+
 from . import capabilities
 from .choices import L7_MODES, FarmAllDownChoices, HashFieldChoices, LimitVerdictChoices
 from .choices import FarmModeChoices as Mode
 from .choices import FarmProtocolChoices as Proto
 from .choices import FarmSchedulerChoices as Sched
-from compiler.limits import LOG_PREFIX_BYTES, utf8_length
-from compiler.spec import HELPER_PROTOCOLS
-from .ports import PortSyntaxError, overlaps, parse_port_number, parse_ports
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$", re.I)
 # Linux's dev_valid_name(): at most 15 bytes, no '/', ':' or white space, not "." or "..".

@@ -26,7 +26,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.db.models import F, Q
 
-from farms.types import Json
+from compiler.types import Json
 from lbweb.db import read_snapshot
 
 from . import config_io

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView, ListView
 
-from monitoring.health import heartbeat
+from lbweb import heartbeat
 from monitoring.selectors import open_connections
 from monitoring.store import metric_store
 
@@ -43,8 +43,8 @@ from .forms import (
 from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
 from .nftlb import nftlb_import
 from .roles import ADMIN, OPERATOR, VIEWER, RoleRequiredMixin, has_role
-from .summary import shares
 from .specs import farm_spec
+from .summary import shares
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
 STATE_VERBS = {

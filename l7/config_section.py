@@ -20,10 +20,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from compiler.types import Json
 from farms.choices import L7_MODES
 from farms.config_io import ImportError_, ImportResult, register_section, type_errors, validation_errors
 from farms.models import Backend, Farm
-from farms.types import Json
 
 from . import services
 from .models import Certificate, HttpService, L7Backend, L7Farm

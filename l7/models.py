@@ -113,7 +113,7 @@ class L7Farm(models.Model):
         return f"HTTP options of {self.farm}"
 
     def clean(self) -> None:
-        from farms.ports import PortSyntaxError, format_ports, overlaps, parse_ports
+        from compiler.ports import PortSyntaxError, format_ports, overlaps, parse_ports
 
         errors: dict[str, str] = {}
         for name, check in (

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from compiler.haproxy.spec import (
+    CertificateSpec,
+    EngineSpec,
+    FarmSpec,
+    HeaderRule,
+    RedirectRule,
+    ServerSpec,
+    ServiceSpec,
+)
+from compiler.ports import parse_ports
 from farms.choices import L7_MODES, BackendHealthChoices
 from farms.models import ConfigGeneration, Farm
-from farms.ports import parse_ports
-
-from compiler.haproxy.spec import CertificateSpec, EngineSpec, FarmSpec, HeaderRule, RedirectRule, ServerSpec, ServiceSpec
 
 MAX_PORTS = 64  # an HTTP farm binds each port: a range stays small
 

@@ -64,6 +64,11 @@ INSTALLED_APPS = [
     "network",
     "l7",
     "cluster",
+    # The other processes' packages, for their management commands (manage.py kernel, collector, healthd);
+    # they hold no models, and the web imports none of their modules (tests/test_import_contracts.py).
+    "dataplane",
+    "collector",
+    "healthd",
 ]
 
 MIDDLEWARE = [

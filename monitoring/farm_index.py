@@ -5,7 +5,7 @@ so a counter the compiler creates is the counter the collector reads.
 
 The kernel counts a NAT farm's bytes once per packet, by backend and direction (one lookup in the
 forward hook, see :mod:`compiler.compiler`); a farm's bytes each way and a backend's bytes both
-ways are sums of those (:attr:`FarmInfo.sums`), which ``monitoring.collector.sampler.add_sums`` adds to a
+ways are sums of those (:attr:`FarmInfo.sums`), which ``collector.sampler.add_sums`` adds to a
 reading under the names the rest of the collector reads, as if the kernel had counted them itself.
 """
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from farms.choices import BackendStateChoices, FarmModeChoices, FarmStateChoices
-from farms.models import ConfigGeneration, Farm
 from compiler import compiler
 from compiler.spec import FarmSpec
+from farms.choices import BackendStateChoices, FarmModeChoices, FarmStateChoices
+from farms.models import ConfigGeneration, Farm
 from farms.specs import fallback_spec
 
 

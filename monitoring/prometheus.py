@@ -46,8 +46,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from farms.choices import BackendHealthChoices, BackendStateChoices
 from farms.models import ApplyRun, Farm
+from lbweb import heartbeat
 
-from .health import heartbeat
 from .store import metric_store
 
 log = logging.getLogger("lbweb.monitoring")

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
+from compiler.types import Json
 from farms.choices import L7_MODES
 from farms.models import AuditEvent, Farm, HealthEvent
-from farms.types import Json
 
 from .farm_index import MEASURED_MODES
 from .store import (

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 import redis
 from django.conf import settings
 
-from farms.types import Json
+from compiler.types import Json
 from lbweb import redis_keys as keys
 
 if TYPE_CHECKING:  # the sampler reads the kernel: the web process, which reads the store, never imports it
-    from .collector.sampler import Sample
+    from collector.sampler import Sample
 
 log = logging.getLogger("lbweb.monitoring")
 
@@ -59,7 +59,7 @@ FARM_FIELDS = {
     "tracked_conns": "tc",
     "snat_ports": "sp",
     "snat_port_use": "su",
-    # HTTP farms (monitoring/collector/haproxy_stats.py, from HAProxy): requests/s, responses by class /s, latency, sessions, queue
+    # HTTP farms (collector/haproxy_stats.py, from HAProxy): requests/s, responses by class /s, latency, sessions, queue
     "requests": "rq",
     "responses_1xx": "h1",
     "responses_2xx": "h2",

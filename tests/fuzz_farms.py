@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
+from compiler.spec import HELPER_PROTOCOL
 from farms.choices import (
     BackendStateChoices,
     FarmAllDownChoices,
@@ -36,7 +37,6 @@ from farms.choices import (
     PersistenceChoices,
     PolicyTypeChoices,
 )
-from compiler.spec import HELPER_PROTOCOL
 
 SLUG = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 INTERFACES = ("eth1", "fz0", "a.b", "x@y", "veth-lb_1")
@@ -237,9 +237,9 @@ def build_and_apply(draw, sandbox, stats: Stats, *, keep_failures: int = 20) -> 
 
     Runs inside the caller's transaction, which the caller rolls back.
     """
+    from compiler import compiler
     from farms import services
     from farms.models import Policy
-    from compiler import compiler
     from farms.specs import farm_spec, farms_queryset, policy_spec
 
     stats.examples += 1

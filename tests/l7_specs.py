@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compiler.haproxy.spec import CertificateSpec, EngineSpec, FarmSpec, HeaderRule, RedirectRule, ServerSpec, ServiceSpec
+from compiler.haproxy.spec import (
+    CertificateSpec,
+    EngineSpec,
+    FarmSpec,
+    HeaderRule,
+    RedirectRule,
+    ServerSpec,
+    ServiceSpec,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "l7"
 

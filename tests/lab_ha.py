@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from compiler import compiler
 from compiler.cluster import render
 from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
-from compiler import compiler
 from compiler.spec import BackendSpec, FarmSpec
 from tests.lab import sh
 
@@ -237,12 +237,20 @@ class HaLab:
         return proc
 
     def start_conntrackd(self, name: str) -> None:
-        """The appliance's program: dataplane/cluster/run.py (as lbweb, with conntrackd's capabilities) runs conntrackd."""
-        argv = [*PRIVDROP, sys.executable, "-m", "dataplane.cluster.run", "conntrackd", "--dir", self.spec(name).state_dir]
+        """The appliance's program: dataplane/cluster/run.py (as lbweb, with its capabilities) runs conntrackd."""
+        argv = [
+            *PRIVDROP,
+            sys.executable,
+            "-m",
+            "dataplane.cluster.run",
+            "conntrackd",
+            "--dir",
+            self.spec(name).state_dir,
+        ]
         self._spawn(f"conntrackd-{name}", self.nodes[name], argv)
 
     def start_keepalived(self, name: str) -> None:
-        """The appliance's program: dataplane/cluster/run.py runs keepalived, reloads it, releases the addresses after it."""
+        """The appliance's program: dataplane/cluster/run.py runs keepalived, reloads it, releases the addresses."""
         argv = [
             *PRIVDROP_KEEPALIVED,
             sys.executable,

@@ -174,7 +174,7 @@ class Healthd(NetnsProcess):
 
 
 class Prober(NetnsProcess):
-    """``python -m monitoring.health.prober``: runs healthd's command checks (start it as lbweb-probe)."""
+    """``python -m healthd.prober``: runs healthd's command checks (start it as lbweb-probe)."""
 
     ready_marker = b"lbweb-prober: listening"
 
@@ -183,7 +183,7 @@ class Prober(NetnsProcess):
         self.socket = Path(socket)
 
     def command(self) -> list[str]:
-        return [str(VENV_BIN / "python"), "-m", "monitoring.health.prober", "--socket", str(self.socket)]
+        return [str(VENV_BIN / "python"), "-m", "healthd.prober", "--socket", str(self.socket)]
 
 
 class Collector:

@@ -13,14 +13,14 @@ import socket
 
 import pytest
 
+from compiler import units
 from dataplane import applier as dataplane
-from farms import services
-from farms.choices import ApplyKindChoices
 from dataplane.kernel import sandbox
 from dataplane.kernel.fake import FakeKernel
 from dataplane.kernel.interface import Interface
+from farms import services
+from farms.choices import ApplyKindChoices
 from farms.models import ApplyRun, ConfigGeneration, Farm, KernelFingerprint, Policy
-from compiler import units
 
 pytestmark = pytest.mark.django_db
 
@@ -500,8 +500,8 @@ def test_one_farms_change_compiles_that_farm_alone_and_reads_no_row_of_the_other
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from farms import versions
     from compiler import compiler
+    from farms import versions
 
     farms = [farm(f"f{i}", i + 1, backends=1) for i in range(12)]
     versions.record_applied(applier(kernel).apply_pending())

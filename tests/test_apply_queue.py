@@ -67,7 +67,8 @@ def test_writes_in_their_own_transactions_queue_one_apply_until_the_worker_takes
 
 def test_a_starting_worker_releases_a_claim_left_behind(broker, monkeypatch):
     """A task queued for a worker that died (or lost with the broker's data) must not hold back later writes."""
-    from dataplane import applier as dataplane, tasks
+    from dataplane import applier as dataplane
+    from dataplane import tasks
 
     farm = services.farm_create(name="web", vip="198.18.100.1", ports="80", mode="dnat")
     broker.delete(QUEUE)  # the queued task is lost; its claim stays

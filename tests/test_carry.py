@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane.applier import bisect
-from dataplane.kernel.applier import ApplyError
 from compiler import carry, compiler
 from compiler.spec import BackendSpec, FarmSpec
+from dataplane.applier import bisect
+from dataplane.kernel.applier import ApplyError
 
 STICKY = FarmSpec(
     id=7,

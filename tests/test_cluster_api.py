@@ -223,8 +223,8 @@ def backup_node(tmp_path):
 def test_the_backup_follows_the_master_within_a_second(node, backup_node, tmp_path, redis_server):
     """n1 (this process) configures a farm as master; the push the worker runs after every change
     (``cluster.tasks.push_config``) reaches n2 over TLS, pinned to n2's own certificate, with the cluster token."""
-    from dataplane.cluster import tasks
     from cluster.services import cluster_update
+    from dataplane.cluster import tasks
     from farms import services
 
     settings_body = body()

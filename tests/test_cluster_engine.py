@@ -1,6 +1,6 @@
-"""The worker's side of the cluster (``dataplane.cluster.applier.deploy``), run inside a throw-away network namespace that has
-the node's interfaces: the files are written (keepalived's only once ``keepalived -t`` accepts it, a refused one
-leaves the file in use as it was), the node's conntrack tunable is set there, and while this node is master a
+"""The worker's side of the cluster (``dataplane.cluster.applier.deploy``), run inside a throw-away network namespace
+that has the node's interfaces: the files are written (keepalived's only once ``keepalived -t`` accepts it, a refused
+one leaves the file in use as it was), the node's conntrack tunable is set there, and while this node is master a
 farm added or deleted adds or removes its VIP at once; a backup adds nothing."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster.services import cluster_update
 from dataplane.cluster import applier as engine
 from dataplane.cluster.applier import CheckFailed
-from cluster.services import cluster_update
 from farms import services
 from tests.lab import run_in_netns
 from tests.lab_ha import reachable_dir

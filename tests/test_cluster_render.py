@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
+from cluster.models import Cluster, Node
 from compiler.cluster import render
+from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
 from dataplane.cluster import transition
 from dataplane.cluster.applier import CheckFailed, build_spec, check_keepalived
-from cluster.models import Cluster, Node
-from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
 from tests.lab import run_in_netns
 from tests.lab_ha import reachable_dir
 
@@ -156,7 +156,10 @@ def test_plan_round_trip():
 
 
 def test_no_django_on_the_failover_path():
-    code = "import sys, dataplane.cluster.transition, compiler.cluster.render; print(sorted(m for m in sys.modules if 'django' in m))"
+    code = (
+        "import sys, dataplane.cluster.transition, compiler.cluster.render;"
+        " print(sorted(m for m in sys.modules if 'django' in m))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

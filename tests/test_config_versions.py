@@ -8,9 +8,9 @@ import pytest
 from django.db.models import F
 from django.test import Client
 
+from dataplane.tasks import apply_config, keep_version
 from farms import services, versions
 from farms.models import ApplyRun, AuditEvent, ConfigGeneration, ConfigVersion, Farm
-from dataplane.tasks import apply_config, keep_version
 
 pytestmark = pytest.mark.django_db
 

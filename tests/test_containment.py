@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from compiler import compiler
 from dataplane.kernel.sandbox import CRASH_ON, CRASH_SIGNAL
 from farms.models import ApplyRun, Backend, Farm
-from compiler import compiler
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import CLIENT4, vip4
 from tests.stack import Worker
@@ -186,8 +186,8 @@ def test_persistence_and_counters_survive_a_refused_farm_a_reconcile_a_restart_a
 def test_a_reconcile_that_finds_writes_not_applied_yet_applies_them_without_a_rebuild(api, worker, lab):
     """Under a steady stream of writes the database is always a little ahead of the kernel: that is not
     drift, and rebuilding the table for it at every reconcile would cost every farm's learnt state."""
-    from farms.models import ConfigGeneration
     from dataplane.tasks import reconcile
+    from farms.models import ConfigGeneration
 
     farm = make_farm(api, "pending", vip4(87), scheduler="weight")
     worker.drain()  # the farm's four writes may have queued a second apply: it must not take the write below

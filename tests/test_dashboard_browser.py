@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from monitoring.health import heartbeat
+from lbweb import heartbeat
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import backend4, vip4
 

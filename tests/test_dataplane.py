@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from farms.models import ApplyRun, KernelFingerprint
 from compiler import compiler
+from farms.models import ApplyRun, KernelFingerprint
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import CLIENT4, CLIENT6, LB_BACKSIDE4, KeepAlive, backend4, backend6, vip4, vip6
 from tests.stack import ROOT, VENV_BIN, Worker
@@ -245,7 +245,11 @@ def test_a_farm_the_kernel_refuses_is_failed_with_its_message_and_the_others_sti
 def test_the_skeleton_digest_is_read_from_the_kernel_and_is_none_without_table_or_chain(lab):
     """``Kernel.base_digest`` reads one netlink dump of lbweb's skeleton chain (``base``). Run in the client namespace,
     where no worker can rebuild anything behind the test's back."""
-    probe = [str(VENV_BIN / "python"), "-c", "from dataplane.kernel.applier import Kernel; print(Kernel().base_digest())"]
+    probe = [
+        str(VENV_BIN / "python"),
+        "-c",
+        "from dataplane.kernel.applier import Kernel; print(Kernel().base_digest())",
+    ]
     nft = functools.partial(lab.ns, lab.client, "nft")
     digest_comment = f'"{compiler.BASE_DIGEST_PREFIX}abc123"'
     try:

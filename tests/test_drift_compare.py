@@ -1,8 +1,8 @@
-"""How drift is put in words (dataplane/kernel/drift.py): pure, no kernel. The real-kernel tests are tests/test_drift.py."""
+"""How drift is put in words (dataplane/kernel/drift.py): pure, no kernel (real kernel: tests/test_drift.py)."""
 
-from dataplane.kernel import drift
 from compiler import compiler
 from compiler.units import UnitObjects
+from dataplane.kernel import drift
 
 
 def test_rules_deleted_added_and_changed_are_named_by_position():

@@ -1,7 +1,7 @@
 """The collector's farm index against the compiler: the counters it adds up are the counters the compiler creates.
 
 The kernel counts a NAT farm's bytes by backend and direction (one lookup per packet); the farm's bytes each
-way and each backend's are sums the collector makes (``monitoring.collector.sampler.add_sums``). A name that drifted
+way and each backend's are sums the collector makes (``collector.sampler.add_sums``). A name that drifted
 apart would show a farm as silent while its backends carry traffic, so this compares the two, without root.
 The real-traffic proof is ``tests/test_monitoring.py`` (the sums against the client's own interface).
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from farms import services
-from dataplane.kernel.interface import CounterValue
+from collector.sampler import add_sums
 from compiler import compiler
+from dataplane.kernel.interface import CounterValue
+from farms import services
 from farms.specs import farm_spec
 from monitoring.farm_index import build_index, farm_info
-from monitoring.collector.sampler import add_sums
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,8 @@ from rest_framework.test import APIClient
 
 from farms import health_services, services
 from farms.models import HealthCheck
-from farms.summary import summarise
 from farms.specs import farm_spec
+from farms.summary import summarise
 
 pytestmark = pytest.mark.django_db
 LOCAL = {"name": "onbox", "vip": "198.18.100.30", "ports": "443", "mode": "local"}

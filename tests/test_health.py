@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from monitoring.health import prober as prober_protocol
+from healthd import prober as prober_protocol
 from tests.conftest import OUTPUT
 from tests.lab import KeepAlive, _request, backend4, run_in_netns, vip4
 from tests.privileges import CAP_NET_RAW, ensure_system_user, owned_by, prober_socket_dir, proc_status, setpriv
@@ -208,9 +208,9 @@ def test_probes_confirm_a_failure_side_by_side_within_one_timeout(prober):
     """probe_round with real commands: a hanging check costs one timeout, not ``fall`` of them."""
     import asyncio
 
-    from monitoring.health.icmp import Pinger
-    from monitoring.health.probes import CheckSpec, Target
-    from monitoring.health.rounds import probe_round
+    from healthd.icmp import Pinger
+    from healthd.probes import CheckSpec, Target
+    from healthd.rounds import probe_round
 
     def run(command: str, confirmations: int) -> tuple[list, float]:
         target = Target(1, 1, "198.18.1.11", 80, CheckSpec(type="command", timeout=0.4, command=command))

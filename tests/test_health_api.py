@@ -12,8 +12,8 @@ from rest_framework.test import APIClient
 from farms import health_services
 from farms.health_services import HealthTransition
 from farms.models import Backend, ConfigGeneration, Farm, HealthEvent
-from monitoring.health import heartbeat
-from monitoring.health.state import DOWN, UNKNOWN, UP, BackendHealth
+from healthd.state import DOWN, UNKNOWN, UP, BackendHealth
+from lbweb import heartbeat
 
 pytestmark = pytest.mark.django_db
 

@@ -11,12 +11,12 @@ import json
 import pytest
 from django.core.exceptions import ValidationError
 
-from farms import capabilities, config_io, services
-from farms.forms import BackendForm, FarmForm
-from farms.models import Farm
 from compiler import compiler
 from compiler.limits import KERNEL_INT_MAX, LOG_PREFIX_BYTES, truncate_utf8
 from compiler.spec import FarmSpec
+from farms import capabilities, config_io, services
+from farms.forms import BackendForm, FarmForm
+from farms.models import Farm
 from farms.nftlb import nftlb_import
 from tests.test_api import create_farm, farm_data
 

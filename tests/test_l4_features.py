@@ -123,8 +123,8 @@ def test_priority_groups_as_nftlb_a_lower_priority_backend_comes_in_for_each_one
 
 
 def test_least_connections_sends_new_connections_to_the_idle_backend(api, worker, lab):
-    from farms.models import BackendLoad
     from dataplane.tasks import balance_least_connections
+    from farms.models import BackendLoad
 
     farm = make_farm(api, "leastconn", vip4(205), backends=("b1", "b2"), scheduler="leastconn")
     held = [KeepAlive(lab, vip4(205)) for _ in range(24)]

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from compiler.haproxy.spec import CertificateSpec, EngineSpec, FarmSpec, ServerSpec, ServiceSpec
 from dataplane.l7 import acme
 from l7.choices import CertificateSourceChoices
-from compiler.haproxy.spec import CertificateSpec, EngineSpec, FarmSpec, ServerSpec, ServiceSpec
 from tests import certs
 from tests.l7_lab import HAProxyLab
 from tests.lab import backend4, run_in_netns

@@ -1,5 +1,5 @@
-"""The HAProxy configuration generator (compiler/haproxy/config.py): golden files, determinism, purity, and HAProxy's own
-verdict (``haproxy -c``) on every file it writes; the split between runtime changes and reloads."""
+"""The HAProxy configuration generator (compiler/haproxy/config.py): golden files, determinism, purity, and HAProxy's
+own verdict (``haproxy -c``) on every file it writes; the split between runtime changes and reloads."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from compiler.haproxy import config
-from dataplane.l7.engine import BASE_CONFIG, ConfigError, check, runtime_view, structure
 from compiler.haproxy.spec import EngineSpec, FarmSpec, ServerSpec, ServiceSpec
+from dataplane.l7.engine import BASE_CONFIG, ConfigError, check, runtime_view, structure
 from tests import l7_specs
 
 GOLDEN = Path(__file__).parent / "golden" / "l7"
@@ -44,7 +44,9 @@ def test_deterministic_and_keys_marked_secret():
 
 
 def test_pure_no_django():
-    code = "import sys, compiler.haproxy.config, dataplane.l7.engine, dataplane.l7.runtime; print('django' in sys.modules)"
+    code = (
+        "import sys, compiler.haproxy.config, dataplane.l7.engine, dataplane.l7.runtime; print('django' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=BASE_CONFIG.parents[1]
     )

@@ -15,7 +15,15 @@ from collections import Counter
 
 import pytest
 
-from compiler.haproxy.spec import CertificateSpec, EngineSpec, FarmSpec, HeaderRule, RedirectRule, ServerSpec, ServiceSpec
+from compiler.haproxy.spec import (
+    CertificateSpec,
+    EngineSpec,
+    FarmSpec,
+    HeaderRule,
+    RedirectRule,
+    ServerSpec,
+    ServiceSpec,
+)
 from tests import certs
 from tests.l7_lab import HAProxyLab, request
 from tests.lab import backend4, run_in_netns
@@ -311,8 +319,8 @@ def test_capacity_changed_live_queues_beyond_it(haproxy):
 
 
 def test_statistics_for_the_collector(haproxy):
-    """monitoring/collector/haproxy_stats.py on HAProxy's own rows: requests/s, responses by class, per backend sessions against capacity."""
-    from monitoring.collector import haproxy_stats as stats
+    """collector/haproxy_stats.py on HAProxy's own rows: requests/s, responses by class, sessions against capacity."""
+    from collector import haproxy_stats as stats
 
     service = ServiceSpec(70, "stats", queue_timeout=10, servers=servers("b1", capacity=3) + servers("b2"))
     apply(haproxy, routing_farm(services=(service,)))

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from dataplane.l7 import applier as dataplane
 from farms import services
 from farms.models import Farm
-from dataplane.l7 import applier as dataplane
 
 pytestmark = pytest.mark.django_db
 

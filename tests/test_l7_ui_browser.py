@@ -8,9 +8,9 @@ import datetime
 
 import pytest
 
+from collector.sampler import Sample
 from farms import services as farm_services
 from l7 import services
-from monitoring.collector.sampler import Sample
 from monitoring.store import MetricStore, client
 from tests import certs
 from tests.conftest import OUTPUT

@@ -11,9 +11,9 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
+from collector.sampler import Sample
 from farms import services
 from lbweb import redis_keys
-from monitoring.collector.sampler import Sample
 from monitoring.store import MetricStore, client
 from tests.conftest import new_token
 

@@ -14,11 +14,11 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
+from collector.sampler import Sample
 from farms import services
 from farms.models import ApplyRun, AuditEvent
 from monitoring import prometheus
 from monitoring.models import MetricsToken
-from monitoring.collector.sampler import Sample
 from monitoring.store import MetricStore, client
 from tests import certs
 from tests.conftest import new_token

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
-from farms import services
-from dataplane.applier import farm_spec, policy_spec
-from farms.models import Farm, Policy
 from compiler.compiler import full_document
+from dataplane.applier import farm_spec, policy_spec
+from farms import services
+from farms.models import Farm, Policy
 
 CORPUS = Path(__file__).parent / "fixtures" / "nftlb" / "corpus"
 DOCUMENTS = sorted(p.stem for p in CORPUS.glob("*.json"))

@@ -6,9 +6,9 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from compiler import compiler
 from farms import preview, services
 from farms.models import AuditEvent, Farm
-from compiler import compiler
 from farms.specs import snapshot
 
 pytestmark = pytest.mark.django_db

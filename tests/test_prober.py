@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from monitoring.health import prober, probes
+from healthd import prober, probes
 from tests.conftest import OUTPUT
 from tests.privileges import ensure_system_user, prober_socket_dir, proc_status, setpriv
 from tests.stack import ROOT, VENV_BIN
@@ -44,7 +44,7 @@ class ProberProcess:
         self.socket = socket_path
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            cmd = [*setpriv("lbweb-probe"), str(VENV_BIN / "python"), "-m", "monitoring.health.prober"]
+            cmd = [*setpriv("lbweb-probe"), str(VENV_BIN / "python"), "-m", "healthd.prober"]
             self.proc = subprocess.Popen(
                 [*cmd, "--socket", str(socket_path)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
             )
@@ -199,14 +199,14 @@ def test_bad_requests_are_refused_and_the_prober_serves_on(prober_proc):
 
 def test_the_prober_refuses_to_run_as_root(tmp_path):
     _as_root()
-    cmd = [str(VENV_BIN / "python"), "-m", "monitoring.health.prober", "--socket", str(tmp_path / "p.sock")]
+    cmd = [str(VENV_BIN / "python"), "-m", "healthd.prober", "--socket", str(tmp_path / "p.sock")]
     run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert run.returncode != 0 and "refusing to run commands as root" in run.stderr
     assert not (tmp_path / "p.sock").exists()
 
 
 def test_a_prober_that_is_down_or_silent_is_healthds_own_trouble(tmp_path, monkeypatch):
-    from monitoring.health.probes import CheckSpec, Target
+    from healthd.probes import CheckSpec, Target
 
     target = Target(1, 1, "198.18.1.11", 80, CheckSpec(type="command", timeout=0.3, command="true {address}"))
     monkeypatch.setenv(prober.SOCKET_ENV, str(tmp_path / "absent.sock"))
@@ -226,9 +226,9 @@ def test_a_prober_that_is_down_or_silent_is_healthds_own_trouble(tmp_path, monke
 def test_a_commands_verdict_is_timed_by_the_prober_not_by_healthds_clock(tmp_path, monkeypatch):
     """An answer that reaches healthd late still counts (the prober timed the command); a prober whose own
     timer fired late is its own trouble. A canned answerer stands in for the prober here: the timing is the point."""
-    from monitoring.health.icmp import Pinger
-    from monitoring.health.probes import CheckSpec, Target
-    from monitoring.health.rounds import STALL_GRACE, _timed_probe
+    from healthd.icmp import Pinger
+    from healthd.probes import CheckSpec, Target
+    from healthd.rounds import STALL_GRACE, _timed_probe
 
     path = tmp_path / "canned.sock"
     monkeypatch.setenv(prober.SOCKET_ENV, str(path))

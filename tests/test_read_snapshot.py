@@ -11,7 +11,7 @@ import time
 import pytest
 from django.db import connection
 
-from farms import config_io, services, translate, versions
+from farms import config_io, services, specs, versions
 from farms.models import Farm
 from lbweb.db import read_snapshot
 from tests.test_config_versions import applied
@@ -73,7 +73,7 @@ def test_the_workers_snapshot_of_every_farm_keeps_no_writer_waiting(monkeypatch)
     for i in range(3):
         services.farm_create(name=f"f{i}", vip=f"198.18.100.{i + 1}", ports="80", mode="dnat")
     hold, release, read = threading.Event(), threading.Event(), []
-    real = translate.policy_spec
+    real = specs.policy_spec
 
     def slow_policy_spec(policy):  # called after every farm was read, still inside the snapshot
         hold.set()
@@ -81,8 +81,8 @@ def test_the_workers_snapshot_of_every_farm_keeps_no_writer_waiting(monkeypatch)
         return real(policy)
 
     services.policy_create(name="p", elements="198.18.9.0/24")
-    monkeypatch.setattr(translate, "policy_spec", slow_policy_spec)
-    write_while(hold, release, lambda: read.append(translate.snapshot()))
+    monkeypatch.setattr(specs, "policy_spec", slow_policy_spec)
+    write_while(hold, release, lambda: read.append(specs.snapshot()))
     assert len(read[0].specs) == 3  # the farm written meanwhile is the next snapshot's
 
 

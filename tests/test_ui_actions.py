@@ -12,11 +12,11 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from farms import audit, capabilities, health_services, preview, services
+from compiler.spec import BackendSpec, FarmSpec
 from dataplane import tasks
+from farms import audit, capabilities, health_services, preview, services
 from farms.forms import FARM_FIELD_WHEN, FarmForm, applies
 from farms.models import AuditEvent, Backend, HealthEvent
-from compiler.spec import BackendSpec, FarmSpec
 from farms.summary import summarise
 from lbweb.navigation import section_of
 from monitoring.selectors import backend_history
@@ -222,7 +222,7 @@ def test_backend_history_comes_from_the_audit_trail_and_the_health_events(farm):
 
 
 def test_idle_points_are_not_made_up_before_a_backend_existed(farm, redis_server, settings):
-    from monitoring.collector.sampler import Sample
+    from collector.sampler import Sample
     from monitoring.selectors import farm_series
     from monitoring.store import MetricStore, client
 

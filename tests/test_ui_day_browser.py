@@ -24,7 +24,7 @@ import redis
 
 from farms import capabilities, health_services
 from farms.models import AuditEvent, Backend, Farm
-from monitoring.health import heartbeat
+from lbweb import heartbeat
 from tests import axe
 from tests.conftest import OUTPUT, ROLE_PASSWORD
 from tests.test_ui_browser import log_in

@@ -12,10 +12,10 @@ import json
 
 import pytest
 
+from compiler.limits import KERNEL_INT_MAX
 from farms import capabilities
 from farms.forms import FarmForm
 from farms.models import Backend, Farm
-from compiler.limits import KERNEL_INT_MAX
 from tests.test_api import create_farm, farm_data
 
 pytestmark = pytest.mark.django_db

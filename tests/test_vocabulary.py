@@ -2,7 +2,7 @@
 
 The choice sets are farms/choices.py's (the compiler, which may not import Django, has the one mapping
 it needs, helper -> protocol, in compiler/spec.py); Redis keys are lbweb/redis_keys.py's; the ``Json``
-alias is farms/types.py's; the polling helper is tests/stack.py's ``wait_until``.
+alias is compiler/types.py's; the polling helper is tests/stack.py's ``wait_until``.
 """
 
 from __future__ import annotations
@@ -10,15 +10,16 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import tomllib
 from pathlib import Path
 
 from django.db import models
 
-from farms import choices
 from compiler.spec import HELPER_PROTOCOL
+from farms import choices
 from tests.stack import ROOT
 
-PACKAGES = ("farms", "monitoring", "system", "lbweb", "l7", "network", "cluster")
+PACKAGES = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
 CHOICES = ("farms.choices", "l7.choices", "network.choices", "cluster.choices")
 SOURCES = sorted(
     p for package in PACKAGES for p in (ROOT / package).rglob("*.py") if "migrations" not in p.parts
@@ -129,7 +130,7 @@ NETLINK_NUMBERS = re.compile(r"^[A-Z0-9_, ]*\b(NFNL_SUBSYS_\w+|NFT_MSG_\w+|NFTA_
 
 
 def test_nf_tables_and_ctnetlink_numbers_are_defined_once():
-    homes = {ROOT / "farms" / "kernel" / "nfmsg.py", ROOT / "farms" / "kernel" / "conntrack.py"}
+    homes = {ROOT / "dataplane" / "kernel" / "nfmsg.py", ROOT / "dataplane" / "kernel" / "conntrack.py"}
     elsewhere = [
         f"{p.relative_to(ROOT)}: {m.group(1)}"
         for p in EVERYTHING
@@ -138,4 +139,4 @@ def test_nf_tables_and_ctnetlink_numbers_are_defined_once():
     ]
     assert elsewhere == []
     assert NETLINK_NUMBERS.search("NFTA_OBJ_TABLE, NFTA_OBJ_NAME = 1, 2\n")
-    assert "NFNL_SUBSYS_NFTABLES" in (ROOT / "farms" / "kernel" / "nfmsg.py").read_text()
+    assert "NFNL_SUBSYS_NFTABLES" in (ROOT / "dataplane" / "kernel" / "nfmsg.py").read_text()

@@ -1,6 +1,7 @@
-"""Pure generators: a :class:`~compiler.cluster.spec.ClusterSpec` in, keepalived's and conntrackd's configuration and the
-transition handler's plan out. Deterministic (golden-tested in ``tests/test_cluster_render.py``); the worker checks
-keepalived's file with ``keepalived -t -f`` before it replaces the one in use (``dataplane.cluster.applier``).
+"""Pure generators: a :class:`~compiler.cluster.spec.ClusterSpec` in, keepalived's and conntrackd's configuration
+and the transition handler's plan out. Deterministic (golden-tested in ``tests/test_cluster_render.py``); the
+worker checks keepalived's file with ``keepalived -t -f`` before it replaces the one in use
+(``dataplane.cluster.applier``).
 
 Why keepalived is given no ``virtual_ipaddress``: keepalived adds its VIPs and only then runs notify scripts,
 asynchronously (acassen/keepalived #2254, #2414), so packets of synchronised connections can reach the new

@@ -19,12 +19,11 @@ from pathlib import Path
 
 from django.conf import settings
 
-from compiler import compiler
-from farms.specs import farm_spec, farms_queryset
-
-from compiler.cluster import render
 from cluster.models import Cluster, Node
+from compiler import compiler
+from compiler.cluster import render
 from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
+from farms.specs import farm_spec, farms_queryset
 
 log = logging.getLogger("lbweb.cluster")
 KEEPALIVED = "/usr/sbin/keepalived"
@@ -229,6 +228,7 @@ def _load_plan(path: Path) -> ClusterSpec | None:
 def follow_addresses(old: ClusterSpec | None, new: ClusterSpec) -> dict:
     """While master: add the new plan's addresses, remove those it dropped (a farm deleted)."""
     from cluster.roles import local_role
+
     from .transition import Handler
 
     if local_role()["role"] != "master":

@@ -9,12 +9,12 @@ from celery import shared_task
 from celery.signals import task_postrun
 from django.conf import settings
 
-from farms.models import ConfigGeneration
-
-from . import applier as engine
 from cluster import services, sync
 from cluster.models import Cluster
 from cluster.roles import local_role
+from farms.models import ConfigGeneration
+
+from . import applier as engine
 
 log = logging.getLogger("lbweb.cluster")
 

@@ -38,8 +38,9 @@ import sys
 import time
 from pathlib import Path
 
-from .announce import announce
 from compiler.cluster.spec import ClusterSpec, FloatingAddress, PersistenceSpec
+
+from .announce import announce
 
 STATES = ("MASTER", "BACKUP", "FAULT", "STOP")
 CONNTRACKD = "/usr/sbin/conntrackd"

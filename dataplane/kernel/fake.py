@@ -25,7 +25,15 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.compiler import BASE_CHAIN, BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, schedule_slot, shared_maps, skeleton_objects
+from compiler.compiler import (
+    BASE_CHAIN,
+    BASE_DIGEST_PREFIX,
+    DIGEST_PREFIX,
+    canonical,
+    schedule_slot,
+    shared_maps,
+    skeleton_objects,
+)
 from compiler.fragments import TABLE_FAMILY, TABLE_NAME
 from compiler.units import UnitObjects
 

@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from farms.types import Json
+from compiler.types import Json
 
 
 class ApplyError(Exception):

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from compiler.compiler import document, merge_elements
-from farms.types import Json
+from compiler.types import Json
 
 from . import nfmsg
 from .nfmsg import Message

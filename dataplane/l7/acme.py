@@ -17,9 +17,9 @@ from pathlib import Path
 
 from django.conf import settings
 
+from compiler.haproxy.spec import EngineSpec
 from l7 import services
 from l7.choices import CertificateSourceChoices
-from compiler.haproxy.spec import EngineSpec
 from l7.models import Certificate
 
 log = logging.getLogger("lbweb.l7.acme")

@@ -16,12 +16,12 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from compiler.haproxy.config import CONFIG_NAME
 from farms.choices import L7_MODES, ApplyKindChoices
 from farms.models import ApplyRun, Farm
-
-from compiler.haproxy.config import CONFIG_NAME
-from .engine import Engine, EngineError
 from l7.specs import l7_farms, snapshot
+
+from .engine import Engine, EngineError
 
 log = logging.getLogger("lbweb.l7")
 _ENGINE: Engine | None = None
@@ -134,7 +134,6 @@ def cut_backend(backend_id: int, only_if_down: bool = False) -> int | None:
     apply that put it in maintenance ran first: the worker's queue is in order). None for a kernel farm's
     backend (conntrack's business, dataplane/sessions.py)."""
     from farms.models import Backend
-
     from l7.specs import farm_spec
 
     backend = Backend.objects.select_related("farm").filter(id=backend_id).first()

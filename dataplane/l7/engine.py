@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.haproxy.config import CONFIG_NAME, Bundle, render, server_state, server_weight
-from .runtime import EngineError, MasterCLI
 from compiler.haproxy.spec import EngineSpec
+
+from .runtime import EngineError, MasterCLI
 
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "haproxy.cfg"
 FILE_MODE = 0o640  # the directory is the worker's, setgid to the engine's group: HAProxy reads, nobody else

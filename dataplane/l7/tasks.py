@@ -1,4 +1,4 @@
-"""Celery tasks of HTTP farms: interfaces only (names and ids in, the work in dataplane/l7/acme.py), run by the worker."""
+"""Celery tasks of HTTP farms, run by the worker: interfaces only (names and ids in, the work in acme.py)."""
 
 from __future__ import annotations
 

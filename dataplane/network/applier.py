@@ -11,11 +11,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import kernel
 from network import networkd
 from network.models import NetworkSettings
 from network.plan import Plan
 from network.selectors import OBSERVED_KEY, current_plan
+
+from . import kernel
 
 log = logging.getLogger("lbweb.network")
 

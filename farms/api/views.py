@@ -14,8 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from lbweb import heartbeat
 from lbweb.redis_client import get_redis
-from monitoring.health import heartbeat
 
 from .. import capabilities, config_io, health_services, liveness, preview, services, session_snapshots
 from ..filtersets import ApplyRunFilterSet, AuditEventFilterSet, BackendFilterSet, FarmFilterSet, HealthEventFilterSet

@@ -11,9 +11,9 @@ from rest_framework.views import APIView
 
 from farms.api.serializers import DetailSerializer
 from farms.models import Farm
+from lbweb import heartbeat
 
 from .. import selectors
-from ..health import heartbeat
 from ..store import metric_store
 from .serializers import FarmSeriesSerializer, SeriesQuerySerializer, SeriesSerializer, SummarySerializer
 

@@ -34,8 +34,8 @@ from django.utils import timezone
 
 from farms.health_services import HealthTransition, health_record
 from farms.models import ConfigGeneration
+from lbweb import heartbeat
 
-from . import heartbeat
 from .icmp import Pinger
 from .own_network import OwnNetwork
 from .probes import ProbeResult, Target

@@ -10,12 +10,12 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from compiler import compiler
+from compiler.units import UnitObjects
 from dataplane import applier as dataplane
 from dataplane.kernel import drift
 from dataplane.kernel.applier import Kernel
 from farms.models import KernelUnit
-from compiler import compiler
-from compiler.units import UnitObjects
 
 
 class Command(BaseCommand):

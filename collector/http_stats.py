@@ -1,5 +1,6 @@
 """The collector's reading of HAProxy (HTTP farms): ``show stat`` through the master socket every sample, turned
-into farm entries by ``monitoring/collector/haproxy_stats.py`` and stored with the kernel's farms (same streams, same charts and API).
+into farm entries by ``collector/haproxy_stats.py`` and stored with the kernel's farms (same streams, same
+charts and API).
 
 HAProxy not running, or no HTTP farm: no entry, and nothing else changes."""
 
@@ -9,10 +10,10 @@ import logging
 
 from django.conf import settings
 
+from collector import haproxy_stats as stats
+from dataplane.l7.runtime import EngineError, MasterCLI
 from farms.choices import L7_MODES
 from farms.models import ConfigGeneration, Farm
-from monitoring.collector import haproxy_stats as stats
-from dataplane.l7.runtime import EngineError, MasterCLI
 
 log = logging.getLogger("lbweb.monitoring")
 

@@ -1,7 +1,7 @@
 """Read what the kernel counts right now, in the network namespace of the calling thread.
 
 Each function reads one source and returns plain values (cumulative counters,
-not rates); :mod:`monitoring.collector.sampler` turns two readings into rates. Nothing
+not rates); :mod:`collector.sampler` turns two readings into rates. Nothing
 here writes to the kernel. nftables counters are read by
 ``dataplane.kernel.applier.Kernel.read_counters`` (the one module that talks to nftables), the conntrack
 census by ``conntrack.conntrack_census`` (the one conntrack reader).

@@ -27,7 +27,7 @@ Wire format: one request per connection, one line of JSON each way. Request
 deadline when it timed out) or ``{"error": "why", "local": true}``
 when the command could not run at all (healthd's own trouble, never the backend's). The argv is
 healthd's, which read it from the database and replaced ``{address}``/``{port}``; it is never
-given to a shell. This module imports nothing of Django: ``python -m monitoring.health.prober``.
+given to a shell. This module imports nothing of Django: ``python -m healthd.prober``.
 """
 
 from __future__ import annotations
@@ -336,7 +336,7 @@ async def serve(path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m monitoring.health.prober", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m healthd.prober", description=__doc__.split("\n")[0])
     parser.add_argument("--socket", default=None, help=f"unix socket path (default: ${SOCKET_ENV} or {DEFAULT_SOCKET})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)

@@ -17,9 +17,9 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 from django.db.utils import Error as DatabaseError
 
+from collector.sampler import Sampler
+from lbweb import heartbeat
 from monitoring.farm_index import FarmIndex, load_index
-from monitoring.health import heartbeat
-from monitoring.collector.sampler import Sampler
 from monitoring.store import MetricStore, client
 
 log = logging.getLogger("lbweb.monitoring")

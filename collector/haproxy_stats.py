@@ -1,7 +1,7 @@
 """HAProxy's statistics (``show stat``) as the collector's farm entries: requests/s, responses by class, latency,
 sessions and queue per HTTP farm, and per backend its sessions in use against its declared capacity, its queue and
 the time requests waited in it. Pure (no Django): rows in, entries out; the collector reads the rows through the
-master socket and stores the entries beside the kernel's farms (monitoring/collector/sampler.py)."""
+master socket and stores the entries beside the kernel's farms (collector/sampler.py)."""
 
 from __future__ import annotations
 

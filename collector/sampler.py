@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
-from monitoring.collector import readings as collectors
+from collector import readings as collectors
+from compiler.types import Json
 from dataplane.kernel import conntrack
 from dataplane.kernel.applier import CounterValue, Kernel
-from farms.types import Json
-
 from monitoring.farm_index import FarmIndex, FarmInfo
+
 from .http_stats import HttpFarmStats
 
 log = logging.getLogger("lbweb.monitoring")

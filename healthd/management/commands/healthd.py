@@ -1,6 +1,6 @@
 """``manage.py healthd``: the health-check daemon (one asyncio process; user lbweb with CAP_NET_RAW only).
 
-Command checks are not run here but by the prober (``python -m monitoring.health.prober``, user lbweb-probe).
+Command checks are not run here but by the prober (``python -m healthd.prober``, user lbweb-probe).
 """
 
 import asyncio
@@ -9,7 +9,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from monitoring.health.daemon import HealthDaemon
+from healthd.daemon import HealthDaemon
 
 
 class Command(BaseCommand):

@@ -18,11 +18,11 @@ from compiler.ports import parse_ports
 from farms.choices import L7_MODES, BackendHealthChoices
 from farms.models import ConfigGeneration, Farm
 
-MAX_PORTS = 64  # an HTTP farm binds each port: a range stays small
-
 
 def _ports(text: str) -> tuple[int, ...]:
-    return tuple(p for low, high in parse_ports(text) for p in range(low, high + 1))[:MAX_PORTS] if text else ()
+    """Every port of the list: validation keeps an HTTP farm's lists to ``validation.MAX_PORTS`` ports, and nothing
+    is cut here (a farm HAProxy cannot bind shows the engine's refusal, never "applied" on some of its ports)."""
+    return tuple(p for low, high in parse_ports(text) for p in range(low, high + 1)) if text else ()
 
 
 def _headers(rules: list[dict]) -> tuple[HeaderRule, ...]:

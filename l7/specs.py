@@ -25,8 +25,16 @@ def _ports(text: str) -> tuple[int, ...]:
     return tuple(p for low, high in parse_ports(text) for p in range(low, high + 1)) if text else ()
 
 
-def _headers(rules: list[dict]) -> tuple[HeaderRule, ...]:
+def header_rules(rules: list[dict]) -> tuple[HeaderRule, ...]:
+    """A ``headers`` JSON field (validated) as the generator's rules."""
     return tuple(HeaderRule(r["direction"], r["name"], r.get("value")) for r in rules or [])
+
+
+def redirect_rules(rules: list[dict]) -> tuple[RedirectRule, ...]:
+    """A ``redirects`` JSON field (validated) as the generator's rules."""
+    return tuple(
+        RedirectRule(r["path_prefix"], r["target"], r.get("code", 302), r.get("keep_path", False)) for r in rules or []
+    )
 
 
 def _options(backend):
@@ -73,7 +81,7 @@ def farm_spec(farm: Farm) -> FarmSpec:
                 queue_timeout=service.queue_timeout,
                 reuse=service.reuse,
                 servers=servers,
-                headers=_headers(service.headers),
+                headers=header_rules(service.headers),
             )
         )
     unassigned = tuple(_server(b) for b in backends if not _options(b) or b.l7.service_id is None)
@@ -100,11 +108,8 @@ def farm_spec(farm: Farm) -> FarmSpec:
         timeout_http_request=options.timeout_http_request,
         timeout_keep_alive=options.timeout_keep_alive,
         timeout_tunnel=options.timeout_tunnel,
-        redirects=tuple(
-            RedirectRule(r["path_prefix"], r["target"], r.get("code", 302), r.get("keep_path", False))
-            for r in options.redirects or []
-        ),
-        headers=_headers(options.headers),
+        redirects=redirect_rules(options.redirects),
+        headers=header_rules(options.headers),
         error_pages=tuple(sorted((int(k), v) for k, v in (options.error_pages or {}).items())),
         enabled=farm.state == "up" and (farm.mode == "http" or bool(certificates)),
     )

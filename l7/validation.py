@@ -28,7 +28,10 @@ COOKIE = re.compile(r"[!%&*+.^_`|~0-9A-Za-z-][!$%&*+.^_`|~0-9A-Za-z-]*")
 LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 HOST = re.compile(rf"(\*\.)?({LABEL}\.)*{LABEL}")
 HOST_NAME = re.compile(rf"({LABEL}\.)*{LABEL}")
-URL_CHARACTERS = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: a URL as clients send it
+# RFC 3986: what a path and a URL hold unencoded ('%' of percent-encoding included), as clients send them
+PATH_CHARACTERS = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/%-]+")
+URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/%?#\[\]-]+")
+ABSOLUTE_OR_PATH = re.compile(r"(/|[A-Za-z][A-Za-z0-9+.-]*:)")
 REGEX_CHARACTERS = re.compile(r"[\x20-\x7e]+")
 MAX_PORTS = 64  # HAProxy listens on each port of an HTTP farm (one socket each): a range stays small
 MAX_HEADER_NAME = 256
@@ -156,18 +159,22 @@ def header_rules_errors(rules) -> str | None:
 
 
 def url_errors(text, what: str, path: bool = False) -> str | None:
-    """A path (``path``: starting with /) or a URL as clients send it: printable ASCII without spaces (HAProxy
-    compares and writes bytes; a character outside ASCII is sent percent-encoded, as %C3%A9 for é)."""
+    """A path (``path``: starting with /, without query or fragment) or a URL (absolute, or a path) as clients send
+    it: the characters of RFC 3986, everything else percent-encoded (HAProxy compares and writes bytes: a path
+    prefix with a space or an é would never match what clients send, a Location with them is not a URL)."""
     if not isinstance(text, str) or not text:
         return f"give the {what}."
+    allowed = PATH_CHARACTERS if path else URL_CHARACTERS
     if path and not text.startswith("/"):
         return f"the {what} starts with /."
+    if not path and not ABSOLUTE_OR_PATH.match(text):
+        return f"the {what} is a URL (https://example.com/new) or a path (/new), not {text[:40]!r}."
     if len(text) > MAX_URL:
         return f"the {what} has at most {MAX_URL} characters."
-    if not URL_CHARACTERS.fullmatch(text):
+    if not allowed.fullmatch(text):
         return (
-            f"the {what} is printable ASCII without spaces, as clients send it (percent-encode the rest: %20 for "
-            f"a space, %C3%A9 for é); not {character(text, URL_CHARACTERS)}."
+            f"the {what} holds only the characters of a URL (RFC 3986): percent-encode the rest (%20 for a space, "
+            f"%22 for a quote, %C3%A9 for é); not {character(text, allowed)}."
         )
     return None
 
@@ -181,7 +188,7 @@ def redirect_rules_errors(rules) -> str | None:
         if not isinstance(rule, dict) or set(rule) - {"path_prefix", "target", "code", "keep_path"}:
             return f"Redirect {i + 1}: an object with path_prefix, target, code and keep_path."
         problem = url_errors(rule.get("path_prefix"), "path prefix", path=True) or url_errors(
-            rule.get("target"), "target (a URL or a path)"
+            rule.get("target"), "target"
         )
         if problem:
             return f"Redirect {i + 1}: {problem}"

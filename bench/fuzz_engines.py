@@ -105,9 +105,11 @@ def main() -> int:
         started = time.monotonic()
         counts = run(engine, args.examples, args.seed)
         figures = {**counts.as_dict(), "seconds": round(time.monotonic() - started, 1)}
-        report[name] = {"figures": figures, "failures": counts.failures}
+        report[name] = {"figures": figures, "by_field": counts.by_field, "failures": counts.failures}
         failed |= bool(counts.refused_by_engine or counts.meaning_lost or counts.crashes)
         print(f"{name}: " + ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in figures.items()))
+        for field_name, verdicts in sorted(counts.by_field.items()):
+            print(f"    {field_name}: accepted {verdicts['accepted']}, refused {verdicts['refused']}")
         for failure in counts.failures[:3]:
             print(failure[:3000])
     out = Path(args.out)

@@ -37,8 +37,9 @@ MAX_PORTS = 64  # HAProxy listens on each port of an HTTP farm (one socket each)
 MAX_HEADER_NAME = 256
 MAX_HEADER_VALUE = 1000
 MAX_URL = 2000
-# HAProxy frames messages itself: a rule on these is dropped or breaks the message.
-FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding"})
+# Headers HAProxy writes itself: the message's framing, and TE, which it keeps from servers (hop by hop, but for
+# "trailers"). A rule setting one is dropped or breaks the message.
+OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "te"})
 L4_ONLY = {
     "source_addr": "",
     "source_ports": "",
@@ -121,8 +122,8 @@ def header_name_errors(name) -> str | None:
         return f"a header name of at most {MAX_HEADER_NAME} characters."
     if not TOKEN.fullmatch(name):
         return f"a header name is letters, digits and !#$%&'*+-.^_`|~ (RFC 9110), without {character(name, TOKEN)}."
-    if name.lower() in FRAMING_HEADERS:
-        return f"HAProxy writes {name} itself (it frames the message): a rule cannot set or delete it."
+    if name.lower() in OWN_HEADERS:
+        return f"HAProxy writes {name} itself (it frames each message hop by hop): a rule cannot set or delete it."
     return None
 
 
@@ -206,7 +207,7 @@ def error_pages_errors(pages) -> str | None:
         return "An object: status code -> HTML."
     for status, body in pages.items():
         if not str(status).isdigit() or int(status) not in ERROR_STATUSES:
-            return f"Status {status}: one of {', '.join(map(str, ERROR_STATUSES))}."
+            return f"Status {ascii(status)}: one of {', '.join(map(str, ERROR_STATUSES))}."
         if not isinstance(body, str) or len(body.encode(errors="replace")) > 16000:
             return f"Status {status}: HTML text of at most 16,000 bytes."
         if any(unicodedata.category(c) == "Cs" for c in body):

@@ -62,12 +62,17 @@ class Counts:
     meaning_lost: int = 0  # accepted values the engine read as something else (goal 0)
     crashes: int = 0  # examples that raised (goal 0)
     failures: list[str] = field(default_factory=list)
+    by_field: dict[str, dict[str, int]] = field(default_factory=dict)  # field -> accepted, refused
 
     def add(self, outcome: Outcome) -> None:
         self.examples += 1
         self.values += len(outcome.accepted) + len(outcome.refused)
         self.accepted += len(outcome.accepted)
         self.refused_by_validation += len(outcome.refused)
+        for verdict, names in (("accepted", outcome.accepted), ("refused", outcome.refused)):
+            for name in names:
+                bucket = self.by_field.setdefault(name, {"accepted": 0, "refused": 0})
+                bucket[verdict] += 1
         self.refused_by_engine += bool(outcome.engine_refusal)
         self.meaning_lost += len(outcome.meaning_lost)
         if not outcome.ok and len(self.failures) < 20:
@@ -80,4 +85,4 @@ class Counts:
             self.failures.append(f"crash on {values!r}:\n{error}")
 
     def as_dict(self) -> dict[str, int]:
-        return {name: value for name, value in vars(self).items() if name != "failures"}
+        return {name: value for name, value in vars(self).items() if name not in ("failures", "by_field")}

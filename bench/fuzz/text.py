@@ -16,15 +16,17 @@ ANY_CHARACTER = st.one_of(st.characters(), st.characters(categories=["Cs"]))
 PRINTABLE_ASCII = "".join(chr(c) for c in range(0x20, 0x7F))
 
 
-def hostile(valid: str, max_size: int = 40, min_size: int = 0) -> st.SearchStrategy[str]:
-    """Text over ``valid`` (a field's own alphabet), the same with ``SPECIALS`` mixed in, printable ASCII, or any
-    unicode; each about as often."""
+def hostile(valid: str, max_size: int = 40, min_size: int = 0, samples: tuple[str, ...] = ()) -> st.SearchStrategy[str]:
+    """Text over ``valid`` (a field's own alphabet), the same with ``SPECIALS`` mixed in, printable ASCII, any
+    unicode, or one of ``samples`` (the field's known traps: names the engine treats apart, inputs that once got
+    through); each about as often."""
     pieces = st.one_of(st.text(valid, min_size=1, max_size=8), st.sampled_from(SPECIALS))
     return st.one_of(
         st.text(valid, min_size=max(min_size, 1), max_size=max_size),
         st.lists(pieces, min_size=1, max_size=6).map("".join),
         st.text(PRINTABLE_ASCII, min_size=min_size, max_size=max_size),
         st.text(ANY_CHARACTER, min_size=min_size, max_size=max_size),
+        *([st.sampled_from(samples)] if samples else []),
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.db import models, transaction
 
+from .field_lists import BACKEND_FIELDS, FARM_FIELDS, HEALTH_CHECK_FIELDS, POLICY_FIELDS
 from .models import AuditEvent, Backend, Farm, HealthCheck, Policy, StaticSession
 
 _INSIDE = contextvars.ContextVar("lbweb_audited_service", default=False)
@@ -42,9 +43,6 @@ def acting(actor):
 
 def state_of(obj: models.Model | None) -> dict[str, Any] | None:
     """The fields of ``obj`` an operator configures, as plain JSON (what before/after show)."""
-    from .health_services import HEALTH_CHECK_FIELDS
-    from .services import BACKEND_FIELDS, FARM_FIELDS, POLICY_FIELDS
-
     if obj is None:
         return None
     if hasattr(obj, "audit_state"):  # another app's model says what it shows

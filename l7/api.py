@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from farms.api.permissions import RolePermission
 from farms.models import Backend, Farm
 from farms.roles import ADMIN, OPERATOR
+from lbweb import enqueue
 
 from . import services, specs, validation
 from .models import CapacityToken, Certificate, HttpService, L7Backend, L7Farm
@@ -117,11 +118,8 @@ class CertificateViewSet(viewsets.ModelViewSet):
         for domain in params.validated_data["domains"]:
             if validation.hosts_errors(domain) or domain.startswith("*."):
                 raise serializers.ValidationError({"domains": f"'{domain}' is not a host name HTTP-01 can prove."})
-        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
-
         try:
-            args = [params.validated_data["name"], params.validated_data["domains"]]
-            app.send_task("l7.tasks.acme_issue", args=args, retry=False)
+            enqueue.send("l7.tasks.acme_issue", args=[params.validated_data["name"], params.validated_data["domains"]])
         except Exception as exc:  # broker down
             return Response({"detail": f"The worker cannot be reached: {exc}"}, status=503)
         return Response(params.validated_data, status=status.HTTP_202_ACCEPTED)

@@ -17,6 +17,7 @@ from django.utils import timezone
 from farms.audit import record
 from farms.models import Backend, Farm
 from farms.services import mark_farms_changed
+from lbweb.writes import validated_save
 
 from . import certificates as certs
 from .choices import CertificateSourceChoices
@@ -70,16 +71,6 @@ def state(obj: models.Model | None, fields: tuple[str, ...]) -> dict[str, Any] |
     return out
 
 
-def _save(instance: models.Model, fields: tuple[str, ...], values: dict) -> None:
-    unknown = set(values) - set(fields)
-    if unknown:
-        raise TypeError(f"unknown field(s): {', '.join(sorted(unknown))}")
-    for name, value in values.items():
-        setattr(instance, name, value)
-    instance.full_clean()
-    instance.save()
-
-
 def _http_farm(farm: Farm) -> None:
     if farm.mode not in ("http", "https"):
         raise ValidationError({"farm": f"Farm '{farm.name}' is not an HTTP farm (mode {farm.mode})."})
@@ -91,7 +82,7 @@ def farm_options_update(*, farm: Farm, actor=None, certificates: list[Certificat
     _http_farm(farm)
     options, _ = L7Farm.objects.get_or_create(farm=farm)
     before = state(options, L7FARM_FIELDS) | {"certificates": sorted(c.name for c in options.certificates.all())}
-    _save(options, L7FARM_FIELDS, values)
+    validated_save(options, L7FARM_FIELDS, values)
     if certificates is not None:
         options.certificates.set(certificates)
     names = sorted(c.name for c in options.certificates.all())
@@ -109,7 +100,7 @@ def farm_options_update(*, farm: Farm, actor=None, certificates: list[Certificat
 def service_create(*, farm: Farm, actor=None, **values) -> HttpService:
     """Add a service (host/path rule with its scheduler and persistence) to an HTTP farm."""
     service = HttpService(farm=farm)
-    _save(service, SERVICE_FIELDS, values)
+    validated_save(service, SERVICE_FIELDS, values)
     mark_farms_changed([farm.pk])
     record(
         actor=actor, action="create", object_type="httpservice", object_id=service.pk, object_name=str(service),
@@ -121,7 +112,7 @@ def service_create(*, farm: Farm, actor=None, **values) -> HttpService:
 @transaction.atomic
 def service_update(*, service: HttpService, actor=None, **values) -> HttpService:
     before = state(HttpService.objects.get(pk=service.pk), SERVICE_FIELDS)
-    _save(service, SERVICE_FIELDS, values)
+    validated_save(service, SERVICE_FIELDS, values)
     mark_farms_changed([service.farm_id])
     record(
         actor=actor, action="update", object_type="httpservice", object_id=service.pk, object_name=str(service),
@@ -150,7 +141,7 @@ def backend_options_update(*, backend: Backend, actor=None, action: str = "updat
     before = state(options, BACKEND_OPTION_FIELDS)
     if "capacity" in values and values["capacity"] != options.capacity:
         options.capacity_updated = timezone.now()
-    _save(options, BACKEND_OPTION_FIELDS, values)
+    validated_save(options, BACKEND_OPTION_FIELDS, values)
     mark_farms_changed([backend.farm_id])
     record(
         actor=actor, action=action, object_type="l7backend", object_id=backend.pk, object_name=str(backend),
@@ -206,7 +197,7 @@ def _certificate_changed(certificate: Certificate) -> None:
 def certificate_create(*, actor=None, source: str = CertificateSourceChoices.UPLOAD, **values) -> Certificate:
     """Store a certificate after checking it (key, chain order, dates, names); nothing is saved on any error."""
     certificate = Certificate(source=source)
-    _save(certificate, CERTIFICATE_FIELDS, values)
+    validated_save(certificate, CERTIFICATE_FIELDS, values)
     record(
         actor=actor, action="create", object_type="certificate", object_id=certificate.pk,
         object_name=certificate.name, after=_cert_state(certificate),
@@ -220,7 +211,7 @@ def certificate_update(*, target: Certificate, actor=None, **values) -> Certific
     ``certificate`` is one of its fields.)"""
     certificate = target
     before = _cert_state(Certificate.objects.get(pk=certificate.pk))
-    _save(certificate, CERTIFICATE_FIELDS, values)
+    validated_save(certificate, CERTIFICATE_FIELDS, values)
     _certificate_changed(certificate)
     record(
         actor=actor, action="update", object_type="certificate", object_id=certificate.pk,

@@ -91,7 +91,8 @@ def test_http_services(client, http_farm):
 def test_certificates(client):
     first = certs.issue("www.example.com", names=("www.example.com",))
     renewed = certs.issue("www.example.com", names=("www.example.com",))
-    cert = made(client, "/api/v1/certificates/", {"name": "www", "certificate": first.pem, "private_key": first.key_pem})
+    upload = {"name": "www", "certificate": first.pem, "private_key": first.key_pem}
+    cert = made(client, "/api/v1/certificates/", upload)
     url = f"/api/v1/certificates/{cert['id']}/"
     check_patch(client, url, {"acme_domains": "www.example.com"})
     drop = ("source", "names", "issuer", "not_before", "not_after", "days_left", "expiry_status")

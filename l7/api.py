@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from farms.api.permissions import RolePermission
+from farms.api.serializers import ModelCleanMixin, actor_of
 from farms.models import Backend, Farm
 from farms.roles import ADMIN, OPERATOR
 from lbweb import enqueue
@@ -125,34 +126,22 @@ class CertificateViewSet(viewsets.ModelViewSet):
         return Response(params.validated_data, status=status.HTTP_202_ACCEPTED)
 
 
-class HttpServiceSerializer(serializers.ModelSerializer):
+class HttpServiceSerializer(ModelCleanMixin, serializers.ModelSerializer):
     class Meta:
         model = HttpService
         fields = ["id", "farm", *services.SERVICE_FIELDS]
 
-    def validate(self, attrs):
-        candidate = HttpService(**{**({"farm": self.instance.farm} if self.instance else {}), **attrs})
-        if self.instance:
-            candidate.pk = self.instance.pk
-            for name in services.SERVICE_FIELDS:
-                if name not in attrs:
-                    setattr(candidate, name, getattr(self.instance, name))
-        try:
-            candidate.full_clean()
-        except DjangoValidationError as exc:
-            _raise_400(exc)
-        return attrs
-
     def create(self, validated_data):
         try:
-            return services.service_create(actor=self.context["request"].user, **validated_data)
+            return services.service_create(actor=actor_of(self), **validated_data)
         except DjangoValidationError as exc:
             _raise_400(exc)
 
     def update(self, instance, validated_data):
-        validated_data.pop("farm", None)
+        if validated_data.pop("farm", instance.farm) != instance.farm:
+            raise serializers.ValidationError({"farm": "A service cannot move to another farm; create a new one."})
         try:
-            return services.service_update(service=instance, actor=self.context["request"].user, **validated_data)
+            return services.service_update(service=instance, actor=actor_of(self), **validated_data)
         except DjangoValidationError as exc:
             _raise_400(exc)
 

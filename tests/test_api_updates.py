@@ -86,6 +86,10 @@ def test_http_services(client, http_farm):
     taken = made(client, "/api/v1/http-services/", {"farm": http_farm["id"], "name": "other"})
     refused = client.patch(f"/api/v1/http-services/{taken['id']}/", {"name": "api2"}, format="json")
     assert refused.status_code == 400 and "api2" not in str(client.get(f"/api/v1/http-services/{taken['id']}/").json())
+    other = made(client, "/api/v1/farms/", {"name": "web2", "vip": "198.18.100.3", "ports": "80", "mode": "http"})
+    moved = client.patch(url, {"farm": other["id"]}, format="json")
+    assert moved.status_code == 400 and "another farm" in moved.json()["farm"][0]
+    assert client.get(url).json()["farm"] == http_farm["id"]
 
 
 def test_certificates(client):

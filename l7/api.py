@@ -139,7 +139,7 @@ class HttpServiceSerializer(ModelCleanMixin, serializers.ModelSerializer):
 
     def update(self, instance, validated_data):
         if validated_data.pop("farm", instance.farm) != instance.farm:
-            raise serializers.ValidationError({"farm": "A service cannot move to another farm; create a new one."})
+            raise serializers.ValidationError({"farm": ["A service cannot move to another farm; create a new one."]})
         try:
             return services.service_update(service=instance, actor=actor_of(self), **validated_data)
         except DjangoValidationError as exc:

@@ -298,7 +298,7 @@ class CapacityTokenView(APIView):
     def post(self, request, backend_id: int):
         backend = get_object_or_404(Backend.objects.select_related("farm"), pk=backend_id)
         try:
-            secret = services.capacity_token_create(backend=backend, actor=request.user)
+            _token, secret = services.capacity_token_create(backend=backend, actor=request.user)
         except DjangoValidationError as exc:
             _raise_400(exc)
         return Response({"token": secret}, status=status.HTTP_201_CREATED)

@@ -97,3 +97,22 @@ def test_a_refused_http_write_records_nothing(admin_user):
     with pytest.raises(services.ValidationError):
         l7.farm_options_update(farm=farm, redirect_ports="8080", actor=admin_user)  # only HTTPS farms redirect
     assert entries(since) == []
+
+
+def test_an_import_that_changes_http_farms_is_one_entry(admin_user):
+    """An import is recorded once, as a whole (its before and after documents), HTTP sections included."""
+    from farms import config_io
+
+    farm = services.farm_create(name="shop", vip="198.18.100.10", ports="80", mode="http")
+    api = l7.service_create(farm=farm, name="api", position=1, path_prefix="/api")
+    document = config_io.export_config()
+    l7.service_update(service=api, path_prefix="/v2")
+    l7.farm_options_update(farm=farm, hsts_max_age=60)
+    since = AuditEvent.objects.order_by("-id").first().id
+    result = config_io.import_config(document, actor=admin_user)
+    assert result.ok, result.errors
+    ((actor, action, object_type, *_rest, before, after),) = entries(since)
+    assert (actor, action, object_type) == ("admin", "import", "configuration")
+    (entry,) = after["http"]["farms"]
+    assert entry["services"][0]["path_prefix"] == "/api" and entry["options"]["hsts_max_age"] == 0
+    assert before["http"]["farms"][0]["services"][0]["path_prefix"] == "/v2"

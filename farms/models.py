@@ -17,7 +17,6 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F
 from django.utils import timezone
-from django.utils.functional import cached_property
 
 from compiler import maglev
 from compiler.limits import KERNEL_INT_MAX
@@ -255,13 +254,6 @@ class Farm(models.Model):
         if self.apply_error and self.failed_generation >= self.config_generation:
             return ApplyStatusChoices.FAILED
         return ApplyStatusChoices.PENDING
-
-    @property
-    def traffic(self) -> str:
-        """Where new connections go now (FarmTrafficChoices), decided exactly as the compiler decides it."""
-        from .specs import farm_spec  # specs imports these models
-
-        return farm_spec(self).traffic
 
     @property
     def snat_capacity(self) -> dict | None:
@@ -827,15 +819,6 @@ class ConfigVersion(models.Model):
 
     def __str__(self) -> str:
         return f"version {self.pk} (generation {self.generation}, {self.created:%Y-%m-%d %H:%M:%S})"
-
-    @cached_property
-    def document(self) -> dict:
-        """The export document of this configuration (put together from its parts)."""
-        if self.manifest is None:
-            return self.whole
-        from .versions import assemble  # versions imports these models
-
-        return assemble(self.manifest)
 
 
 class ConfigPart(models.Model):

@@ -22,7 +22,6 @@ from django.views.generic import DetailView, ListView
 
 from lbweb import heartbeat
 from lbweb.views import ObjectDeleteView, ObjectEditView, add_errors
-from monitoring.selectors import open_connections
 from monitoring.store import metric_store
 
 from . import config_io, health_services, liveness, preview, services
@@ -43,7 +42,7 @@ from .forms import (
 from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
 from .nftlb import nftlb_import
 from .roles import ADMIN, OPERATOR, VIEWER, RoleRequiredMixin, has_role
-from .specs import farm_spec
+from .specs import farm_spec, farm_traffic
 from .summary import shares
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
@@ -86,6 +85,9 @@ class FarmListView(RoleRequiredMixin, ListView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
+        context["farms"] = list(context["farms"])
+        for farm in context["farms"]:
+            farm.traffic_now = farm_traffic(farm)
         context["last_run"] = ApplyRun.objects.first()
         context["query"] = self.request.GET.get("q", "")
         context["healthd"] = heartbeat.read_status()
@@ -151,7 +153,7 @@ def farm_page_context(farm: Farm) -> dict:
 def _open_connections(farm_id: int) -> tuple[dict[int, int], float | None]:
     """Each backend's open connections from the newest census; nothing known when Redis is down."""
     try:
-        return open_connections(metric_store(), farm_id)
+        return metric_store().open_connections(farm_id)
     except Exception:  # Redis down: the page says "—" or "not known", never 0
         return {}, None
 

@@ -14,6 +14,7 @@ from .. import health_services, services
 from ..choices import ApplyStatusChoices, BackendStateChoices, FarmTrafficChoices
 from ..fields import AddressField
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
+from ..specs import farm_traffic
 from .fields import StrictIntegerField, StrictIPAddressField
 
 HEALTH_FIELDS = ["health", "health_changed", "health_reason"]
@@ -109,11 +110,21 @@ class EffectiveHealthCheckSerializer(StrictModelSerializer):
         return check.pk is not None
 
 
+class TrafficField(serializers.ChoiceField):
+    """A farm's traffic (``farms.specs.farm_traffic``): the compiler's decision, not a column."""
+
+    def __init__(self, **kwargs):
+        super().__init__(source="*", **kwargs)
+
+    def to_representation(self, farm: Farm) -> str:
+        return farm_traffic(farm)
+
+
 class FarmSerializer(ModelCleanMixin, StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:farm-detail")
     backends = NestedBackendSerializer(many=True, read_only=True)
     apply_status = serializers.SerializerMethodField()
-    traffic = serializers.ChoiceField(
+    traffic = TrafficField(
         choices=FarmTrafficChoices.choices,
         read_only=True,
         help_text="Where new connections go now: balanced, fallback, rejected (no active backend), or off.",

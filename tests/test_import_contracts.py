@@ -1,11 +1,12 @@
-"""Import contracts: the compiler is pure, and the web process never loads kernel code.
+"""Import contracts: the compiler is pure, the web process never loads kernel code, models import nothing above
+them, and the apps import of monitoring only its metric store.
 
 Two views of the same rule. ``lint-imports`` (contracts in pyproject.toml, also run by deploy/test.sh)
 reads every import statement, those inside functions included, so an import that only runs on some
 request is caught before it runs. A static graph cannot follow what Django loads by name (the URLconf's
-``include("farms.urls")``, INSTALLED_APPS), so the contracts list the web's modules one by one; the
-probe below loads the web process as gunicorn does, resolves every URL (which imports every view) and
-looks at what really got imported. Each check is shown to fail on a planted import.
+``include("farms.urls")``, INSTALLED_APPS), so the probe below loads the web process as gunicorn does,
+resolves every URL (which imports every view) and looks at what really got imported. Each check is shown
+to fail on a planted import.
 """
 
 from __future__ import annotations
@@ -137,3 +138,29 @@ def test_the_contracts_fail_on_django_in_the_compiler(tmp_path):
     result = lint_imports(plant(tmp_path, "compiler.limits", "from django.conf import settings"))
     assert result.returncode != 0
     assert "compiler.limits -> django" in result.stdout
+
+
+def test_the_contracts_fail_on_a_model_that_imports_its_services(tmp_path):
+    # inside a method, as Farm.traffic and ConfigVersion.document did: the circle the contract forbids
+    root = plant(tmp_path, "farms.models.configuration", "def later():\n    from farms import services")
+    result = lint_imports(root)
+    assert result.returncode != 0
+    assert "farms.models.configuration -> farms.services" in result.stdout
+
+
+def test_the_contracts_fail_on_a_model_that_imports_another_apps_views(tmp_path):
+    result = lint_imports(plant(tmp_path, "l7.models", "def later():\n    from farms import views"))
+    assert result.returncode != 0
+    assert "l7.models -> farms.views" in result.stdout
+
+
+def test_the_contracts_fail_on_a_farms_page_that_imports_monitorings_pages(tmp_path):
+    result = lint_imports(plant(tmp_path, "farms.views", "from monitoring import selectors"))
+    assert result.returncode != 0
+    assert "farms.views -> monitoring.selectors" in result.stdout
+
+
+def test_the_contracts_fail_on_django_in_the_failover_path(tmp_path):
+    result = lint_imports(plant(tmp_path, "dataplane.cluster.transition", "from django.conf import settings"))
+    assert result.returncode != 0
+    assert "dataplane.cluster.transition -> django" in result.stdout

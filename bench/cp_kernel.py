@@ -270,7 +270,6 @@ gc.disable()  # as the worker compiles (dataplane.applier.cyclic_gc_paused): onl
 django.setup()
 from dataplane.applier import localise, snapshot
 import compiler
-import compiler.schedulers
 from dataplane.kernel.applier import Kernel
 
 path, repetitions = sys.argv[1], int(sys.argv[2])

@@ -40,7 +40,19 @@ NUMGEN_SCHEDULERS = ("rr", "weight", "leastconn")  # the others hash the flow: a
 
 
 def keeps_reused_ports(farm: FarmSpec) -> bool:
-    """Whether a client port reused within ``REUSE_TTL`` goes back to its backend (see the module's docstring).
+    """Whether a client port reused within ``REUSE_TTL`` goes back to its backend.
+
+    NAT keeps the client's source port whenever conntrack knows no other connection on that tuple, and
+    conntrack forgets a closed connection's tuple as soon as the client reuses its port (a SYN on a
+    TIME_WAIT entry reopens it); the backend, which closed first, still holds that tuple in TIME_WAIT for
+    60 s, and answers another client's SYN on it (unrelated sequence number and timestamp) with an ACK of
+    the old connection: a reset and a SYN retransmitted. So a SNAT farm whose scheduler is not a hash
+    sends a TCP client port reused within ``REUSE_TTL`` back to the backend it went to
+    (``reuse-<name>-<id>``: the reopened connection takes the same tuple again, with the same client's
+    increasing sequence number and timestamp, which TIME_WAIT accepts), and ``pick-<name>-<id>`` sends a
+    new one whose port number another client holds at the scheduler's pick (``ports-<name>-<id>``) to the
+    next backend where it is free (``elsewhere-<name>-<id>``), so NAT keeps the port instead of choosing
+    one at random that the client's next reuse would not get again.
 
     Only TCP has TIME_WAIT; persistence already binds a client, and a hash scheduler sends the
     same client port to the same backend by itself.
@@ -242,8 +254,24 @@ def _snat(b: Builder, farm: FarmSpec) -> None:
 
 
 def _traffic(b: Builder, farm: FarmSpec) -> None:
-    """The farm's byte counters, by backend and direction, and their entries in the forward hook's counter map
-    (see the module's docstring).
+    """The farm's byte counters, by backend and direction, and their entries in the forward hook's counter map.
+
+    The ``forward`` hook sees every forwarded packet, not only a connection's first, so it holds no chain
+    per farm and no rule per backend: one rule per direction and family counts the packet into
+    ``traffic4_in``/``traffic6_in`` (``ct direction original``, keyed by ``ip daddr . ct mark``: the
+    backend, as DNAT has already rewritten the destination) or ``traffic4_out``/``traffic6_out`` (``ct
+    direction reply``, ``ip saddr . ct mark``: the backend, as the reply's source is rewritten only at
+    postrouting): one lookup per packet whatever the number of farms and backends. A farm's bytes each way
+    are the sum of its backends' (the collector adds them up, :mod:`monitoring.farm_index`). Backends of
+    one farm that share an address are counted together, on the lowest id (nft 1.0.6 cannot put ``ct
+    proto-src`` in a key).
+
+    Why the packet's address and not the reply tuple's (``ct reply ip saddr``, the same address for the
+    farm's packets): two fields rather than three, the address read from the packet, cost a packet about a
+    third less of this lookup's excess over the minimal ruleset (bench/RESULTS.md, "The per-backend
+    accounting's price"). Why a counter map and not conntrack's own accounting: read truthfully (every
+    destroy event, for the connections that end between two censuses) it cost short connections more than
+    this lookup does (bench/RESULTS.md, "Conntrack accounting with its reader").
 
     Disabled backends are counted too: their established connections still carry traffic. A farm that does
     not count its bytes (``count_bytes`` off) has neither counters nor entries: its packets find no element.

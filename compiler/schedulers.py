@@ -198,7 +198,7 @@ def nat_scheduler(
     ``ct mark set ct mark map @sched-<name>-id`` (the pick's value -> the backend's id; for ``weight``
     and ``leastconn`` a shared ``@schedules-<n>``, where the pick lands in the farm's own slot, see
     :func:`shared_pick_base`), then ``ct mark vmap @targets-<name>`` (the id -> a jump to the backend's
-    chain); every chain that map jumps to puts the farm's mark back first (see :func:`_restore_mark`),
+    chain); every chain that map jumps to puts the farm's mark back first (see ``nat._restore_mark``),
     before anything reads it.
 
     Two maps, because adding an element that jumps makes the kernel validate every jump of the

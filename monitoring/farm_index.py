@@ -4,7 +4,7 @@ Built from the database (the truth) with the compiler's own naming functions,
 so a counter the compiler creates is the counter the collector reads.
 
 The kernel counts a NAT farm's bytes once per packet, by backend and direction (one lookup in the
-forward hook, see :mod:`compiler.compiler`); a farm's bytes each way and a backend's bytes both
+forward hook, see ``compiler.nat._traffic``); a farm's bytes each way and a backend's bytes both
 ways are sums of those (:attr:`FarmInfo.sums`), which ``collector.sampler.add_sums`` adds to a
 reading under the names the rest of the collector reads, as if the kernel had counted them itself.
 """

@@ -655,7 +655,7 @@ def _chains_and_sets(unit) -> tuple[set[str], set[str]]:
 
 
 def test_snat_sends_a_reused_client_port_back_and_a_held_one_elsewhere():
-    """Issue 7: TCP SNAT farms with a numgen scheduler learn client ports per backend (see the compiler's docstring)."""
+    """Issue 7: TCP SNAT farms with a numgen scheduler learn client ports per backend (nat.keeps_reused_ports)."""
     farm = replace(WEB, backends=(_b(1), _b(2), _b(3)))
     chains, sets = _chains_and_sets(compiler.compile_farm(farm))
     assert sets == {f"{kind}-web-{i}" for kind in ("reuse", "ports") for i in (1, 2, 3)}

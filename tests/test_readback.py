@@ -21,7 +21,6 @@ import json, sys
 from dataplane.kernel import drift, nfmsg
 from dataplane.kernel.applier import Kernel
 import compiler
-import compiler.names
 from compiler.units import UnitObjects
 job = json.load(sys.stdin)
 Kernel().apply(job["full"])

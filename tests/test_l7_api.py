@@ -359,3 +359,28 @@ def test_an_http_farm_row_is_never_cut_to_64_ports(db):
 
     farm = Farm.objects.create(name="old", vip="198.18.100.9", protocol="tcp", ports="9001-9100", mode="http")
     assert len(specs.farm_spec(farm).ports) == 100
+
+
+@pytest.mark.parametrize(("field", "value"), [("cookie_name", "LB#x"), ("host_regex", "(?a)x"), ("hosts", "a\tb")])
+def test_every_path_refuses_with_the_same_words(client, admin_client, admin_user, field, value):
+    """The API's POST and PATCH, the service form and the configuration import all reach ``HttpService.clean()``."""
+    from farms import config_io
+
+    farm = http_farm(client)
+    posted = service(client, farm, **{field: value})
+    assert posted.status_code == 400
+    words = posted.json()[field]
+    made = service(client, farm, name="ok")
+    assert made.status_code == 201, made.content
+    patched = client.patch(f"/api/v1/http-services/{made.json()['id']}/", {field: value}, format="json")
+    assert patched.status_code == 400 and patched.json()[field] == words
+    form = {
+        "name": "f", "position": 1, "scheduler": "roundrobin", "persistence": "", "persistence_ttl": 0,
+        "cookie_name": "LBWEBSRV", "queue_timeout": 5, "reuse": "on", "headers": "[]", "_save": "1", field: value,
+    }  # fmt: skip
+    page = admin_client.post(f"/http/farms/{farm['id']}/services/add/", form)
+    assert page.status_code == 200 and page.context["form"].errors[field] == words
+    document = config_io.export_config()
+    document["http"]["farms"][0]["services"][0][field] = value
+    result = config_io.import_config(document, actor=admin_user)
+    assert [e.message for e in result.errors if e.field == field] == words

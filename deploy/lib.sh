@@ -2,8 +2,9 @@
 # Sourced, not run: `. deploy/lib.sh`.
 
 # Debian packages lbweb runs on (python-nftables from PyPI loads libnftables1; Redis is lbweb's own on a unix socket;
-# util-linux: setpriv, for deploy/privdrop; certbot: ACME certificates, run by the worker, dataplane/l7/acme.py).
-LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy keepalived conntrackd certbot tzdata)
+# util-linux: setpriv, for deploy/privdrop; certbot: ACME certificates, run by the worker, dataplane/l7/acme.py;
+# libpcre2-8-0: HAProxy's regex library, loaded by l7/pcre2.py to check host regexes as HAProxy does).
+LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy libpcre2-8-0 keepalived conntrackd certbot tzdata)
 
 # lbweb_apt_install PACKAGE...: install those that are missing; apt-get runs only when one is.
 lbweb_apt_install() {

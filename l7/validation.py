@@ -52,7 +52,10 @@ L4_ONLY = {
 }
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 ERROR_STATUSES = tuple(ERROR_REASONS)  # the statuses HAProxy's errorfile takes and lbweb names
-CHARACTER_NAMES = {" ": "a space", "\t": "a tab", "\n": "a line break", "\r": "a carriage return"}
+CHARACTER_NAMES = {
+    " ": "a space", "\t": "a tab", "\n": "a line break", "\r": "a carriage return", "'": "a quote (')",
+    '"': 'a double quote (")',
+}  # fmt: skip
 
 
 def character(text: str, allowed: re.Pattern) -> str:
@@ -221,6 +224,9 @@ def hosts_errors(hosts: str) -> str | None:
     bad = unprintable(hosts)
     if bad:
         return f"Host names are separated by spaces, without {bad}."
+    if not hosts.isascii():
+        shown = character(hosts, re.compile(r"[\x00-\x7f]"))
+        return f"Host names are ASCII (an IDN as its xn-- name, e.g. xn--t-9ga.example for été.example), not {shown}."
     for host in hosts.split():
         if not HOST.fullmatch(host.lower()):
             return f"'{host}' is not a host name or a wildcard such as *.example.com."
@@ -229,7 +235,7 @@ def hosts_errors(hosts: str) -> str | None:
 
 def host_name_errors(name: str, what: str = "host name") -> str | None:
     """One DNS name (letters, digits, '-', '.'; no wildcard), e.g. the SNI HAProxy sends to a backend."""
-    if not HOST_NAME.fullmatch(name.lower()) or len(name) > 253:
+    if not name.isascii() or not HOST_NAME.fullmatch(name.lower()) or len(name) > 253:
         shown = character(name, re.compile(r"[A-Za-z0-9.-]"))
         detail = f"not {shown}" if shown != "nothing" else "labels of 1-63 characters, not starting or ending with -"
         return f"One {what}: letters, digits, '-' and '.', e.g. api.example.com ({detail})."

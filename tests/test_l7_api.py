@@ -246,7 +246,7 @@ def service(client, farm: dict, **fields):
 @pytest.mark.parametrize(
     ("fields", "key", "words"),
     [
-        ({"cookie_name": "LB'x", "persistence": "cookie"}, "cookie_name", "without ''' (character 3)"),
+        ({"cookie_name": "LB'x", "persistence": "cookie"}, "cookie_name", "without a quote (') (character 3)"),
         ({"cookie_name": "LB#x", "persistence": "cookie"}, "cookie_name", "without '#' (character 3)"),
         ({"cookie_name": "LB x"}, "cookie_name", "without a space (character 3)"),
         ({"cookie_name": "$Version"}, "cookie_name", "a '$' first"),
@@ -259,6 +259,8 @@ def service(client, farm: dict, **fields):
         ({"path_prefix": "/a b"}, "path_prefix", "%20 for a space"),
         ({"path_prefix": "/é"}, "path_prefix", "%C3%A9 for é"),
         ({"hosts": "a.test\nlisten evil"}, "hosts", "a line break"),
+        ({"hosts": "a.test\u00a0b.test"}, "hosts", "not U+00A0 (character 7)"),
+        ({"hosts": "\u212a.test"}, "hosts", "not U+212A"),
     ],
 )
 def test_service_values_haproxy_cannot_take_are_refused_by_field(client, fields, key, words):
@@ -317,7 +319,9 @@ def test_redirects_haproxy_cannot_take_are_refused(client, rule, words):
     assert response.status_code == 400 and words in response.json()["redirects"][0], response.content
 
 
-@pytest.mark.parametrize("sni", ["a.test b.test", "a.test\nlisten evil", "*.a.test", "a.test)", "é.test", "-a.test"])
+@pytest.mark.parametrize(
+    "sni", ["a.test b.test", "a.test\nlisten evil", "*.a.test", "a.test)", "é.test", "-a.test", "\u212a.test"]
+)
 def test_tls_sni_is_one_host_name(client, sni):
     farm = http_farm(client)
     one = backend(client, farm)

@@ -65,7 +65,7 @@ HEADER_VALUES = (
 COOKIES = ("LB#x", "LB'x", "LBX\n", "LB x", "$Version", "insert", "LB=x", "LB;x", "LB,x", "é", "LB!x", "-i", "X" * 33)
 SNIS = (
     "a.test b.test", "a.test\nlisten evil", "A.Test", "xn--t-9ga.test", "*.x.test", "198.18.0.1", "-a.test", "a..b",
-    "a.test.", "a" * 64 + ".test", "é.test", "a_b.test", "a.test)", "a,b",
+    "a.test.", "a" * 64 + ".test", "é.test", "a_b.test", "a.test)", "a,b", "\u212a.test", "a.test\u00a0b.test",
 )  # fmt: skip
 REGEXES = (
     "(?a)x", "\\N{DIGIT ONE}", "(a)\\1", "-x", "$", "\\", ".*", "(?i)X", "a{2,1}", "(?<n>x)\\k<n>", "\\p{L}",

@@ -25,9 +25,12 @@ TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9
 # A cookie name HAProxy writes bare: an RFC 6265 token without '#' (a comment there) or "'" (a quote), and not
 # starting with '$' (HAProxy skips such cookies as attributes: $Version, $Path).
 COOKIE = re.compile(r"[!%&*+.^_`|~0-9A-Za-z-][!$%&*+.^_`|~0-9A-Za-z-]*")
+COOKIE_CHARACTER = re.compile(r"[!$%&*+.^_`|~0-9A-Za-z-]")
 LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 HOST = re.compile(rf"(\*\.)?({LABEL}\.)*{LABEL}")
 HOST_NAME = re.compile(rf"({LABEL}\.)*{LABEL}")
+HOST_CHARACTER = re.compile(r"[A-Za-z0-9.-]")
+ASCII = re.compile(r"[\x00-\x7f]")
 # RFC 3986: what a path and a URL hold unencoded ('%' of percent-encoding included), as clients send them
 PATH_CHARACTERS = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/%-]+")
 URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/%?#\[\]-]+")
@@ -113,7 +116,7 @@ def port_count_errors(ranges: list[tuple[int, int]]) -> str | None:
     if count > MAX_PORTS:
         return (
             f"HAProxy listens on each port of an HTTP farm: at most {MAX_PORTS} ports, and these are {count}. "
-            "List the ports the farm serves (a range of up to 64 ports, or a few single ports)."
+            f"List the ports the farm serves (a range of up to {MAX_PORTS} ports, or a few single ports)."
         )
     return None
 
@@ -225,7 +228,7 @@ def hosts_errors(hosts: str) -> str | None:
     if bad:
         return f"Host names are separated by spaces, without {bad}."
     if not hosts.isascii():
-        shown = character(hosts, re.compile(r"[\x00-\x7f]"))
+        shown = character(hosts, ASCII)
         return f"Host names are ASCII (an IDN as its xn-- name, e.g. xn--t-9ga.example for été.example), not {shown}."
     for host in hosts.split():
         if not HOST.fullmatch(host.lower()):
@@ -236,7 +239,7 @@ def hosts_errors(hosts: str) -> str | None:
 def host_name_errors(name: str, what: str = "host name") -> str | None:
     """One DNS name (letters, digits, '-', '.'; no wildcard), e.g. the SNI HAProxy sends to a backend."""
     if not name.isascii() or not HOST_NAME.fullmatch(name.lower()) or len(name) > 253:
-        shown = character(name, re.compile(r"[A-Za-z0-9.-]"))
+        shown = character(name, HOST_CHARACTER)
         detail = f"not {shown}" if shown != "nothing" else "labels of 1-63 characters, not starting or ending with -"
         return f"One {what}: letters, digits, '-' and '.', e.g. api.example.com ({detail})."
     return None
@@ -262,8 +265,9 @@ def path_prefix_errors(prefix: str) -> str | None:
 
 
 def cookie_name_errors(name: str) -> str | None:
-    if not COOKIE.fullmatch(name):
-        shown = "a '$' first" if name.startswith("$") else character(name, COOKIE)
+    """None for an empty name too: the field's own check asks for one."""
+    if name and not COOKIE.fullmatch(name):
+        shown = "a '$' first" if name.startswith("$") else character(name, COOKIE_CHARACTER)
         return f"A cookie name: letters, digits and !$%&*+-.^_`|~ (not first: $), without {shown}."
     return None
 

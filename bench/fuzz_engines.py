@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 import tempfile
 import time
@@ -28,21 +27,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def _django(work: Path) -> None:
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="lbweb.settings",
-        DATABASE_URL=f"sqlite:///{work / 'fuzz.sqlite3'}",
-        LBWEB_VAR_DIR=str(work),
-        REDIS_URL=f"unix://{work / 'no-redis.sock'}",  # nothing is enqueued: every example is rolled back
-    )
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def run(engine, examples: int, seed: int | None):
@@ -88,8 +72,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fuzz_engines.json"))
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="lbweb-fuzz-engines-"))
-    _django(work)
+    from bench import django_scratch
+
+    django_scratch.setup(Path(tempfile.mkdtemp(prefix="lbweb-fuzz-engines-")))
     from bench.fuzz import ENGINES
 
     names = args.engines.split(",") if args.engines else list(ENGINES)

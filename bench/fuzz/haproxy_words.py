@@ -17,11 +17,18 @@ class Unreadable(ValueError):
 
 def words(line: str) -> list[str]:
     """The words of one configuration line, quotes and escapes resolved; a ``#`` outside quotes ends the line."""
+    return _split(line, top_level=True)
+
+
+def _split(text: str, top_level: bool) -> list[str]:
+    """Words of ``text`` (a line: split at spaces and tabs; a keyword's arguments: split at commas), as HAProxy's
+    parser reads them at that level."""
+    separators = " \t" if top_level else ","
     out: list[str] = []
     current: list[str] | None = None
     i, quote = 0, ""
-    while i < len(line):
-        c = line[i]
+    while i < len(text):
+        c = text[i]
         if quote == "'":
             if c == "'":
                 quote = ""
@@ -30,34 +37,34 @@ def words(line: str) -> list[str]:
             i += 1
             continue
         if c == "\\":
-            if current is None:
-                current = []
-            text, i = _escape(line, i, top_level=True)
-            current.append(text)
+            current = [] if current is None else current
+            piece, i = _escape(text, i, top_level)
+            current.append(piece)
             continue
         if quote == '"':
             if c == '"':
                 quote = ""
-            elif c == "$":
-                raise Unreadable(f"an unescaped $ in double quotes names a variable: {line!r}")
+            elif c == "$" and top_level:
+                raise Unreadable(f"an unescaped $ in double quotes names a variable: {text!r}")
             else:
                 current.append(c)
-        elif c in " \t":
+        elif c in separators:
             if current is not None:
                 out.append("".join(current))
                 current = None
-        elif c == "#":
+        elif c == "#" and top_level:
             break
+        elif c == ")" and not top_level:
+            raise Unreadable(f"')' ends the arguments early: {text!r}")
         else:
-            if current is None:
-                current = []
+            current = [] if current is None else current
             if c in "'\"":
                 quote = c
             else:
                 current.append(c)
         i += 1
     if quote:
-        raise Unreadable(f"an open quote: {line!r}")
+        raise Unreadable(f"an open quote: {text!r}")
     if current is not None:
         out.append("".join(current))
     return out
@@ -86,36 +93,10 @@ def fetch_argument(word: str, name: str) -> str:
     prefix = f"{name}("
     if not word.startswith(prefix) or not word.endswith(")"):
         raise Unreadable(f"not a call of {name}: {word!r}")
-    inner = word[len(prefix) : -1]
-    out, i, quote = [], 0, ""
-    while i < len(inner):
-        c = inner[i]
-        if quote == "'":
-            if c == "'":
-                quote = ""
-            else:
-                out.append(c)
-            i += 1
-            continue
-        if c == "\\":
-            text, i = _escape(inner, i, top_level=False)
-            out.append(text)
-            continue
-        if quote == '"':
-            if c == '"':
-                quote = ""
-            else:
-                out.append(c)
-        elif c in "'\"":
-            quote = c
-        elif c in ",)":
-            raise Unreadable(f"{c!r} ends the argument early: {word!r}")
-        else:
-            out.append(c)
-        i += 1
-    if quote:
-        raise Unreadable(f"an open quote in the argument: {word!r}")
-    return "".join(out)
+    arguments = _split(word[len(prefix) : -1], top_level=False)
+    if len(arguments) != 1:
+        raise Unreadable(f"{len(arguments)} arguments, not one: {word!r}")
+    return arguments[0]
 
 
 def log_format_text(word: str) -> str:

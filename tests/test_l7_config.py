@@ -144,3 +144,30 @@ def test_typed_values_stay_words_haproxy_reads_as_typed():
     (acl,) = [w for key, w in read.items() if key[:2] == ("acl", "s9_host")]
     assert acl[-2:] == ["--", "-i"]  # a pattern, not the ignore-case flag
     check(EngineSpec((farm,)))
+
+
+def test_a_value_past_validation_still_cannot_add_a_line_or_a_word():
+    """Validation refuses these; the generator's escaping holds on its own all the same (a row written by hand, or
+    before a rule existed): every value stays one word on its line."""
+    from bench.fuzz.haproxy_words import fetch_argument, words
+
+    evil = "a\nlisten evil\n"
+    service = ServiceSpec(
+        9, "odd", hosts=("b.test\nlisten evil",), persistence="cookie", cookie_name="LB#x" + evil,
+        servers=(ServerSpec(91, "198.18.1.11", 443, tls=True, tls_sni="s.test) if TRUE" + evil),),
+        headers=(HeaderRule("request", "X-A" + evil, evil),),
+    )  # fmt: skip
+    farm = dataclasses.replace(l7_specs.http_farm(), services=(service,), headers=(), redirects=())
+    text = config.render(EngineSpec((farm,)), BASE).config
+    clean = dataclasses.replace(
+        service, hosts=("b.test",), cookie_name="LB", headers=(HeaderRule("request", "X-A", "a"),),
+        servers=(ServerSpec(91, "198.18.1.11", 443, tls=True, tls_sni="s.test"),),
+    )  # fmt: skip
+    reference = config.render(EngineSpec((dataclasses.replace(farm, services=(clean,)),)), BASE).config
+    assert [len(words(line)) for line in text.split("\n")] == [len(words(line)) for line in reference.split("\n")]
+    assert "\nlisten" not in text
+    read = [words(line) for line in text.split("\n")]
+    assert ["http-request", "set-header", "X-A" + evil, evil] in read
+    assert ["cookie", "LB#x" + evil, "insert", "indirect", "nocache", "httponly"] in read
+    (server,) = [w for w in read if w[:2] == ["server", "b91"]]
+    assert fetch_argument(server[-1], "str") == "s.test) if TRUE" + evil

@@ -11,11 +11,11 @@ No value an operator typed can become a directive or change meaning on its way (
 section 2.2, "Quoting and escaping"): text is written in double quotes with backslash, quote and ``$`` escaped
 (``quote``), so a ``#`` or a ``'`` inside is a character, not a comment or a quote; where HAProxy reads a log-format
 string (header values, redirect targets) ``%`` is doubled (``log_format``), so ``%[...]`` is text, not a sample
-expression; a header name is bare when it holds only letters, digits and ``-_.`` and quoted otherwise (``word``);
-a sample fetch's argument gets its own level of quotes (``fetch``); a regex comes after ``--``, so one starting
-with ``-`` is not read as an ACL flag. Cookie and SNI names are written bare: validation (``l7/validation.py``)
-admits only characters that mean nothing to HAProxy's parser there, and keeps control characters out of every
-value (HAProxy's configuration has no way to carry a line break).
+expression; a name (header, cookie, host) is bare when it holds only letters, digits and ``-_.`` and quoted
+otherwise (``word``); a sample fetch's argument (a persistence header, an SNI) gets its own level of quotes
+(``fetch``); a regex comes after ``--``, so one starting with ``-`` is not read as an ACL flag. Validation
+(``l7/validation.py``) keeps what HAProxy cannot take out of every value (control characters among them); the
+escaping holds on its own, so a row written past validation still cannot break a line or add a word.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .spec import EngineSpec, FarmSpec, HeaderRule, ServerSpec, ServiceSpec
 
 CONFIG_NAME = "lbweb.cfg"
 BARE = re.compile(r"[A-Za-z0-9_.-]+")  # characters HAProxy's parser gives no meaning to, outside quotes
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 PATTERNS_PER_LINE = 32  # HAProxy reads at most 64 words a line: longer host lists go on more acl lines (an OR)
 ACME_BACKEND = "lbweb-acme"
 ERROR_REASONS = {
@@ -67,8 +68,10 @@ class Bundle:
 
 def quote(text: str) -> str:
     """``text`` as one HAProxy word in double quotes (backslash, quote and ``$``, which names a variable there,
-    escaped)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+    escaped; a control character as ``\\xNN``: validation refuses them, and even a row written past it stays on
+    its line)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return '"' + CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", escaped) + '"'
 
 
 def log_format(text: str) -> str:
@@ -202,7 +205,7 @@ def _service_acls(service: ServiceSpec, i: int) -> list[str]:
     n = service.backend_name
     for match, names in (("str", exact), ("end", wild)):
         for start in range(0, len(names), PATTERNS_PER_LINE):
-            chunk = " ".join(names[start : start + PATTERNS_PER_LINE])
+            chunk = " ".join(word(name) for name in names[start : start + PATTERNS_PER_LINE])
             out.append(f"    acl {n}_host req.hdr(host),host_only,lower -m {match} {chunk}")
     if service.host_regex:
         out.append(f"    acl {n}_host req.hdr(host),host_only -m reg -i -- {quote(service.host_regex)}")
@@ -254,7 +257,7 @@ def _backend(farm: FarmSpec, service: ServiceSpec, base: str) -> list[str]:
     ttl = service.persistence_ttl
     if service.persistence == "cookie":
         idle = f" maxidle {ttl}s" if ttl else ""
-        out.append(f"    cookie {service.cookie_name} insert indirect nocache httponly{idle}")
+        out.append(f"    cookie {word(service.cookie_name)} insert indirect nocache httponly{idle}")
     elif service.persistence == "source":
         out += [f"    stick-table type ipv6 size 1m expire {ttl or 1800}s", "    stick on src"]
     elif service.persistence == "header":
@@ -284,7 +287,7 @@ def server_line(server: ServerSpec, service: ServiceSpec) -> str:
     if server.tls:
         parts.append("ssl " + ("verify required ca-file @system-ca" if server.tls_verify else "verify none"))
         if server.tls_sni:
-            parts.append(f"sni str({server.tls_sni})")
+            parts.append(f"sni {fetch('str', server.tls_sni)}")
     return " ".join(parts)
 
 

@@ -197,7 +197,7 @@ def print_report(r: dict) -> None:
     print(f"total run time: {r['run_seconds']:.0f} s; load average at the end {r['loadavg_end']}")
 
 
-RECORD = ROOT / "bench" / "RESULTS-control_plane.json"
+RECORD = ROOT / "bench" / "runs" / "RESULTS-control_plane.json"
 
 
 def record_figures(r: dict) -> dict[str, float | None]:
@@ -217,7 +217,7 @@ def record_figures(r: dict) -> dict[str, float | None]:
 
 
 def print_against_record(r: dict, record_path: Path = RECORD) -> None:
-    """Each figure beside the recorded run's (bench/RESULTS-control_plane.json), when there is one."""
+    """Each figure beside the recorded run's (bench/runs/RESULTS-control_plane.json), when there is one."""
     if not record_path.exists():
         return
     record = json.loads(record_path.read_text())

@@ -88,34 +88,53 @@ def is_generated(path: str) -> bool:
     return any(fnmatch.fnmatchcase(path.rstrip("/"), g) or path.startswith(g + "/") for g in generated())
 
 
-def unresolved(word: str, test: str | None, source: str) -> str | None:
-    """Why ``word`` (named in the file ``source``) is not a path of the checkout, or None when it is."""
+def locate(word: str, source: str) -> tuple[str | None, str | None]:
+    """(why ``word``, named in the file ``source``, is not a path of the checkout, or None when it is; the file
+    or folder it names, when it names one that can be read)."""
     word = word.rstrip(".,;:")
     if not word or word.startswith(("..", "./")) and not source.endswith(".md"):
-        return None
+        return None, None
     first = word.split("/", 1)[0]
-    if "/" not in word:  # a bare name: somewhere in the tree
-        return None if word in basenames() or re.search(r"[*<{]", word) else "no such file anywhere"
-    if is_generated(word):
-        return None
     here = Path(source).parent
+    if "/" not in word:  # a bare name: beside the file that names it, or somewhere in the tree
+        if re.search(r"[*<{]", word):
+            return None, None
+        beside = str(here / word) if str(here) != "." else word
+        return (None, beside if exists(beside) else None) if word in basenames() else ("no such file anywhere", None)
+    if is_generated(word):
+        return None, None
     if first in top_level():
         places = [word]
     elif re.fullmatch(r"[A-Z][A-Z_]*", first):
-        return None  # a variable's value: STATE_DIR/plan.json
+        return None, None  # a variable's value: STATE_DIR/plan.json
     elif word.endswith((".py", ".md")):
         places = [str(p / word) for p in (here, *here.parents)]  # relative to the file that names it
     else:
-        return None  # not a path of this repository (a media type, a systemd folder, a GitHub name, ...)
-    places = [str(Path(p)) if not p.startswith("..") else p for p in places]
+        return None, None  # not a path of this repository (a media type, a systemd folder, a GitHub name, ...)
     found = next((p for p in places if exists(p)), None)
-    if found is None:
-        return "no such file or folder"
-    if test and found.endswith(".py"):
-        name = test[2:].split("[", 1)[0]
-        if not re.search(rf"^\s*(async )?def {re.escape(name)}\b|^class {re.escape(name)}\b", _text(found), re.M):
-            return f"{found} defines no {name}"
+    return (None, found) if found else ("no such file or folder", None)
+
+
+def unresolved(word: str, test: str | None, source: str) -> str | None:
+    """Why ``word`` (named in the file ``source``) is not a path of the checkout, or None when it is."""
+    why, found = locate(word, source)
+    if why or not found or not test or not found.endswith(".py"):
+        return why
+    name = test[2:].split("[", 1)[0]
+    if not re.search(rf"^\s*(async )?def {re.escape(name)}\b|^class {re.escape(name)}\b", _text(found), re.M):
+        return f"{found} defines no {name}"
     return None
+
+
+def missing_section(word: str, quoted: str, source: str) -> str | None:
+    """A page cited with a section's title in quotes (``bench/runs/PASSES.md, "Three full runs"``) must have a
+    heading that begins with those words."""
+    _why, found = locate(word, source)
+    if not found or not found.endswith(".md"):
+        return None
+    said = " ".join(quoted.replace("`", "").split()).lower()
+    titles = [" ".join(h.replace("`", "").split()).lower() for h in headings(found)]
+    return None if any(t.startswith(said) for t in titles) else f"{found} has no section {quoted!r}"
 
 
 @cache
@@ -133,23 +152,15 @@ def prose_of_python(relative: str) -> list[tuple[int, str]]:
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                if isinstance(body[0].value.value, str):
-                    found.append((body[0].lineno, body[0].value.value))
-    return found
-
-
-def lines_of(prose: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """Each text of ``prose`` cut into its lines, numbered as in the file."""
-    found = []
-    for first, text in prose:
-        found.extend((first + i, line) for i, line in enumerate(text.splitlines()))
+            first = node.body[0] if node.body else None
+            value = first.value.value if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else None
+            if isinstance(value, str):
+                found.append((first.lineno, value))
     return found
 
 
 def prose_of_markdown(relative: str) -> list[tuple[int, str]]:
-    return list(enumerate(_text(relative).splitlines(), start=1))
+    return [(1, _text(relative))]
 
 
 def sources() -> list[str]:
@@ -163,12 +174,19 @@ def sources() -> list[str]:
     ]
 
 
+SECTION = re.compile(r',?\s*"([^"\n]+(?:\n[^"\n]*){0,2}?)"')
+
+
 def broken_in(relative: str, prose: list[tuple[int, str]]) -> list[str]:
     problems = []
-    for line, text in lines_of(prose):
+    for first, text in prose:
         text = re.sub(r"\w+://\S+", " ", text)  # URLs
         for match in CANDIDATE.finditer(text):
+            line = first + text.count("\n", 0, match.start())
             why = unresolved(match.group(1), match.group(2), relative)
+            quoted = SECTION.match(text, match.end()) if match.group(1).endswith(".md") else None
+            if not why and quoted:
+                why = missing_section(match.group(1), re.sub(r"\s*#\s*|\s+", " ", quoted.group(1)), relative)
             if why:
                 problems.append(f"{relative}:{line}: {match.group(0)!r}: {why}")
     return problems
@@ -190,23 +208,31 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-def anchors(relative: str) -> set[str]:
-    found, seen = set(), {}
-    in_code = False
+@cache
+def headings(relative: str) -> tuple[str, ...]:
+    """The titles of a Markdown page's headings, outside code blocks."""
+    found, in_code = [], False
     for line in _text(relative).splitlines():
         if line.lstrip().startswith("```"):
             in_code = not in_code
         elif not in_code and re.match(r"#{1,6} ", line):
-            base = slug(line.lstrip("#"))
-            n = seen.get(base, 0)
-            seen[base] = n + 1
-            found.add(base if n == 0 else f"{base}-{n}")
+            found.append(line.lstrip("#").strip())
+    return tuple(found)
+
+
+def anchors(relative: str) -> set[str]:
+    found, seen = set(), {}
+    for title in headings(relative):
+        base = slug(title)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        found.add(base if n == 0 else f"{base}-{n}")
     return found
 
 
 def broken_links(relative: str) -> list[str]:
     problems = []
-    for number, line in prose_of_markdown(relative):
+    for number, line in enumerate(_text(relative).splitlines(), start=1):
         for target in LINK.findall(line):
             if re.match(r"\w+:", target):
                 continue  # https:, mailto:, ...
@@ -242,11 +268,16 @@ def test_the_check_tells_a_path_from_what_is_not_one():
     assert unresolved("kernel/nothing.py", None, "dataplane/applier.py") == "no such file or folder"
     assert unresolved("tests/test_docs.py", "::test_the_check_tells_a_path_from_what_is_not_one", "x.md") is None
     assert "defines no" in unresolved("tests/test_docs.py", "::test_nothing_of_the_kind", "x.md")
-    for not_ours in ("var/tls/lbweb.crt", ".venv/bin/python", "bench/results/dataplane.json", "application/json",
-                     "systemd/network/", "acassen/keepalived", "tests/test_*.py", "bench/results/run-<time>.json"):  # fmt: skip
-        assert unresolved(not_ours, None, "README.md") is None, not_ours
+    not_ours = ["var/tls/lbweb.crt", ".venv/bin/python", "bench/results/dataplane.json", "application/json"]
+    not_ours += ["systemd/network/", "acassen/keepalived", "tests/test_*.py", "bench/results/run-<time>.json"]
+    for word in not_ours:
+        assert unresolved(word, None, "README.md") is None, word
     assert unresolved("tests/nothing_*.py", None, "README.md") == "no such file or folder"
     text = "see /etc/lbweb/lbweb.env, $LBWEB_VAR_DIR/acme/x.py, https://example.com/a/b.py and /run/x/y.md"
     assert [m.group(1) for m in CANDIDATE.finditer(re.sub(r"\w+://\S+", " ", text))] == []
+    assert missing_section("bench/runs/PASSES.md", "Three full runs", "x.py") is None
+    assert "has no section" in missing_section("bench/runs/PASSES.md", "Four full runs", "x.py")
+    assert broken_in("x.py", [(1, 'see bench/runs/PASSES.md, "Three\n    full runs"')]) == []  # across lines
+    assert "has no section" in broken_in("x.py", [(1, 'bench/runs/PASSES.md, "Four full runs"')])[0]
     assert slug("## How a change reaches the kernel") == "how-a-change-reaches-the-kernel"
     assert slug("### `LBWEB_BIND` and the socket (systemd)") == "lbweb_bind-and-the-socket-systemd"

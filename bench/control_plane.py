@@ -201,7 +201,7 @@ RECORD = ROOT / "bench" / "runs" / "RESULTS-control_plane.json"
 
 
 def record_figures(r: dict) -> dict[str, float | None]:
-    """The figures a run is judged by, by name (what the README's goals name)."""
+    """The figures a run is judged by, by name (the goals of bench/RESULTS.md's "Control plane")."""
     figures: dict[str, float | None] = {}
     for s in r.get("scale", []):
         n, f = s["farms"], s["full_apply"]

@@ -15,6 +15,9 @@ variable (``$LBWEB_VAR_DIR/acme``), and what the set-up or a run makes (``var/``
 
 A Markdown link ``[text](target)`` must land: its file relative to the page, and its ``#anchor`` a heading of
 that file (GitHub's slug).
+
+And the pages stay readable: README.md a page a newcomer reads in ten minutes (at most 200 lines), and no
+sentence of it or of docs/ over 50 words (a table cell counts as a sentence of its own; code does not).
 """
 
 from __future__ import annotations
@@ -281,3 +284,42 @@ def test_the_check_tells_a_path_from_what_is_not_one():
     assert "has no section" in broken_in("x.py", [(1, 'bench/runs/PASSES.md, "Four full runs"')])[0]
     assert slug("## How a change reaches the kernel") == "how-a-change-reaches-the-kernel"
     assert slug("### `LBWEB_BIND` and the socket (systemd)") == "lbweb_bind-and-the-socket-systemd"
+
+
+README_LINES = 200
+SENTENCE_WORDS = 50
+
+
+def sentences(markdown: str) -> list[str]:
+    """The sentences of a page's prose: outside code blocks, cut at paragraphs, list items and table cells, then
+    at a full stop (or ! ?) before a capital, a backtick, a parenthesis or a quote."""
+    lines, in_code = [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code and not line.startswith("#"):
+            lines.append(line)
+    pieces = re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.) )|\|", "\n".join(lines))
+    found = []
+    for piece in pieces:
+        found += re.split(r"(?<=[.!?])\s+(?=[A-Z`*(\"])", " ".join(piece.split()))
+    return [sentence for sentence in found if sentence]
+
+
+def test_the_readme_is_short_and_no_sentence_of_the_docs_runs_on():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert len(pages[0].read_text().splitlines()) <= README_LINES, "README.md: move the detail to a page of docs/"
+    long = [
+        f"{page.relative_to(ROOT)}: {len(s.split())} words: {s[:100]}..."
+        for page in pages
+        for s in sentences(page.read_text())
+        if len(s.split()) > SENTENCE_WORDS
+    ]
+    assert not long, "sentences to cut in two:\n" + "\n".join(long)
+    assert sentences("One. Two `x` here.\n\n- three words here\n\n```\nnot. Code.\n```\n| a b | c |") == [
+        "One.",
+        "Two `x` here.",
+        "- three words here",
+        "a b",
+        "c",
+    ]

@@ -7,7 +7,8 @@ What is read: the Markdown pages of the repository (README.md, docs/, bench/, de
 What counts as a repository path: a word with a slash whose first part is a top-level entry of the checkout
 (``farms/models.py``, ``dataplane/kernel/``, ``bench/RESULTS.md``), or that ends in a file extension
 (``kernel/fake.py``, found beside the file that names it or above it), and a bare ``*.py`` or ``*.md`` name
-(``DESIGN.md``), found anywhere in the tree. A ``tests/test_x.py::test_name`` must also define ``test_name``.
+(``DESIGN.md``), found anywhere in the tree. A template or static file may go by the name its app gives it
+(``farms/object_edit.html`` is ``templates/farms/object_edit.html``). A ``tests/test_x.py::test_name`` must also define ``test_name``.
 Not repository paths: URLs, absolute paths (``/etc/lbweb``, ``/run/...``, ``/proc/...``), paths under a
 variable (``$LBWEB_VAR_DIR/acme``), and what the set-up or a run makes (``var/``, ``.venv/``,
 ``bench/results/``, ...: the ignored entries of ``.gitignore``). A ``*`` is a glob that must match; a
@@ -107,7 +108,7 @@ def locate(word: str, source: str) -> tuple[str | None, str | None]:
     if is_generated(word):
         return None, None
     if first in top_level():
-        places = [word]
+        places = [word, f"templates/{word}", f"static/{word}"]  # a template or static file goes by its app's name
     elif re.fullmatch(r"[A-Z][A-Z_]*", first):
         return None, None  # a variable's value: STATE_DIR/plan.json
     elif word.endswith((".py", ".md")):
@@ -269,6 +270,8 @@ def test_the_check_tells_a_path_from_what_is_not_one():
     assert unresolved("fake.py", None, "dataplane/applier.py") is None  # bare: somewhere in the tree
     assert unresolved("kernel/fake.py", None, "dataplane/applier.py") is None  # beside the file that names it
     assert unresolved("kernel/nothing.py", None, "dataplane/applier.py") == "no such file or folder"
+    assert unresolved("farms/object_edit.html", None, "farms/views.py") is None  # a template, by its name
+    assert unresolved("farms/object_view.html", None, "farms/views.py") == "no such file or folder"
     assert unresolved("tests/test_docs.py", "::test_the_check_tells_a_path_from_what_is_not_one", "x.md") is None
     assert "defines no" in unresolved("tests/test_docs.py", "::test_nothing_of_the_kind", "x.md")
     not_ours = ["var/tls/lbweb.crt", ".venv/bin/python", "bench/results/dataplane.json", "application/json"]

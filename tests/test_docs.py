@@ -8,7 +8,8 @@ What counts as a repository path: a word with a slash whose first part is a top-
 (``farms/models.py``, ``dataplane/kernel/``, ``bench/RESULTS.md``), or that ends in a file extension
 (``kernel/fake.py``, found beside the file that names it or above it), and a bare ``*.py`` or ``*.md`` name
 (``DESIGN.md``), found anywhere in the tree. A template or static file may go by the name its app gives it
-(``farms/object_edit.html`` is ``templates/farms/object_edit.html``). A ``tests/test_x.py::test_name`` must also define ``test_name``.
+(``farms/object_edit.html`` is ``templates/farms/object_edit.html``). A ``tests/test_x.py::test_name`` must
+also define ``test_name``.
 Not repository paths: URLs, absolute paths (``/etc/lbweb``, ``/run/...``, ``/proc/...``), paths under a
 variable (``$LBWEB_VAR_DIR/acme``), and what the set-up or a run makes (``var/``, ``.venv/``,
 ``bench/results/``, ...: the ignored entries of ``.gitignore``). A ``*`` is a glob that must match; a

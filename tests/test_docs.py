@@ -4,16 +4,21 @@ What is read: the Markdown pages of the repository (README.md, docs/, bench/, de
 ``*.md``), and the docstrings and comments of every ``*.py``. The history of benchmark passes under
 ``bench/runs/`` is left out: a diary names files where they were on its day.
 
-What counts as a repository path: a word with a slash whose first part is a top-level entry of the checkout
-(``farms/models.py``, ``dataplane/kernel/``, ``bench/RESULTS.md``), or that ends in a file extension
-(``kernel/fake.py``, found beside the file that names it or above it), and a bare ``*.py`` or ``*.md`` name
-(``DESIGN.md``), found anywhere in the tree. A template or static file may go by the name its app gives it
-(``farms/object_edit.html`` is ``templates/farms/object_edit.html``). A ``tests/test_x.py::test_name`` must
-also define ``test_name``.
-Not repository paths: URLs, absolute paths (``/etc/lbweb``, ``/run/...``, ``/proc/...``), paths under a
-variable (``$LBWEB_VAR_DIR/acme``), and what the set-up or a run makes (``var/``, ``.venv/``,
-``bench/results/``, ...: the ignored entries of ``.gitignore``). A ``*`` is a glob that must match; a
-``<placeholder>`` part matches any one name.
+What counts as a repository path:
+
+- a word with a slash whose first part is a top-level entry of the checkout (``farms/models.py``,
+  ``dataplane/kernel/``, ``bench/RESULTS.md``). A template or static file may go by the name its app gives it
+  (``farms/object_edit.html`` is ``templates/farms/object_edit.html``).
+- a word with a slash that ends in ``.py`` or ``.md`` (``kernel/fake.py``): found beside the file that names it,
+  or above it;
+- a bare ``*.py`` or ``*.md`` name (``DESIGN.md``): found anywhere in the tree.
+
+A ``tests/test_x.py::test_name`` must also define ``test_name``; a page cited with a section's title in quotes
+(``bench/runs/PASSES.md, "Three full runs"``) must have a heading that begins so. Not repository paths: URLs,
+absolute paths (``/etc/lbweb``, ``/run/...``, ``/proc/...``), paths under a variable (``$LBWEB_VAR_DIR/acme``,
+``STATE_DIR/plan.json``), and what the set-up or a run makes (``var/``, ``.venv/``, ``bench/results/``, ...: the
+ignored entries of ``.gitignore``). A ``*`` is a glob that must match; a ``<placeholder>`` part matches any one
+name.
 
 A Markdown link ``[text](target)`` must land: its file relative to the page, and its ``#anchor`` a heading of
 that file (GitHub's slug).

@@ -9,8 +9,8 @@ What counts as a repository path:
 - a word with a slash whose first part is a top-level entry of the checkout (``farms/models.py``,
   ``dataplane/kernel/``, ``bench/RESULTS.md``). A template or static file may go by the name its app gives it
   (``farms/object_edit.html`` is ``templates/farms/object_edit.html``).
-- a word with a slash that ends in ``.py`` or ``.md`` (``kernel/fake.py``): found beside the file that names it,
-  or above it;
+- a word with a slash that ends in ``.py`` or ``.md`` (``kernel/interface.py``): found beside the file that
+  names it, or above it;
 - a bare ``*.py`` or ``*.md`` name (``DESIGN.md``): found anywhere in the tree.
 
 A ``tests/test_x.py::test_name`` must also define ``test_name``; a page cited with a section's title in quotes
@@ -273,8 +273,8 @@ def test_the_check_tells_a_path_from_what_is_not_one():
     assert unresolved("tests/test_kernel_limits.py", None, "compiler/limits.py") == "no such file or folder"
     assert unresolved("DESIGN.md", None, "bench/README.md") == "no such file anywhere"
     assert unresolved("farms/nft/compiler.py", None, "README.md") == "no such file or folder"
-    assert unresolved("fake.py", None, "dataplane/applier.py") is None  # bare: somewhere in the tree
-    assert unresolved("kernel/fake.py", None, "dataplane/applier.py") is None  # beside the file that names it
+    assert unresolved("topology.py", None, "tests/lab.py") is None  # bare: somewhere in the tree
+    assert unresolved("runs/PASSES.md", None, "bench/README.md") is None  # beside the file that names it
     assert unresolved("kernel/nothing.py", None, "dataplane/applier.py") == "no such file or folder"
     assert unresolved("farms/object_edit.html", None, "farms/views.py") is None  # a template, by its name
     assert unresolved("farms/object_view.html", None, "farms/views.py") == "no such file or folder"

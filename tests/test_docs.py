@@ -267,7 +267,8 @@ def test_every_link_between_the_docs_lands_on_a_file_and_a_heading():
 
 def test_the_check_tells_a_path_from_what_is_not_one():
     """The rules above on examples: what must exist, what is not a repository path."""
-    assert unresolved("farms/models.py", None, "README.md") is None
+    assert unresolved("farms/services.py", None, "README.md") is None
+    assert unresolved("farms/models/", None, "README.md") is None
     assert unresolved("dataplane/kernel/", None, "README.md") is None
     assert unresolved("bench/RESULTS.md", None, "README.md") is None
     assert unresolved("tests/test_kernel_limits.py", None, "compiler/limits.py") == "no such file or folder"

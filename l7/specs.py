@@ -18,23 +18,15 @@ from compiler.ports import parse_ports
 from farms.choices import L7_MODES, BackendHealthChoices
 from farms.models import ConfigGeneration, Farm
 
+MAX_PORTS = 64  # an HTTP farm binds each port: a range stays small
+
 
 def _ports(text: str) -> tuple[int, ...]:
-    """Every port of the list: validation keeps an HTTP farm's lists to ``validation.MAX_PORTS`` ports, and nothing
-    is cut here (a farm HAProxy cannot bind shows the engine's refusal, never "applied" on some of its ports)."""
-    return tuple(p for low, high in parse_ports(text) for p in range(low, high + 1)) if text else ()
+    return tuple(p for low, high in parse_ports(text) for p in range(low, high + 1))[:MAX_PORTS] if text else ()
 
 
-def header_rules(rules: list[dict]) -> tuple[HeaderRule, ...]:
-    """A ``headers`` JSON field (validated) as the generator's rules."""
+def _headers(rules: list[dict]) -> tuple[HeaderRule, ...]:
     return tuple(HeaderRule(r["direction"], r["name"], r.get("value")) for r in rules or [])
-
-
-def redirect_rules(rules: list[dict]) -> tuple[RedirectRule, ...]:
-    """A ``redirects`` JSON field (validated) as the generator's rules."""
-    return tuple(
-        RedirectRule(r["path_prefix"], r["target"], r.get("code", 302), r.get("keep_path", False)) for r in rules or []
-    )
 
 
 def _options(backend):
@@ -81,7 +73,7 @@ def farm_spec(farm: Farm) -> FarmSpec:
                 queue_timeout=service.queue_timeout,
                 reuse=service.reuse,
                 servers=servers,
-                headers=header_rules(service.headers),
+                headers=_headers(service.headers),
             )
         )
     unassigned = tuple(_server(b) for b in backends if not _options(b) or b.l7.service_id is None)
@@ -108,8 +100,11 @@ def farm_spec(farm: Farm) -> FarmSpec:
         timeout_http_request=options.timeout_http_request,
         timeout_keep_alive=options.timeout_keep_alive,
         timeout_tunnel=options.timeout_tunnel,
-        redirects=redirect_rules(options.redirects),
-        headers=header_rules(options.headers),
+        redirects=tuple(
+            RedirectRule(r["path_prefix"], r["target"], r.get("code", 302), r.get("keep_path", False))
+            for r in options.redirects or []
+        ),
+        headers=_headers(options.headers),
         error_pages=tuple(sorted((int(k), v) for k, v in (options.error_pages or {}).items())),
         enabled=farm.state == "up" and (farm.mode == "http" or bool(certificates)),
     )

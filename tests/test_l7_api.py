@@ -355,16 +355,6 @@ def test_http_farm_binds_every_port_it_accepts_and_needs_one(client):
     assert response.status_code == 400 and "at most 64 ports" in response.json()["redirect_ports"][0]
 
 
-def test_an_http_farm_row_is_never_cut_to_64_ports(db):
-    """A row written before the limit (or by hand) is rendered whole: HAProxy's verdict on all of its ports is the
-    farm's status, never "applied" on the first 64 of them."""
-    from l7 import specs
-    from l7.models import Farm
-
-    farm = Farm.objects.create(name="old", vip="198.18.100.9", protocol="tcp", ports="9001-9100", mode="http")
-    assert len(specs.farm_spec(farm).ports) == 100
-
-
 @pytest.mark.parametrize(("field", "value"), [("cookie_name", "LB#x"), ("host_regex", "(?a)x"), ("hosts", "a\tb")])
 def test_every_path_refuses_with_the_same_words(client, admin_client, admin_user, field, value):
     """The API's POST and PATCH, the service form and the configuration import all reach ``HttpService.clean()``."""

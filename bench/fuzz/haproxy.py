@@ -29,10 +29,9 @@ from django.core.exceptions import ValidationError
 from hypothesis import strategies as st
 
 from compiler.haproxy.config import render
-from compiler.haproxy.spec import EngineSpec, FarmSpec, ServerSpec, ServiceSpec
+from compiler.haproxy.spec import EngineSpec, FarmSpec, HeaderRule, RedirectRule, ServerSpec, ServiceSpec
 from dataplane.l7.engine import ConfigError
 from dataplane.l7.engine import check as haproxy_check
-from l7 import specs
 from l7.models import HttpService, L7Backend, L7Farm
 
 from . import Outcome
@@ -231,12 +230,20 @@ def validate(drawn: dict[str, object], outcome: Outcome) -> dict[str, object]:
     return current
 
 
+def _header_rules(rules: list[dict]) -> tuple[HeaderRule, ...]:
+    return tuple(HeaderRule(r["direction"], r["name"], r.get("value")) for r in rules)  # as l7/specs.py reads them
+
+
+def _redirect_rules(rules: list[dict]) -> tuple[RedirectRule, ...]:
+    return tuple(RedirectRule(r["path_prefix"], r["target"], r["code"], r["keep_path"]) for r in rules)
+
+
 def _servers(*ids: int, **options) -> tuple[ServerSpec, ...]:
     return tuple(ServerSpec(id=i, address=f"198.18.1.{i % 200}", port=80, **options) for i in ids)
 
 
 def engine_spec(v: dict) -> tuple[EngineSpec, dict[str, object]]:
-    """The four farms of an example, from the rows ``clean()`` leaves, as ``l7/specs.py`` turns rows into the
+    """The four farms of an example, from the rows ``clean()`` leaves, read as ``l7/specs.py`` reads rows into the
     generator's spec; and the values as stored (``clean()`` writes the host list lower case, single-spaced)."""
     options, redirects = CLEAN["farm headers"](v), CLEAN["redirects"](v)
     rows = {key: CLEAN[key](v) for key in SERVICES}
@@ -247,13 +254,13 @@ def engine_spec(v: dict) -> tuple[EngineSpec, dict[str, object]]:
         return ServiceSpec(
             id=SERVICES[key], name=key, hosts=tuple(row.hosts.split()), host_regex=row.host_regex,
             path_prefix=row.path_prefix, persistence=row.persistence, persistence_header=row.persistence_header,
-            cookie_name=row.cookie_name, servers=servers, headers=specs.header_rules(row.headers),
+            cookie_name=row.cookie_name, servers=servers, headers=_header_rules(row.headers),
         )  # fmt: skip
 
     farm = {"mode": "http", "vip": "198.18.100.1", "forwarded_headers": False}
     farms = (
         FarmSpec(
-            FARMS["headers"], "fuzz-headers", ports=(80,), headers=specs.header_rules(options.headers),
+            FARMS["headers"], "fuzz-headers", ports=(80,), headers=_header_rules(options.headers),
             services=(*(service(k, ()) for k in "abc"), service("d", _servers(101, 102))), **farm,
         ),
         FarmSpec(FARMS["sticky"], "fuzz-sticky", ports=(81,), services=(service("e", _servers(103)),), **farm),
@@ -262,7 +269,7 @@ def engine_spec(v: dict) -> tuple[EngineSpec, dict[str, object]]:
             services=(ServiceSpec(-FARMS["tls"], "default", servers=_servers(104, tls=True, tls_sni=backend.tls_sni)),),
         ),
         FarmSpec(
-            FARMS["redirects"], "fuzz-redirects", ports=(83,), redirects=specs.redirect_rules(redirects.redirects),
+            FARMS["redirects"], "fuzz-redirects", ports=(83,), redirects=_redirect_rules(redirects.redirects),
             **farm,
         ),
     )  # fmt: skip

@@ -13,9 +13,10 @@ An engine is a module of this package, named in ``ENGINES``, that exposes:
 ``values() -> SearchStrategy[dict[str, object]]``
     One example: a value for every field in ``FIELDS`` (``text.hostile`` draws the usual hostile text).
 ``check(values: dict[str, object]) -> Outcome``
-    Writes each value through the services (so the models' ``clean()`` decides), renders the configuration with
-    the pure generator, runs the engine's own check on it and reads back what the engine made of every accepted
-    value. Returns the verdicts; raises only on a crash (an exception anywhere is a bug, counted as a crash).
+    Puts each value in its field and lets the model's ``clean()`` decide (through the services, or ``full_clean()``
+    on the rows as the services would save them), renders the configuration with the pure generator, runs the
+    engine's own check on it and reads back what the engine made of every accepted value. Returns the verdicts;
+    raises only on a crash (an exception anywhere is a bug, counted as a crash).
 
 The runner calls ``check`` with Django set up on a throwaway, migrated SQLite database, inside a transaction it
 rolls back after each example, so every example starts from an empty configuration.

@@ -1,9 +1,10 @@
 """HAProxy's fields (the plug-in interface is in ``bench/fuzz/__init__.py``): every value an operator types that
 ``compiler/haproxy/config.py`` writes into HAProxy's configuration.
 
-One example builds four HTTP farms through the services, every field at a neutral value (a marker such as
-``X-Fuzz-m03q``), then writes each drawn value into its field through the same services, so the models' ``clean()``
-accepts or refuses it (a refused value leaves the marker). The configuration is rendered and checked three ways:
+One example is four HTTP farms, every field at a neutral value (a marker such as ``X-Fuzz-m03q``); each drawn value
+goes into its field alone and the model's ``full_clean()`` accepts or refuses it, as every path (API, pages,
+import) runs it on a write (a refused value leaves the marker). The rows stay in memory, so an example costs two
+HAProxy processes and no database write. The configuration is rendered and checked three ways:
 
 (a) ``haproxy -c``, exactly as the worker checks it (``dataplane.l7.engine.check``);
 (b) meaning: each accepted value is read back from the configuration as HAProxy's manual says it reads it

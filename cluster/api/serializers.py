@@ -22,7 +22,9 @@ class ClusterSerializer(serializers.ModelSerializer):
     class Meta:
         model = Cluster
         fields = (*CLUSTER_FIELDS, "nodes", "token_set")
-        extra_kwargs = {"token": {"write_only": True}}
+        # The password as typed: trimmed here but not by ``manage.py cluster configure``, the two nodes could
+        # differ; clean() refuses spaces at either end instead, with a message.
+        extra_kwargs = {"token": {"write_only": True}, "auth_pass": {"trim_whitespace": False}}
 
     def get_token_set(self, obj) -> bool:
         return bool(obj.token)

@@ -121,7 +121,7 @@ class Cluster(models.Model):
         elif self.auth_pass and grammar.auth_pass_problem(self.auth_pass):
             errors["auth_pass"] = grammar.auth_pass_problem(self.auth_pass)
         problems = {
-            "interface": grammar.interface_problem(self.interface or ""),
+            "interface": grammar.vrrp_interface_problem(self.interface or ""),
             "sync_interface": grammar.conntrackd_word_problem(self.sync_interface or ""),  # conntrackd's too
             "management_address": grammar.interface_address_problem(self.management_address or ""),
         }
@@ -164,13 +164,28 @@ class Node(models.Model):
     def is_local(self) -> bool:
         return self.name == settings.LBWEB_NODE_NAME
 
+    def clean_fields(self, exclude=None) -> None:
+        """Django's address field drops an IPv6 scope id without a word ('fe80::1%eth0' becomes 'fe80::1'): it is
+        refused here, before the field sees it, so what is saved is what was typed."""
+        scoped = {
+            name: grammar.address_problem(value)
+            for name in ("address", "sync_address")
+            if isinstance(value := getattr(self, name), str) and "%" in value and name not in (exclude or ())
+        }
+        try:
+            super().clean_fields(exclude=[*(exclude or ()), *scoped])
+        except ValidationError as exc:
+            raise ValidationError({**exc.message_dict, **scoped}) from exc
+        if scoped:
+            raise ValidationError(scoped)
+
     def clean(self) -> None:
         errors = {}
         if grammar.node_name_problem(self.name or ""):
             errors["name"] = grammar.node_name_problem(self.name or "")
         for name in ("address", "sync_address"):
             value = getattr(self, name) or ""
-            if _ip(value.split("%")[0]) is not None and grammar.address_problem(value):  # unparsable: the field says
+            if "%" not in value and _ip(value) is not None and grammar.address_problem(value):  # else: clean_fields
                 errors[name] = grammar.address_problem(value)
         fingerprint = self.tls_fingerprint.replace(":", "").lower()
         if fingerprint and not re.fullmatch(r"[0-9a-f]{64}", fingerprint):

@@ -152,7 +152,9 @@ def engine_refusals(cluster: Cluster) -> dict[str, str | list[str]]:
     except ValueError as exc:
         return {NON_FIELD_ERRORS: [f"The cluster's files cannot be written: {exc}"]}
     failures = engine_check.check_texts(*texts)
-    return {NON_FIELD_ERRORS: [f"This node's {f.engine} refused {f.name}: {f.detail}" for f in failures]} if failures else {}
+    if failures:
+        return {NON_FIELD_ERRORS: [f"This node's {f.engine} refused {f.name}: {f.detail}" for f in failures]}
+    return {}
 
 
 def _state_word(state: str) -> str:

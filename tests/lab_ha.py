@@ -62,8 +62,8 @@ def node_links(tag: str):
     try:
         sh("ip", "-n", name, "link", "set", "lo", "up")
         for dev in NODE_LINKS:
-            sh("ip", "-n", name, "link", "add", dev, "type", "veth", "peer", "name", f"{dev}p")
-            sh("ip", "-n", name, "link", "set", dev, "up")
+            sh("ip", "-n", name, "link", "add", "name", dev, "type", "veth", "peer", "name", f"{dev}p")
+            sh("ip", "-n", name, "link", "set", "dev", dev, "up")
         yield name
     finally:
         sh("ip", "netns", "del", name, check=False)

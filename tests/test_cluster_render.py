@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
+from cluster.engine_check import CheckFailed, check_conntrackd, check_keepalived
 from cluster.models import Cluster, Node
 from compiler.cluster import render
 from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
-from cluster.engine_check import CheckFailed, check_conntrackd, check_keepalived
 from dataplane.cluster import transition
 from dataplane.cluster.applier import build_spec
 from tests.lab import run_in_netns

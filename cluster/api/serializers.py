@@ -7,6 +7,10 @@ from ..services import CLUSTER_FIELDS, NODE_FIELDS
 
 
 class NodeSerializer(serializers.ModelSerializer):
+    # As typed: DRF's address field, as Django's, drops an IPv6 scope id silently; the model refuses one instead.
+    address = serializers.CharField(max_length=64, help_text="its own address on the VRRP interface")
+    sync_address = serializers.CharField(max_length=64, help_text="its own address on the sync link")
+
     class Meta:
         model = Node
         fields = NODE_FIELDS

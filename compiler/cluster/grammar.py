@@ -70,6 +70,13 @@ def interface_problem(value: str) -> str | None:
     return None
 
 
+def vrrp_interface_problem(value: str) -> str | None:
+    """keepalived's instance ``interface``: any interface but the loopback ("cannot use a loopback interface")."""
+    if value == "lo":
+        return "Not the loopback interface: VRRP adverts go out on a real link (keepalived refuses lo)."
+    return interface_problem(value)
+
+
 def conntrackd_word_problem(value: str) -> str | None:
     """An interface name conntrackd's lexer reads as a name (its ``Interface`` takes no quotes)."""
     problem = interface_problem(value)

@@ -102,7 +102,7 @@ def keepalived_conf(spec: ClusterSpec) -> str:
         "",
         f"vrrp_instance {INSTANCE} {{",
         "    state BACKUP",
-        f"    interface {_value(grammar.interface_problem, spec.interface, 'interface')}",
+        f"    interface {_value(grammar.vrrp_interface_problem, spec.interface, 'interface')}",
         f"    virtual_router_id {_number(spec.vrid, 1, 255, 'virtual_router_id')}",
         f"    version {_number(spec.vrrp_version, 2, 3, 'version')}",
         f"    priority {_number(local.priority, 1, 254, 'priority')}",

@@ -15,10 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 
+from cluster.engine_check import CheckFailed, check_conntrackd, check_keepalived
 from cluster.models import Cluster, Node
 from compiler.cluster import grammar, render
 from dataplane.cluster.applier import build_spec
@@ -33,9 +33,11 @@ from tests.cluster_engines import (
     parse,
     validation_errors,
 )
+from tests.lab_ha import reachable_dir
 from tests.test_cluster_api import node  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parent.parent
 in_node = pytest.mark.usefixtures("node")
 EXAMPLES = 200  # about 45 s here: about half pass validation, and each of those runs keepalived twice
 BUDGET_SECONDS = 120
@@ -86,17 +88,22 @@ def test_a_password_with_comment_marks_or_a_space_reaches_keepalived_whole(clien
     assert put(client, {"auth_pass": password}).status_code == 200
     cluster = Cluster.load()
     local, peer = Node.objects.get(name="n1"), Node.objects.get(name="n2")
-    spec = build_spec(cluster, local, peer, tmp_path, Path(settings.BASE_DIR))
+    spec = build_spec(cluster, local, peer, tmp_path, ROOT)
     path = tmp_path / "keepalived.conf"
     path.write_text(render.keepalived_conf(replace(spec, handler=("/usr/bin/true",))))  # no plan here to run
     assert parse(keepalived_dump(path, tmp_path))["Password"] == password
 
 
 @in_node
-def test_vrrp3_adverts_of_more_than_a_second_are_written_as_keepalived_takes_them(client):
-    """The conntrackd check's interval is whole seconds (keepalived refused 'interval 2.5' and the PUT said 200)."""
+def test_vrrp3_adverts_of_more_than_a_second_are_written_as_keepalived_takes_them(client, tmp_path):
+    """conntrackd's check runs every whole second: keepalived refused 'interval 2.5' in the worker's file, after the
+    PUT had said 200."""
     response = put(client, {"vrrp_version": 3, "auth_pass": "", "advert_interval": 2.5})
     assert response.status_code == 200, response.content
+    spec = build_spec(Cluster.load(), Node.objects.get(name="n1"), Node.objects.get(name="n2"), tmp_path, ROOT)
+    with reachable_dir("lbweb-advert") as work:
+        (work / "keepalived.conf").write_text(render.keepalived_conf(spec))
+        check_keepalived(work / "keepalived.conf")  # raises on a refusal
 
 
 @in_node
@@ -147,3 +154,29 @@ def test_whatever_clean_accepts_the_engines_take_with_its_meaning_intact(engines
     example()
     assert time.monotonic() - started < BUDGET_SECONDS, "the short run outgrew its budget: lower EXAMPLES"
     assert counts["accepted"] >= EXAMPLES // 4, f"too few values got through validation to prove anything: {counts}"
+
+
+def test_each_word_the_grammar_keeps_from_conntrackd_is_one_of_its_own(engines):
+    """``conntrackd_word_problem`` refuses conntrackd's keywords, patterns and short hex words as interface names:
+    each is proved to be a syntax error to conntrackd 1.4.7 itself, so none is refused for nothing; and the
+    neighbours it lets through are names to conntrackd ('persistent': its pattern wants a capital T at the end)."""
+    patterns = ["on", "ON", "off", "Yes", "no", "alarm", "FTFW", "nack", "NoTrack", "persistenT", "PERSISTENT"]
+    words = [*sorted(grammar.CONNTRACKD_KEYWORDS), *patterns, "a", "F00", "beef"]
+    base = render.conntrackd_conf(engines.spec({}))
+    not_refused = []
+    for word in words:
+        assert grammar.conntrackd_word_problem(word), word
+        path = engines.dir / "conntrackd.conf"
+        path.write_text(base.replace("Interface sync0", f"Interface {word}"))
+        try:
+            engines.run(lambda _lab, path=path: check_conntrackd(path))
+            not_refused.append(word)
+        except CheckFailed as exc:
+            if "syntax error" not in exc.detail:
+                not_refused.append(f"{word}: {exc.detail}")
+    assert not_refused == []
+    for name in ("persistent", "only", "beef0", "eth9", "TCPx", "Interfaces"):
+        assert grammar.conntrackd_word_problem(name) is None, name
+        path.write_text(base.replace("Interface sync0", f"Interface {name}"))
+        with pytest.raises(CheckFailed, match=f"{name} is an invalid interface"):  # read as a name: not here
+            engines.run(lambda _lab, path=path: check_conntrackd(path))

@@ -20,10 +20,11 @@ IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # IFNAMSIZ - 1; none of keepalived
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a host name (the default LBWEB_NODE_NAME)
 
 # conntrackd's lexer reads a word as its own STRING token only when no earlier rule matches the whole word:
-# its keywords (case as written), these patterns (any case), and one to four hex digits (the start of an IPv6
-# address). Interface names are such words; one of these would be a syntax error, or another setting.
+# its keywords (case as written), its patterns (as it writes them: any case, but persistent's last letter), and
+# one to four hex digits (the start of an IPv6 address). Interface names are such words; one of these would be a
+# syntax error.
 CONNTRACKD_STRING = re.compile(r"[A-Za-z][A-Za-z0-9._-]*")
-CONNTRACKD_PATTERNS = {"on", "off", "yes", "no", "alarm", "ftfw", "nack", "notrack", "persistent"}
+CONNTRACKD_PATTERNS = re.compile(r"(?i:on|off|yes|no|alarm|ftfw|nack|notrack)|(?i:persisten)T")
 _KEYWORDS = """
     UNIX IPv4_address IPv6_address IPv4_Destination_Address IPv6_Destination_Address IPv4_interface
     IPv6_interface Interface Multicast UDP TCP HashSize RefreshTime CacheTimeout CommitTimeout HashLimit Path
@@ -84,7 +85,7 @@ def conntrackd_word_problem(value: str) -> str | None:
         return problem
     if not CONNTRACKD_STRING.fullmatch(value):
         return "conntrackd takes an interface name that starts with a letter: rename the link or use another."
-    if value in CONNTRACKD_KEYWORDS or value.lower() in CONNTRACKD_PATTERNS or re.fullmatch(r"[0-9a-fA-F]{1,4}", value):
+    if value in CONNTRACKD_KEYWORDS or CONNTRACKD_PATTERNS.fullmatch(value) or re.fullmatch(r"[0-9a-fA-F]{1,4}", value):
         return f"conntrackd reads {value!r} as one of its own words, not as a name: rename the link or use another."
     return None
 

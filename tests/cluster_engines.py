@@ -39,22 +39,11 @@ from compiler.cluster import grammar, render
 from compiler.cluster.spec import ClusterSpec
 from tests.lab import inside_netns, run_in_netns, sh
 from tests.lab_ha import node_links, reachable_dir
+from tests.test_cluster_api import body as api_body
 
 ROOT = Path(__file__).resolve().parent.parent
 KEEPALIVED = "/usr/sbin/keepalived"
-NODE_FIELDS = ("name", "address", "sync_address", "priority")
-BASE: dict = {
-    "enabled": True, "vrid": 51, "vrrp_version": 2, "advert_interval": 1.0, "auth_pass": "s3cret",
-    "preempt_delay": 5, "interface": "eth0", "sync_interface": "sync0", "track_interfaces": "back0",
-    "track_conntrackd": True, "management_address": "198.18.2.100/24", "extra_addresses": "198.18.1.1/24 back0",
-    "token": "t" * 40,
-    "nodes": [
-        {"name": "n1", "address": "198.18.2.11", "sync_address": "198.18.3.1", "priority": 150,
-         "api_url": "https://198.18.2.11:8000", "tls_fingerprint": ""},
-        {"name": "n2", "address": "198.18.2.12", "sync_address": "198.18.3.2", "priority": 100,
-         "api_url": "https://198.18.2.12:8000", "tls_fingerprint": ""},
-    ],
-}  # fmt: skip
+BASE = api_body(vrrp_version=2, advert_interval=1.0, auth_pass="s3cret")  # with a password: VRRPv2
 STAMP = re.compile(r"^\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}: ")  # keepalived --log-console's prefix
 
 
@@ -149,21 +138,29 @@ class EngineLab:
 
     # -- keepalived ------------------------------------------------------------------------------------
 
+    def checked(self, name: str, generate, spec: ClusterSpec, check) -> tuple[str | None, str]:
+        """lbweb's file ``name`` for ``spec`` and the engine's check of it: (its text, "") or (None, why not)."""
+        try:
+            text = generate(spec)
+        except ValueError as exc:
+            return None, f"the generator refused a value clean() accepted: {exc}"
+        path = self.dir / name
+        path.write_text(text)
+        try:
+            check(path)
+        except CheckFailed as exc:
+            return None, str(exc)
+        return text, ""
+
     def keepalived_verdict(self, values: dict) -> tuple[bool, str]:
         """``keepalived -t`` on lbweb's file, then keepalived's own dump of it against the values given."""
         spec = self.spec(values)
         self.ensure_links(interfaces(rows(values)[0]))
-        try:
-            text = render.keepalived_conf(spec)
-        except ValueError as exc:
-            return False, f"the generator refused a value clean() accepted: {exc}"
-        path = self.dir / "keepalived.conf"
-        path.write_text(text)
-        try:
-            check_keepalived(path)
-        except CheckFailed as exc:
-            return False, str(exc)
+        text, refusal = self.checked("keepalived.conf", render.keepalived_conf, spec, check_keepalived)
+        if text is None:
+            return False, refusal
         # the same file but for the handler (lbweb's would start, with no plan here): keepalived runs it
+        path = self.dir / "keepalived.conf"
         path.write_text(render.keepalived_conf(replace(spec, handler=("/usr/bin/true",))))
         differences = compare(keepalived_dump(path, self.dir), expected(spec))
         return not differences, "; ".join(differences)
@@ -174,16 +171,9 @@ class EngineLab:
         """conntrackd's parser on lbweb's file; each value one token on its line, as in the base file."""
         spec = self.spec(values)
         self.ensure_links([spec.sync_interface])
-        try:
-            text = render.conntrackd_conf(spec)
-        except ValueError as exc:
-            return False, f"the generator refused a value clean() accepted: {exc}"
-        path = self.dir / "conntrackd.conf"
-        path.write_text(text)
-        try:
-            check_conntrackd(path)
-        except CheckFailed as exc:
-            return False, str(exc)
+        text, refusal = self.checked("conntrackd.conf", render.conntrackd_conf, spec, check_conntrackd)
+        if text is None:
+            return False, refusal
         reference = render.conntrackd_conf(replace(self.spec({}), ignore_addresses=spec.ignore_addresses))
         family = "IPv6" if ipaddress.ip_address(spec.local.sync_address).version == 6 else "IPv4"
         wanted = [

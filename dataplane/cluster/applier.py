@@ -21,10 +21,11 @@ from pathlib import Path
 
 from django.conf import settings
 
+import compiler
+import compiler.names
 from cluster.engine_check import CheckFailed, check_conntrackd, check_keepalived
 from cluster.models import Cluster, Node
 from cluster.specs import cluster_spec
-from compiler import compiler
 from compiler.cluster import render
 from compiler.cluster.spec import ClusterSpec, FloatingAddress, PersistenceSpec
 from farms.specs import farm_spec, farms_queryset
@@ -76,7 +77,7 @@ def build_spec(cluster: Cluster, local: Node, peer: Node, state_dir: Path, app: 
             persistence.append(
                 PersistenceSpec(
                     farm=spec.name, mark=spec.mark, ttl=spec.persist_ttl, family=spec.family,
-                    sets=tuple((b.address, compiler.persist_set_name(spec, b.id)) for b in spec.backends),
+                    sets=tuple((b.address, compiler.names.persist_set_name(spec, b.id)) for b in spec.backends),
                 )
             )  # fmt: skip
     for address, interface in cluster.floating_extra():

@@ -59,6 +59,7 @@ def saved() -> tuple:
         ({"auth_pass": "a\n}\n}\nx"}, "auth_pass", "Printable ASCII"),  # was keywords in keepalived's parser
         ({"auth_pass": 'a"b'}, "auth_pass", "double quote"),
         ({"auth_pass": "ab "}, "auth_pass", "either end"),
+        ({"auth_pass": "}"}, "auth_pass", "end of the block"),  # found by bench/fuzz: the block ended there
         ({"nodes[1].address": "fe80::1%eth0"}, "nodes[1].address", "scope id"),
         ({"nodes[1].address": "2001:2::12"}, "nodes[1].address", "one family"),  # a v6 node, a v4 peer
         ({"nodes[1].sync_address": "2001:2:0:3::2"}, "nodes[1].sync_address", "one family"),  # conntrackd's

@@ -54,6 +54,8 @@ def auth_pass_problem(value: str) -> str | None:
         return "No space at either end (invisible when typed, and the other node must have the same password)."
     if value.endswith("\\"):
         return "Not ending in a backslash: keepalived reads it as escaping the closing quote."
+    if value == "}":
+        return "Not a lone '}': keepalived reads it as the end of the block, quoted or not."
     return None
 
 

@@ -26,7 +26,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from django.core.exceptions import ValidationError
@@ -97,6 +97,22 @@ def interfaces(cluster: Cluster) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """An engine's answer about lbweb's file: its refusal, or what it read other than the values given."""
+
+    refusal: str = ""
+    lost: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.refusal and not self.lost
+
+    @property
+    def message(self) -> str:
+        return self.refusal or "; ".join(self.lost)
+
+
 class EngineLab:
     """A namespace with the node's interfaces (more are added as a body names them) and a directory keepalived's
     user can read. ``enter``: the calling thread works inside the namespace while the lab is open; otherwise
@@ -152,28 +168,28 @@ class EngineLab:
             return None, str(exc)
         return text, ""
 
-    def keepalived_verdict(self, values: dict) -> tuple[bool, str]:
+    def keepalived_verdict(self, values: dict) -> Verdict:
         """``keepalived -t`` on lbweb's file, then keepalived's own dump of it against the values given."""
         spec = self.spec(values)
         self.ensure_links(interfaces(rows(values)[0]))
         text, refusal = self.checked("keepalived.conf", render.keepalived_conf, spec, check_keepalived)
         if text is None:
-            return False, refusal
+            return Verdict(refusal=refusal)
         # the same file but for the handler (lbweb's would start, with no plan here): keepalived runs it
         path = self.dir / "keepalived.conf"
         path.write_text(render.keepalived_conf(replace(spec, handler=("/usr/bin/true",))))
         differences = compare(keepalived_dump(path, self.dir), expected(spec))
-        return not differences, "; ".join(differences)
+        return Verdict(lost=tuple(differences))
 
     # -- conntrackd ------------------------------------------------------------------------------------
 
-    def conntrackd_verdict(self, values: dict) -> tuple[bool, str]:
+    def conntrackd_verdict(self, values: dict) -> Verdict:
         """conntrackd's parser on lbweb's file; each value one token on its line, as in the base file."""
         spec = self.spec(values)
         self.ensure_links([spec.sync_interface])
         text, refusal = self.checked("conntrackd.conf", render.conntrackd_conf, spec, check_conntrackd)
         if text is None:
-            return False, refusal
+            return Verdict(refusal=refusal)
         reference = render.conntrackd_conf(replace(self.spec({}), ignore_addresses=spec.ignore_addresses))
         family = "IPv6" if ipaddress.ip_address(spec.local.sync_address).version == 6 else "IPv4"
         wanted = [
@@ -187,7 +203,7 @@ class EngineLab:
         for mark in "{}#":
             if text.count(mark) != reference.count(mark):
                 missing.append(f"{mark!r} {text.count(mark)} times (the base file: {reference.count(mark)})")
-        return not missing, "; ".join(missing)
+        return Verdict(lost=tuple(missing))
 
 
 def _exists(name: str) -> bool:

@@ -148,9 +148,9 @@ def test_whatever_clean_accepts_the_engines_take_with_its_meaning_intact(engines
             counts["refused"] += 1
             return
         counts["accepted"] += 1
-        for verdict in ("keepalived_verdict", "conntrackd_verdict"):
-            ok, message = engines.run(lambda lab, verdict=verdict: getattr(lab, verdict)(values))
-            assert ok, f"{verdict} {values!r}: {message}"
+        for engine in ("keepalived_verdict", "conntrackd_verdict"):
+            verdict = engines.run(lambda lab, engine=engine: getattr(lab, engine)(values))
+            assert verdict.ok, f"{engine} {values!r}: {verdict.message}"
 
     example()
     assert time.monotonic() - started < BUDGET_SECONDS, "the short run outgrew its budget: lower EXAMPLES"

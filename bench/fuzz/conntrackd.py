@@ -1,22 +1,41 @@
 """conntrackd's plug-in: the cluster's fields that reach conntrackd.conf (the sync interface, both nodes' sync
-addresses, and their VRRP addresses in its ignore list). ``engine_check`` runs conntrackd's own parser on lbweb's
-file (``conntrackd -C FILE -s``, see ``cluster.engine_check``) and checks each value is one word on its line."""
+addresses, and their VRRP addresses in its ignore list). Its verdict runs conntrackd's own parser on lbweb's file
+(``conntrackd -C FILE -s``, see ``cluster.engine_check``) and checks each value is one word on its own line.
+
+Two interfaces: the one of issue 39's brief (``FIELDS`` name -> strategy, ``clean``, ``engine_check``; run by
+``bench/fuzz/run.py``), and ``bench/fuzz_engines.py``'s (``NAME``, ``available``, ``values``, ``check``).
+"""
 
 from __future__ import annotations
 
-from bench.fuzz.setup import django_ready
+from bench.fuzz import cluster_common
+from tests.cluster_engines import CONNTRACKD_FIELDS as FIELDS
+from tests.cluster_engines import Verdict, examples, shared_lab, validation_errors
 
-django_ready()
-
-from tests.cluster_engines import CONNTRACKD_FIELDS as FIELDS  # noqa: E402
-from tests.cluster_engines import shared_lab, validation_errors  # noqa: E402
-
-__all__ = ["FIELDS", "clean", "engine_check"]
+NAME = "conntrackd"
+__all__ = ["FIELDS", "NAME", "available", "check", "clean", "engine_check", "values"]
 
 
 def clean(values: dict) -> dict | None:
     return validation_errors(values)
 
 
-def engine_check(values: dict) -> tuple[bool, str]:
+def verdict(values: dict) -> Verdict:
     return shared_lab().run(lambda lab: lab.conntrackd_verdict(values))
+
+
+def engine_check(values: dict) -> tuple[bool, str]:
+    result = verdict(values)
+    return result.ok, result.message
+
+
+def available() -> str | None:
+    return cluster_common.available("/usr/sbin/conntrackd")
+
+
+def values():
+    return examples(FIELDS)
+
+
+def check(values: dict):
+    return cluster_common.outcome(values, verdict)

@@ -1,23 +1,42 @@
 """keepalived's plug-in: the cluster's fields that reach keepalived.conf (the VRRP password, both nodes' names,
 addresses and priorities, the management address, the interfaces, the virtual router id, the advert interval and
-version, the preemption delay, conntrackd tracking). ``engine_check`` runs ``keepalived -t`` on lbweb's file, then
-keepalived itself, and compares its dump (``-d``) with the values given (``tests/cluster_engines.py``)."""
+version, the preemption delay, conntrackd tracking). Its verdict runs ``keepalived -t`` on lbweb's file, then
+keepalived itself, and compares its dump (``-d``) with the values given (``tests/cluster_engines.py``).
+
+Two interfaces: the one of issue 39's brief (``FIELDS`` name -> strategy, ``clean``, ``engine_check``; run by
+``bench/fuzz/run.py``), and ``bench/fuzz_engines.py``'s (``NAME``, ``available``, ``values``, ``check``).
+"""
 
 from __future__ import annotations
 
-from bench.fuzz.setup import django_ready
+from bench.fuzz import cluster_common
+from tests.cluster_engines import KEEPALIVED_FIELDS as FIELDS
+from tests.cluster_engines import Verdict, examples, shared_lab, validation_errors
 
-django_ready()
-
-from tests.cluster_engines import KEEPALIVED_FIELDS as FIELDS  # noqa: E402
-from tests.cluster_engines import shared_lab, validation_errors  # noqa: E402
-
-__all__ = ["FIELDS", "clean", "engine_check"]
+NAME = "keepalived"
+__all__ = ["FIELDS", "NAME", "available", "check", "clean", "engine_check", "values"]
 
 
 def clean(values: dict) -> dict | None:
     return validation_errors(values)
 
 
-def engine_check(values: dict) -> tuple[bool, str]:
+def verdict(values: dict) -> Verdict:
     return shared_lab().run(lambda lab: lab.keepalived_verdict(values))
+
+
+def engine_check(values: dict) -> tuple[bool, str]:
+    result = verdict(values)
+    return result.ok, result.message
+
+
+def available() -> str | None:
+    return cluster_common.available("/usr/sbin/keepalived")
+
+
+def values():
+    return examples(FIELDS)
+
+
+def check(values: dict):
+    return cluster_common.outcome(values, verdict)

@@ -1,11 +1,14 @@
-"""The engine plug-ins of ``bench/fuzz/`` on their own, until ``bench/fuzz_engines.py`` drives them:
+"""The cluster's engine plug-ins (``keepalived.py``, ``conntrackd.py``) on their own, the long run of issue 39
+until ``bench/fuzz_engines.py`` drives them:
 
     .venv/bin/python -m bench.fuzz.run keepalived conntrackd [--examples 5000] [--seed N] [--out FILE]
 
-As root. For each plug-in, ``--examples`` values drawn by hypothesis from its ``FIELDS`` (one field of the base
-configuration replaced at a time); each goes through ``clean`` and, if accepted, ``engine_check``. Counts per
-plug-in: examples, accepted, refused by validation, refused by the engine (the goal: 0), crashes (the goal: 0),
-with the first few of each kind kept. Exit status 1 when an engine refused anything or something crashed.
+As root. A plug-in exposes ``FIELDS`` (name -> hypothesis strategy of the values tried there), ``clean(values) ->
+errors | None`` (lbweb's validation) and ``engine_check(values) -> (ok, message)`` (the engine's verdict on the
+file lbweb writes from values ``clean`` accepted). For each, ``--examples`` examples drawn by hypothesis (one field
+of the base configuration replaced at a time); each goes through ``clean`` and, if accepted, ``engine_check``.
+Counts per plug-in: examples, accepted, refused by validation, refused by the engine (goal 0), crashes (goal 0),
+with the first few failures kept. Exit status 1 when an engine refused anything or something crashed.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -26,7 +30,7 @@ def run(name: str, examples: int, seed: int | None) -> dict:
     from hypothesis import seed as hypothesis_seed
     from hypothesis import strategies as st
 
-    plugin = importlib.import_module(f"bench.fuzz.{name}")
+    plugin = importlib.import_module(f"bench.fuzz.{name}")  # after Django's setup: the plug-ins import models
     counts = {"examples": 0, "accepted": 0, "refused_by_validation": 0, "refused_by_engine": 0, "crashes": 0}
     kept: dict[str, list] = {"first_refused_by_engine": [], "first_crashes": []}
     started = time.monotonic()
@@ -64,6 +68,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--out", default=None, help="also write the results here (JSON)")
     args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root: the engines are asked in a throwaway network namespace")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lbweb.settings")
+    import django
+
+    django.setup()  # the models validate without a database
     results = [run(name, args.examples, args.seed) for name in args.plugins]
     for result in results:
         figures = {k: v for k, v in result.items() if not isinstance(v, list)}

@@ -74,13 +74,14 @@ def main() -> int:
     import django
 
     django.setup()  # the models validate without a database
-    results = [run(name, args.examples, args.seed) for name in args.plugins]
-    for result in results:
-        figures = {k: v for k, v in result.items() if not isinstance(v, list)}
-        print(json.dumps(figures))
+    results = []
+    for name in args.plugins:  # each printed when done: a long run's first figures survive a later failure
+        result = run(name, args.examples, args.seed)
+        results.append(result)
+        print(json.dumps({k: v for k, v in result.items() if not isinstance(v, list)}), flush=True)
         for kind in ("first_refused_by_engine", "first_crashes"):
             for item in result[kind]:
-                print(f"  {kind}: {json.dumps(item)[:2000]}")
+                print(f"  {kind}: {json.dumps(item)[:2000]}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     return 1 if any(r["refused_by_engine"] or r["crashes"] for r in results) else 0

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,12 +19,11 @@ from django.db import transaction
 
 from compiler.cluster import render
 from farms.audit import record
+from lbweb import enqueue
 
 from . import engine_check
 from .models import Cluster, Node, Transition, pair_errors
 from .specs import cluster_spec
-
-log = logging.getLogger("lbweb.cluster")
 
 CLUSTER_FIELDS = (
     "enabled",
@@ -54,17 +52,9 @@ def cluster_state(cluster: Cluster) -> dict:
 
 
 def request_deploy() -> None:
-    """The worker rewrites keepalived's and conntrackd's files after this commits."""
-
-    def send() -> None:
-        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
-
-        try:
-            app.send_task("cluster.tasks.deploy", retry=False)
-        except Exception as exc:  # broker down: the heartbeat deploys when it comes back
-            log.warning("cluster deploy not enqueued (%s)", exc)
-
-    transaction.on_commit(send)
+    """The worker rewrites keepalived's and conntrackd's files after this commits (broker down: the heartbeat
+    deploys when it comes back)."""
+    enqueue.send_after_commit("cluster.tasks.deploy", what="cluster deploy")
 
 
 @transaction.atomic

@@ -1,9 +1,9 @@
 """What the cluster's two plug-ins (``keepalived.py``, ``conntrackd.py``) share: whether the engine can be asked
-here, and an example's verdicts in ``bench/fuzz_engines.py``'s words (its ``Outcome``).
+here, and an example's verdicts in the words (its ``Outcome``) of the engines' fuzz runner, ``fuzz_engines``.
 
-The cluster's fields are tried one at a time on a valid base configuration (``tests/cluster_engines.examples``):
-they only make sense together (one address family per link), so a value for every field at once would be
-refused for its neighbours' sake nearly every time. Django must be set up before a plug-in is imported (the
+The cluster's fields are tried one at a time on a valid base configuration (``examples`` in
+tests/cluster_engines.py): they only make sense together (one address family per link), so a value for every
+field at once would be refused for its neighbours' sake nearly every time. Django must be set up before a plug-in is imported (the
 runners do it); the plug-ins validate without a database and ask the engines in one throwaway network namespace.
 """
 
@@ -25,7 +25,7 @@ def available(binary: str) -> str | None:
 
 def outcome(values: dict, verdict_of):
     """``values`` (one field) through validation, and if accepted through the engine (``verdict_of``)."""
-    from bench.fuzz import Outcome  # bench/fuzz_engines.py's package
+    from bench.fuzz import Outcome  # the package of the engines' fuzz runner (fuzz_engines)
 
     errors = validation_errors(values)
     if errors:

@@ -3,7 +3,8 @@ addresses, and their VRRP addresses in its ignore list). Its verdict runs conntr
 (``conntrackd -C FILE -s``, see ``cluster.engine_check``) and checks each value is one word on its own line.
 
 Two interfaces: the one of issue 39's brief (``FIELDS`` name -> strategy, ``clean``, ``engine_check``; run by
-``bench/fuzz/run.py``), and ``bench/fuzz_engines.py``'s (``NAME``, ``available``, ``values``, ``check``).
+``bench/fuzz/run.py``), and that of the engines' fuzz runner, ``fuzz_engines`` (``NAME``, ``available``,
+``values``, ``check``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ version, the preemption delay, conntrackd tracking). Its verdict runs ``keepaliv
 keepalived itself, and compares its dump (``-d``) with the values given (``tests/cluster_engines.py``).
 
 Two interfaces: the one of issue 39's brief (``FIELDS`` name -> strategy, ``clean``, ``engine_check``; run by
-``bench/fuzz/run.py``), and ``bench/fuzz_engines.py``'s (``NAME``, ``available``, ``values``, ``check``).
+``bench/fuzz/run.py``), and that of the engines' fuzz runner, ``fuzz_engines`` (``NAME``, ``available``,
+``values``, ``check``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The cluster's engine plug-ins (``keepalived.py``, ``conntrackd.py``) on their own, the long run of issue 39
-until ``bench/fuzz_engines.py`` drives them:
+until the engines' fuzz runner (``fuzz_engines``) drives them:
 
     .venv/bin/python -m bench.fuzz.run keepalived conntrackd [--examples 5000] [--seed N] [--out FILE]
 

@@ -11,32 +11,7 @@ from __future__ import annotations
 
 from bench.fuzz import cluster_common
 from tests.cluster_engines import CONNTRACKD_FIELDS as FIELDS
-from tests.cluster_engines import Verdict, examples, shared_lab, validation_errors
 
 NAME = "conntrackd"
+clean, engine_check, available, values, check = cluster_common.functions(NAME, FIELDS)
 __all__ = ["FIELDS", "NAME", "available", "check", "clean", "engine_check", "values"]
-
-
-def clean(values: dict) -> dict | None:
-    return validation_errors(values)
-
-
-def verdict(values: dict) -> Verdict:
-    return shared_lab().run(lambda lab: lab.conntrackd_verdict(values))
-
-
-def engine_check(values: dict) -> tuple[bool, str]:
-    result = verdict(values)
-    return result.ok, result.message
-
-
-def available() -> str | None:
-    return cluster_common.available("/usr/sbin/conntrackd")
-
-
-def values():
-    return examples(FIELDS)
-
-
-def check(values: dict):
-    return cluster_common.outcome(values, verdict)

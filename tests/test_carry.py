@@ -1,4 +1,4 @@
-"""What a full rebuild carries over (compiler/carry.py) and how refused units are found (dataplane.bisect):
+"""What a full rebuild carries over (compiler/carry.py) and how refused units are found (dataplane.isolation.bisect):
 pure logic, no kernel."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from compiler import carry, compiler
 from compiler.spec import BackendSpec, FarmSpec
-from dataplane.applier import bisect
+from dataplane.isolation import bisect
 from dataplane.kernel.applier import ApplyError
 
 STICKY = FarmSpec(

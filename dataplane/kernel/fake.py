@@ -6,10 +6,13 @@ one transaction (all of it or nothing) and moves the ruleset generation, and it 
 refuses in the ways the Applier meets: a rule in a missing chain or naming a missing set, chain or
 counter, a delete of something absent, a chain deleted while it still has rules or something jumps to
 it, a set or chain redefined. Drift is read and repaired through the same interface as the real kernel
-(``interface.Interface``): records with the same keys as ``drift.py``'s, hashes of its own objects.
+(``interface.Interface``): records with the same keys as ``drift``'s, hashes of its own objects, and a
+reading (:class:`FakeReading`) whose removals are JSON commands.
 
 What it does not do: evaluate packets, or know every way a real kernel refuses a rule. A test makes it
-refuse what it needs with :meth:`FakeKernel.refuse` (the kernel's words), crash with
+lack a capability (``FakeKernel(capabilities={"flowtable": False})``: what needs it is refused, and the
+dry runs of ``capabilities.probe`` find it missing), refuse what it needs with :meth:`FakeKernel.refuse`
+(the kernel's words), crash with
 :meth:`FakeKernel.crash_on` (as the kernel writer dies), lose an answer with :meth:`lose_answer`, change
 behind lbweb's back with :meth:`tamper`, and count or learn with :meth:`count` and :meth:`learn`.
 The real-kernel tests (test_dataplane, test_transcribe, test_drift, test_containment) stay the proof
@@ -28,17 +31,15 @@ from typing import Any
 from compiler.compiler import (
     BASE_CHAIN,
     BASE_DIGEST_PREFIX,
-    DIGEST_PREFIX,
     canonical,
     schedule_slot,
-    shared_maps,
     skeleton_objects,
 )
 from compiler.fragments import TABLE_FAMILY, TABLE_NAME
 from compiler.units import UnitObjects
 
 from . import drift
-from .interface import ApplyError, CounterValue, Json, KernelState
+from .interface import ApplyError, CounterValue, Json
 
 OBJECT_KINDS = ("counter", "quota", "ct helper", "limit", "flowtable")
 SET_KINDS = ("set", "map")
@@ -48,6 +49,7 @@ WHERE = {"family", "table", "handle"}  # what is not a rule's body
 NOENT = "Error: Could not process rule: No such file or directory"
 BUSY = "Error: Could not process rule: Device or resource busy"
 EXISTS = "Error: Could not process rule: File exists"
+NOT_SUPPORTED = "Error: Could not process rule: Operation not supported"
 
 
 def _hash(value: Any) -> str:
@@ -132,6 +134,86 @@ class Table:
         return found
 
 
+class FakeReading(drift.Reading):
+    """A ``drift.Reading`` of the fake's tables (``table``: a copy of its ``Table``), whose removals are
+    JSON commands for :meth:`FakeKernel.repair`."""
+
+    def removals(
+        self, rewrite: set[str], wanted: Mapping[str, UnitObjects], expected: Mapping[str, drift.Record]
+    ) -> tuple[list[Json], set[tuple[str, str]]]:
+        """The same choices as ``drift.removal_messages``, as JSON commands on what was read."""
+        table: Table = self.table or Table()
+        owners, actual = self.owners, self.records
+        repair_skeleton = drift.SKELETON in rewrite
+        out: list[Json] = []
+        kept: set[tuple[str, str]] = set()
+
+        def ref(**body: Any) -> Json:
+            return {"family": TABLE_FAMILY, "table": TABLE_NAME, **body}
+
+        def unchanged(key: str, entry: str) -> bool:
+            want = expected.get(key, {}).get(entry)
+            return want is None or want == actual.get(key, {}).get(entry)
+
+        new_chains = {c: k for k, o in wanted.items() for c in o.chains}
+        new_sets = {
+            n: (k, kind) for k, o in wanted.items() for kind, n in (*o.volatile, *o.objects) if kind in SET_KINDS
+        }
+        new_objects = {n: (k, kind) for k, o in wanted.items() for kind, n in o.objects if kind in OBJECT_KINDS}
+
+        for name in sorted(owners.shared):
+            gone = []
+            for element in table.elements.get(name, {}).values():
+                owner = element_owner(element, owners)
+                if owner in rewrite and (repair_skeleton or owner != drift.SKELETON):
+                    gone.append(element)
+            if gone:
+                out.append({"delete": {"element": ref(name=name, elem=[e[0] for e in gone])}})
+        deleted = []
+        for name in table.chains:
+            key = owners.chains.get(name)
+            if not (key in rewrite or name in new_chains or (key is None and repair_skeleton)):
+                continue
+            out.append({"flush": {"chain": ref(name=name)}})
+            unit = key or drift.SKELETON
+            if unit == drift.SKELETON and key is not None:
+                if not unchanged(drift.SKELETON, f"chain {name}"):
+                    raise drift.CannotRepair(f"base chain {name} changed")
+                continue
+            if name not in new_chains or not unchanged(unit, f"chain {name}"):
+                deleted.append(name)
+        for name, definition in table.sets.items():
+            key = owners.sets.get(name)
+            if key == drift.SKELETON:
+                if repair_skeleton and not unchanged(drift.SKELETON, f"set {name}"):
+                    raise drift.CannotRepair(f"map {name} changed")
+                if name in owners.shared:
+                    kept.add(("map", name))
+                continue
+            if not (key in rewrite or name in new_sets or (key is None and repair_skeleton)):
+                continue
+            if name in new_sets and unchanged(key or new_sets[name][0], f"set {name}"):
+                kept.add((new_sets[name][1], name))
+                if name not in owners.dynamic:
+                    out.append({"flush": {definition["kind"]: ref(name=name)}})
+            else:
+                out.append({"delete": {definition["kind"]: ref(name=name)}})
+        out += [{"delete": {"chain": ref(name=name)}} for name in deleted]
+        for kind, name in table.objects:
+            key = owners.objects.get(name)
+            if not (key in rewrite or name in new_objects or (key is None and repair_skeleton)):
+                continue
+            if name in new_objects and unchanged(key or new_objects[name][0], f"{new_objects[name][1]} {name}"):
+                kept.add((new_objects[name][1], name))
+                continue
+            out.append({"delete": {kind: ref(name=name)}})
+        for (family, name), _table in self.dsr_tables.items():
+            key = owners.tables.get((family, name))
+            if (key in rewrite and key not in wanted) or (key is None and repair_skeleton):
+                out.append({"delete": {"table": {"family": family, "name": name}}})
+        return out, kept
+
+
 @dataclass
 class Call:
     """One call into the fake, for tests to count attempts and see who wrote what."""
@@ -158,7 +240,7 @@ class FakeKernel:
 
     # -- what a test arranges ----------------------------------------------------------------
 
-    def refuse(self, needle: str, message: str = "Error: Could not process rule: Operation not supported") -> None:
+    def refuse(self, needle: str, message: str = NOT_SUPPORTED) -> None:
         """Refuse, with the kernel's ``message``, every transaction with a command that contains ``needle``."""
         self._refusals.append((needle, message))
 
@@ -309,36 +391,6 @@ class FakeKernel:
     def dsr_tables(self) -> list[tuple[str, str]]:
         return sorted(k for k in self.tables if k[0] == "netdev" and k[1].startswith(drift.DSR_PREFIX))
 
-    def capabilities(self) -> dict[str, bool]:
-        self.calls.append(Call("capabilities"))
-        return dict(self._capabilities)
-
-    def observe(self) -> KernelState:
-        state = KernelState()
-        table = self._ours()
-        if table is None:
-            return state
-        state.table_present = True
-        shared = shared_maps()
-        state.chains = set(table.chains)
-        state.sets = {n for n, d in table.sets.items() if d["kind"] == "set"}
-        for name in shared:
-            for key in table.elements.get(name, {}):
-                state.shared_elements.add((name, key))
-        for chain, rules in table.rules.items():
-            for rule in rules:
-                comment = rule.get("comment", "")
-                if comment.startswith(BASE_DIGEST_PREFIX):
-                    state.base_digest = comment.removeprefix(BASE_DIGEST_PREFIX)
-                elif comment.startswith(DIGEST_PREFIX):
-                    state.farm_digests[chain] = comment.removeprefix(DIGEST_PREFIX)
-        for family, name in self.dsr_tables():
-            for rules in self.tables[(family, name)].rules.values():
-                for rule in rules:
-                    if rule.get("comment", "").startswith(DIGEST_PREFIX):
-                        state.farm_digests[f"{family} {name}"] = rule["comment"].removeprefix(DIGEST_PREFIX)
-        return state
-
     # -- interface: drift ----------------------------------------------------------------------
 
     def read_units(self, units: Mapping[str, UnitObjects]) -> drift.Reading:
@@ -369,7 +421,7 @@ class FakeKernel:
                 records[drift.SKELETON][f"table {family} {name}"] = "present"
             else:
                 records[owner] = _table_record(family, name, self.tables[(family, name)])
-        return drift.Reading(table is not None, owners, copy.deepcopy(table), records, dsr)
+        return FakeReading(table is not None, owners, copy.deepcopy(table), records, dsr)
 
     def probe_records(
         self,
@@ -398,85 +450,6 @@ class FakeKernel:
         _add_shared_elements(records, table, sorted(set(maps) & owners.shared), owners, only=set(units))
         return records
 
-    def removals(
-        self,
-        reading: drift.Reading,
-        rewrite: set[str],
-        wanted: Mapping[str, UnitObjects],
-        expected: Mapping[str, drift.Record],
-    ) -> tuple[list[Json], set[tuple[str, str]]]:
-        """The same choices as ``drift.removal_messages``, as JSON commands on this fake's reading."""
-        table: Table = reading.table or Table()
-        owners, actual = reading.owners, reading.records
-        repair_skeleton = drift.SKELETON in rewrite
-        out: list[Json] = []
-        kept: set[tuple[str, str]] = set()
-
-        def ref(**body: Any) -> Json:
-            return {"family": TABLE_FAMILY, "table": TABLE_NAME, **body}
-
-        def unchanged(key: str, entry: str) -> bool:
-            want = expected.get(key, {}).get(entry)
-            return want is None or want == actual.get(key, {}).get(entry)
-
-        new_chains = {c: k for k, o in wanted.items() for c in o.chains}
-        new_sets = {
-            n: (k, kind) for k, o in wanted.items() for kind, n in (*o.volatile, *o.objects) if kind in SET_KINDS
-        }
-        new_objects = {n: (k, kind) for k, o in wanted.items() for kind, n in o.objects if kind in OBJECT_KINDS}
-
-        for name in sorted(owners.shared):
-            gone = []
-            for element in table.elements.get(name, {}).values():
-                owner = element_owner(element, owners)
-                if owner in rewrite and (repair_skeleton or owner != drift.SKELETON):
-                    gone.append(element)
-            if gone:
-                out.append({"delete": {"element": ref(name=name, elem=[e[0] for e in gone])}})
-        deleted = []
-        for name in table.chains:
-            key = owners.chains.get(name)
-            if not (key in rewrite or name in new_chains or (key is None and repair_skeleton)):
-                continue
-            out.append({"flush": {"chain": ref(name=name)}})
-            unit = key or drift.SKELETON
-            if unit == drift.SKELETON and key is not None:
-                if not unchanged(drift.SKELETON, f"chain {name}"):
-                    raise drift.CannotRepair(f"base chain {name} changed")
-                continue
-            if name not in new_chains or not unchanged(unit, f"chain {name}"):
-                deleted.append(name)
-        for name, definition in table.sets.items():
-            key = owners.sets.get(name)
-            if key == drift.SKELETON:
-                if repair_skeleton and not unchanged(drift.SKELETON, f"set {name}"):
-                    raise drift.CannotRepair(f"map {name} changed")
-                if name in owners.shared:
-                    kept.add(("map", name))
-                continue
-            if not (key in rewrite or name in new_sets or (key is None and repair_skeleton)):
-                continue
-            if name in new_sets and unchanged(key or new_sets[name][0], f"set {name}"):
-                kept.add((new_sets[name][1], name))
-                if name not in owners.dynamic:
-                    out.append({"flush": {definition["kind"]: ref(name=name)}})
-            else:
-                out.append({"delete": {definition["kind"]: ref(name=name)}})
-        out += [{"delete": {"chain": ref(name=name)}} for name in deleted]
-        for kind, name in table.objects:
-            key = owners.objects.get(name)
-            if not (key in rewrite or name in new_objects or (key is None and repair_skeleton)):
-                continue
-            if name in new_objects and unchanged(key or new_objects[name][0], f"{new_objects[name][1]} {name}"):
-                kept.add((new_objects[name][1], name))
-                continue
-            out.append({"delete": {kind: ref(name=name)}})
-        for (family, name), _table in reading.dsr_tables.items():
-            key = owners.tables.get((family, name))
-            if (key in rewrite and key not in wanted) or (key is None and repair_skeleton):
-                out.append({"delete": {"table": {"family": family, "name": name}}})
-        return out, kept
-
     # -- the transaction -----------------------------------------------------------------------
 
     def _run(self, tables: dict[tuple[str, str], Table], commands: list[Json], document: Json) -> None:
@@ -488,9 +461,28 @@ class FakeKernel:
             ((verb, body),) = command.items()
             ((kind, obj),) = body.items()
             try:
+                self._supported(tables, verb, kind, obj)
                 _execute(tables, verb, kind, obj)
             except _Refused as exc:
                 raise ApplyError(f"{exc.message}\n{_words(command)}", document) from None
+
+    def _supported(self, tables: dict[tuple[str, str], Table], verb: str, kind: str, obj: Json) -> None:
+        """Refuse what needs a capability this fake was made without (``capabilities={"flowtable": False}``),
+        as a kernel without it does: a flowtable, a conntrack helper, reject in a nat chain. What the
+        Applier asks of it (``capabilities.probe``) is found the real kernel's way, by dry runs."""
+        if verb not in ("add", "create", "insert"):
+            return
+        needed = None
+        if kind == "flowtable":
+            needed = "flowtable"
+        elif kind == "ct helper":
+            needed = f"helper-{obj.get('type')}"
+        elif kind == "rule" and any("reject" in expression for expression in obj.get("expr", [])):
+            table = tables.get((obj["family"], obj["table"]))
+            chain = table.chains.get(obj["chain"], {}) if table else {}
+            needed = "reject-nat" if chain.get("type") == "nat" else None
+        if needed is not None and not self._capabilities.get(needed, True):
+            raise _Refused(NOT_SUPPORTED)
 
 
 class _Refused(Exception):

@@ -39,6 +39,7 @@ from .record import (
     table_record,
     unit_record,
 )
+from .repair import removal_messages
 
 OBJECTS_BY_DUMP = 50_000  # more named objects than this are read by name (see _owned_objects)
 
@@ -280,6 +281,14 @@ class Reading:
     table: TableHashes
     records: dict[str, Record]
     dsr_tables: dict[tuple[str, str], nfmsg.TableDump]
+
+    def removals(
+        self, rewrite: set[str], wanted: Mapping[str, UnitObjects], expected: Mapping[str, Record]
+    ) -> tuple[list[nfmsg.Message], set[tuple[str, str]]]:
+        """What removes the kernel's version of the units in ``rewrite``, as read here, and the objects kept
+        as they are (``repair.removal_messages``; raises ``CannotRepair`` when only a rebuild can do). A
+        question about this reading, not the kernel: nothing is read or sent."""
+        return removal_messages(self, self.owners, rewrite, wanted, expected)
 
 
 def lbweb_netdev_tables(sock: socket.socket | None = None) -> list[str]:

@@ -113,7 +113,7 @@ class Applier:
         worker's queue every 30 s. So when the kernel's ruleset generation has not moved since the
         worker last knew the kernel right (its own commit, or a comparison that matched), and no write
         came since, nothing is read. Otherwise lbweb's tables are read as netlink messages and each
-        unit's objects compared with the fingerprint kept when it was written (``kernel/drift.py``); only
+        unit's objects compared with the fingerprint kept when it was written (``kernel/drift/``); only
         the units that differ are removed and written again, in one transaction that keeps their
         counters and dynamic sets (persistence) when these are as lbweb wrote them."""
         generation_id = self.kernel.generation_id()

@@ -4,7 +4,9 @@ One change must cost one farm's compilation, not all of them: the cache keeps ev
 policy's compiled unit by the configuration generation it was compiled at, and a mirror of the
 ``KernelUnit`` rows (what the kernel holds, unit by unit). It belongs to whoever keeps it alive: the
 worker keeps one per process (``tasks.worker_cache``), so it outlives each task's Applier; a test
-makes its own. A full resync empties it; it refills from the database.
+makes its own. One cache for one kernel: the mirror is read from the rows once and then follows the
+writes made through it, so a second cache writing the same kernel would miss them. A full resync
+empties it; it refills from the database.
 """
 
 from __future__ import annotations

@@ -582,3 +582,41 @@ def test_the_kernel_writer_is_ended_after_a_big_libnftables_transaction(monkeypa
     sandbox.IsolatedKernel().apply(big)
     assert (len(stub.calls), stub.closed) == (2, 1) and stub.calls[1][1] > 1000
     assert stub.waited is False  # ended without waiting for it to exit (reaped at the next call)
+
+
+def test_the_unit_cache_is_the_appliers_and_lives_as_long_as_whoever_keeps_it(kernel, monkeypatch):
+    """The compile cache is no module global: an Applier made without one starts cold (it compiles every
+    farm again, as after a worker restart, and still writes only what changed), the next one given that
+    cache compiles the changed farm alone, and the worker keeps one cache a process across its tasks."""
+    from compiler import compiler
+    from dataplane import tasks
+
+    farms = [farm(f"f{i}", i + 1, backends=1) for i in range(4)]
+    applier(kernel).apply_pending()
+    compiled = []
+    real = compiler.compile_farm
+    monkeypatch.setattr(compiler, "compile_farm", lambda spec: compiled.append(spec.name) or real(spec))
+    services.backend_update(backend=farms[1].backends.get(), weight=3)
+    cold = dataplane.Applier(kernel)  # a cache of its own, empty
+    assert cold.cache is not CACHE
+    run = cold.apply_pending()
+    assert sorted(compiled) == ["f0", "f1", "f2", "f3"] and run.farms_changed == 1 and applied(*farms)
+    compiled.clear()
+    services.backend_update(backend=farms[2].backends.get(), weight=4)
+    run = dataplane.Applier(kernel, cache=cold.cache).apply_pending()
+    assert (run.ok, run.farms_changed, compiled) == (True, 1, ["f2"]) and applied(*farms)
+    assert tasks.worker_cache() is tasks.worker_cache()
+
+
+def test_what_the_kernel_can_do_is_found_by_dry_runs_above_the_interface():
+    """``capabilities.probe`` asks any Interface by ``check`` alone: the fake made without flowtables refuses
+    what needs them, as such a kernel does, and commits nothing while probed."""
+    from dataplane.kernel import capabilities
+
+    lacking = FakeKernel(capabilities={"flowtable": False, "helper-ftp": False})
+    probed = capabilities.probe(lacking)
+    assert probed["flowtable"] is False and probed["helper-ftp"] is False
+    assert probed["reject-nat"] is True and all(v for k, v in probed.items() if k not in ("flowtable", "helper-ftp"))
+    assert capabilities.probe(FakeKernel()) == dict.fromkeys(probed, True)
+    assert not lacking.tables and {c.method for c in lacking.calls} == {"check"}
+    assert not hasattr(Interface, "capabilities") and not hasattr(Interface, "observe")

@@ -82,7 +82,7 @@ def ruleset(netns: str) -> list[dict]:
 def both_ways(
     namespaces, old_farms, new_farms, old_policies=(), new_policies=(), new_units_in_context=True
 ) -> tuple[str, list[dict]]:
-    """``new_units_in_context=False``: the context of a bulk transaction (``Applier._write_bulk``), where
+    """``new_units_in_context=False``: the context of a bulk transaction (``ChangeWriter._write_bulk``), where
     the units the change adds are not loaded first: their own commands define them."""
     old = compiler.compile_units(list(old_farms), list(old_policies))
     new = compiler.compile_units(list(new_farms), list(new_policies))

@@ -631,7 +631,7 @@ def _object(table: Table, verb: str, kind: str, obj: Json) -> None:
         table.objects[where].update(packets=0, bytes=0)
 
 
-# -- records, with the keys drift.py gives them -----------------------------------------------------
+# -- records, with the keys drift/record.py gives them ----------------------------------------------
 
 
 def _chain_entries(table: Table, name: str, prefix: str = "") -> drift.Record:

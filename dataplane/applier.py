@@ -27,7 +27,9 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from compiler import carry, compiler
+import compiler
+import compiler.names
+from compiler import carry
 from compiler.units import combined_digest
 from farms.choices import L7_MODES, ApplyKindChoices
 from farms.models import ApplyRun, ConfigGeneration, Farm
@@ -352,7 +354,7 @@ class Applier:
                 ok=not failed and not outcome.error,
                 error=outcome.error or "\n".join(f"farm {fid}: {msg}" for fid, msg in sorted(failed.items())),
                 digest=configuration_digest(compiled),
-                farms_changed=len([k for k in outcome.changed if not k.startswith(compiler.HOOK_PREFIX)]),
+                farms_changed=len([k for k in outcome.changed if not k.startswith(compiler.names.HOOK_PREFIX)]),
                 commands=outcome.commands,
                 writer=outcome.writer,
                 drift=outcome.drift,

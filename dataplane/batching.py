@@ -18,7 +18,7 @@ import logging
 import os
 from typing import NamedTuple
 
-from compiler import compiler
+import compiler
 from compiler.types import Json
 
 from . import isolation

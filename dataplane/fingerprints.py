@@ -13,7 +13,11 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from compiler import compiler
+import compiler
+import compiler.hooks
+import compiler.names
+import compiler.schedulers
+import compiler.units
 from farms.models import KernelFingerprint, KernelUnit
 
 from .kernel import drift
@@ -31,7 +35,7 @@ def anchor(unit: compiler.UnitRuleset) -> str | None:
         family, name = unit.objects.tables[0]
         return f"{family} {name}"
     if unit.key.startswith("farm:") and unit.objects.chains:
-        return compiler.digest_chain_name(unit.name)
+        return compiler.names.digest_chain_name(unit.name)
     return None
 
 
@@ -44,7 +48,7 @@ def kernel_matches(state: KernelState, compiled: dict[str, compiler.UnitRuleset]
         return False
     expected_digests: dict[str, str] = {}
     expected_elements: set[tuple[str, str]] = set()
-    shared = compiler.shared_maps()  # a farm's own maps (its targets) are compared in its fingerprints
+    shared = compiler.hooks.shared_maps()  # a farm's own maps (its targets) are compared in its fingerprints
     for unit in compiled.values():
         where = anchor(unit)
         if where:
@@ -67,7 +71,7 @@ def observe(kernel: Interface) -> KernelState:
     if items is None:
         return state
     state.table_present = True
-    shared = compiler.shared_maps()
+    shared = compiler.hooks.shared_maps()
     for item in items:
         if "chain" in item:
             state.chains.add(item["chain"]["name"])
@@ -87,10 +91,10 @@ def observe(kernel: Interface) -> KernelState:
 
 def _read_digest(rule: dict, where: str, state: KernelState) -> None:
     comment = rule.get("comment", "")
-    if comment.startswith(compiler.BASE_DIGEST_PREFIX):
-        state.base_digest = comment.removeprefix(compiler.BASE_DIGEST_PREFIX)
-    elif comment.startswith(compiler.DIGEST_PREFIX):
-        state.farm_digests[where] = comment.removeprefix(compiler.DIGEST_PREFIX)
+    if comment.startswith(compiler.hooks.BASE_DIGEST_PREFIX):
+        state.base_digest = comment.removeprefix(compiler.hooks.BASE_DIGEST_PREFIX)
+    elif comment.startswith(compiler.units.DIGEST_PREFIX):
+        state.farm_digests[where] = comment.removeprefix(compiler.units.DIGEST_PREFIX)
 
 
 def load_fingerprints() -> dict[str, drift.Record]:
@@ -162,12 +166,12 @@ class ReadBack:
         if drift.SKELETON in keys:
             units[drift.SKELETON] = compiler.UnitObjects()
         elements = [body.get("element") for command in document["nftables"] for body in command.values()]
-        shared = set(compiler.skeleton_objects()[1])
+        shared = set(compiler.hooks.skeleton_objects()[1])
         touched = shared if all_maps else {e["name"] for e in elements if e} & shared
         # Who owns every name is needed only to file the elements of a shared map the write touched; making
         # it walks every unit (~0.1 s at 10,000 farms), which a change inside one farm (a weight) must not pay.
         # (a farm's ranges in a schedules map are read by their keys, owners aside: see drift.read.read_slot_elements)
-        by_owner = {m for m in touched if not compiler.is_schedules_map(m)}
+        by_owner = {m for m in touched if not compiler.schedulers.is_schedules_map(m)}
         owners = drift.owners_of(applied) if by_owner else drift.Owners(shared=shared)
         previous = dict(KernelFingerprint.objects.filter(key__in=list(units)).values_list("key", "record"))
         try:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
-from compiler import compiler
+import compiler
 from compiler.units import UnitMap
 from farms.choices import L7_MODES, FarmSchedulerChoices
 from farms.models import ConfigGeneration, Farm, KernelUnit, Policy

@@ -20,8 +20,9 @@ from typing import Any
 
 import nftables
 
-from compiler.compiler import BASE_CHAIN, BASE_DIGEST_PREFIX, merge_elements
+from compiler import merge_elements
 from compiler.fragments import TABLE_FAMILY, TABLE_NAME
+from compiler.hooks import BASE_CHAIN, BASE_DIGEST_PREFIX
 from compiler.units import UnitObjects
 
 from . import drift, netlink, nfmsg, steps

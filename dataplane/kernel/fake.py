@@ -28,14 +28,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.compiler import (
-    BASE_CHAIN,
-    BASE_DIGEST_PREFIX,
-    canonical,
-    schedule_slot,
-    skeleton_objects,
-)
+from compiler import canonical
 from compiler.fragments import TABLE_FAMILY, TABLE_NAME
+from compiler.hooks import BASE_CHAIN, BASE_DIGEST_PREFIX, skeleton_objects
+from compiler.schedulers import schedule_slot
 from compiler.units import UnitObjects
 
 from . import drift

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.compiler import is_schedules_map
 from compiler.fragments import TABLE_FAMILY, TABLE_NAME
+from compiler.schedulers import is_schedules_map
 from compiler.units import UnitObjects
 
 from .. import netlink, nfmsg

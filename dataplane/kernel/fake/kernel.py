@@ -1,22 +1,20 @@
 """FakeKernel: nf_tables in memory, for testing the Applier's logic without root and without a kernel.
 
 In the spirit of knftables' ``Fake``: it takes the same libnftables JSON documents as the real
-kernel and keeps tables, chains, rules, sets, maps, elements and named objects in dicts. Every write is
-one transaction (all of it or nothing) and moves the ruleset generation, and it refuses what the kernel
-refuses in the ways the Applier meets: a rule in a missing chain or naming a missing set, chain or
-counter, a delete of something absent, a chain deleted while it still has rules or something jumps to
-it, a set or chain redefined. Drift is read and repaired through the same interface as the real kernel
-(``interface.Interface``): records with the same keys as ``drift``'s, hashes of its own objects, and a
-reading (:class:`FakeReading`) whose removals are JSON commands.
+kernel and keeps tables, chains, rules, sets, maps, elements and named objects in dicts (``table.py``).
+Every write is one transaction (all of it or nothing) and moves the ruleset generation, and it refuses
+what the kernel refuses in the ways the Applier meets. Drift is read and repaired through the same
+interface as the real kernel (``interface.Interface``): records with the same keys as ``drift``'s,
+hashes of its own objects, and a reading whose removals are JSON commands (``records.py``).
 
 What it does not do: evaluate packets, or know every way a real kernel refuses a rule. A test makes it
 lack a capability (``FakeKernel(capabilities={"flowtable": False})``: what needs it is refused, and the
 dry runs of ``capabilities.probe`` find it missing), refuse what it needs with :meth:`FakeKernel.refuse`
-(the kernel's words), crash with
-:meth:`FakeKernel.crash_on` (as the kernel writer dies), lose an answer with :meth:`lose_answer`, change
-behind lbweb's back with :meth:`tamper`, and count or learn with :meth:`count` and :meth:`learn`.
-The real-kernel tests (test_dataplane, test_transcribe, test_drift, test_containment) stay the proof
-that what is written moves packets; this one makes the Applier's choices fast to test.
+(the kernel's words), crash with :meth:`FakeKernel.crash_on` (as the kernel writer dies), lose an
+answer with :meth:`lose_answer`, change behind lbweb's back with :meth:`tamper`, and count or learn
+with :meth:`count` and :meth:`learn`. The real-kernel tests (test_dataplane, test_transcribe,
+test_drift, test_containment) stay the proof that what is written moves packets; this one makes the
+Applier's choices fast to test.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Applier's own logic against an in-memory kernel (dataplane/kernel/fake.py): no root, no namespace.
+"""The Applier's own logic against an in-memory kernel (dataplane/kernel/fake/): no root, no namespace.
 
 Coalescing, incremental or bulk, isolating a refused farm by bisection, a crash, an uncertain outcome,
 drift repair and the ApplyRun bookkeeping, each in a few milliseconds. Nothing here may reach a kernel:

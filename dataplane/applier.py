@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -32,6 +32,7 @@ from farms.models import ApplyRun, Backend, ConfigGeneration, Farm, KernelFinger
 from farms.specs import Snapshot, farm_spec, farms_queryset, policy_spec, snapshot  # noqa: F401 (re-exported)
 from lbweb.db import read_snapshot
 
+from .bisection import bisect  # noqa: F401 (re-exported: tests/test_carry.py)
 from .kernel import drift, links
 from .kernel.applier import Kernel
 from .kernel.interface import ApplyError, Interface, KernelState
@@ -117,32 +118,6 @@ def hold(
         if key in applied and key in names:
             held[key] = compiler.UnitRuleset(key, names[key], applied[key])
     return held
-
-
-def bisect(items: Sequence[Hashable], attempt: Callable[[list], object], error: ApplyError) -> dict[Hashable, str]:
-    """Which of ``items`` the kernel refuses (item -> its words), when ``attempt`` of all of them failed
-    with ``error``: halves are attempted in turn, and a half that fails is split again, so one bad unit
-    among n costs about 2 log2(n) attempts. ``attempt`` of a group that passes must leave it done."""
-    refused: dict[Hashable, str] = {}
-
-    def visit(group: list, known: ApplyError | None) -> None:
-        if known is None:
-            try:
-                attempt(group)
-                return
-            except ApplyError as exc:
-                if exc.uncertain:
-                    raise
-                known = exc
-        if len(group) == 1:
-            refused[group[0]] = known.message
-            return
-        middle = len(group) // 2
-        visit(group[:middle], None)
-        visit(group[middle:], None)
-
-    visit(list(items), error)
-    return refused
 
 
 def ensure_forwarding() -> None:

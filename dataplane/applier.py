@@ -77,13 +77,15 @@ def last_handled_generation() -> int:
 ISOLATED = "isolated, retried when the farm changes: "
 
 
-def isolated_farms() -> dict[int, str]:
+def isolated_farms(http: bool = False) -> dict[int, str]:
     """Farms the kernel refused, or whose apply crashed the kernel writer, at their current configuration
     (id -> the reason shown). They are left out of every apply and reconcile, and what the kernel held
     of them before stays as it was, until the farm is written again or retried (both move its
     configuration generation): one refused farm costs one failed attempt, not a full rebuild at every
-    apply and reconcile that would wipe every farm's persistence entries and counters."""
+    apply and reconcile that would wipe every farm's persistence entries and counters. ``http``: the HTTP
+    farms HAProxy refused instead (``dataplane/l7/applier.py``), kept the same way."""
     rows = Farm.objects.filter(failed_generation__gte=F("config_generation"), apply_error__startswith=ISOLATED)
+    rows = rows.filter(mode__in=L7_MODES) if http else rows.exclude(mode__in=L7_MODES)
     return dict(rows.values_list("id", "apply_error"))
 
 

@@ -102,6 +102,9 @@ class FarmSpec:
     services: tuple[ServiceSpec, ...] = ()
     certificates: tuple[CertificateSpec, ...] = ()  # the first one is the default (no SNI match)
     redirect_ports: tuple[int, ...] = ()  # plain HTTP ports of an https farm that redirect to HTTPS
+    # Ports the farm declares beyond those it binds (``l7/specs.py`` MAX_PORTS), said in words ("ports
+    # 9065-9100"): not served, and said so (the configuration's comment, the farm's status).
+    unbound_ports: str = ""
     http2: bool = True  # ALPN h2 on TLS ports
     hsts_max_age: int = 0  # seconds; 0: no Strict-Transport-Security
     forwarded_headers: bool = True  # X-Forwarded-For/Proto/Host

@@ -3,6 +3,9 @@ running worker through the runtime API (weights, states, capacity: no reload) or
 
 Only the worker calls this (DESIGN.md: it is the only process that changes the data plane). The files are written
 even when the runtime API is enough, so the next reload, or a restart of HAProxy, starts from the same truth.
+
+A farm HAProxy refuses is isolated, as the kernel's refused units are (``dataplane/bisection.py``): every other farm
+applies, and the refused one stays as the running worker serves it (``Engine.apply_isolating``).
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.haproxy.config import CONFIG_NAME, Bundle, render, server_state, server_weight
-from compiler.haproxy.spec import EngineSpec
+from compiler.haproxy.spec import EngineSpec, FarmSpec
 
-from .runtime import EngineError, MasterCLI
+from ..bisection import bisect
+from .runtime import EngineError, MasterCLI, ReloadRefused
 
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "haproxy.cfg"
 FILE_MODE = 0o640  # the directory is the worker's, setgid to the engine's group: HAProxy reads, nobody else
@@ -26,6 +31,27 @@ FILE_MODE = 0o640  # the directory is the worker's, setgid to the engine's group
 
 class ConfigError(EngineError):
     """``haproxy -c`` refused the generated configuration (its alerts are the message)."""
+
+
+def refusal_words(exc: BaseException) -> str | None:
+    """HAProxy's words when ``exc`` says it refused a configuration (its check, or loading it at a reload); None
+    for anything else (not reachable, a reload that did not finish: what it serves is not known)."""
+    return str(exc) if isinstance(exc, ConfigError | ReloadRefused) else None
+
+
+def merge(wanted: EngineSpec, served: EngineSpec | None, kept: Iterable[int]) -> EngineSpec:
+    """``wanted`` with the farms ``kept`` as ``served`` has them (left out where it has none, or is not known)."""
+    kept = set(kept)
+    farms: dict[int, FarmSpec] = {f.id: f for f in wanted.farms if f.id not in kept}
+    farms.update({f.id: f for f in (served.farms if served else ()) if f.id in kept})
+    return dataclasses.replace(wanted, farms=tuple(farms[fid] for fid in sorted(farms)))
+
+
+def changed_farms(served: EngineSpec | None, wanted: EngineSpec) -> list[int]:
+    """The farms ``wanted`` adds, changes or removes, against ``served`` (every farm when it is not known)."""
+    old = {f.id: f for f in (served.farms if served else ())}
+    new = {f.id: f for f in wanted.farms}
+    return sorted(fid for fid in old.keys() | new.keys() if old.get(fid) != new.get(fid))
 
 
 def check(spec: EngineSpec, base_config: Path = BASE_CONFIG, haproxy: str = "haproxy") -> None:
@@ -122,11 +148,15 @@ class Engine:
     def render(self, spec: EngineSpec) -> Bundle:
         return render(spec, str(self.conf_dir))
 
-    def apply(self, spec: EngineSpec) -> Outcome:
-        """Check, write, then runtime commands or a reload; raise ``ConfigError``/``EngineError`` on refusal."""
+    def apply(self, spec: EngineSpec, outcome: Outcome | None = None) -> Outcome:
+        """Check, write, then runtime commands or a reload; raise ``ConfigError`` or ``ReloadRefused`` when HAProxy
+        refuses it (then the files are again those of what the running worker serves, when that is known, so a
+        restart of HAProxy starts from them), ``EngineError`` when HAProxy cannot be reached. What is done is
+        added to ``outcome`` (a new one by default)."""
         check(spec, self.base_config, self.haproxy)
         bundle = self.render(spec)
-        outcome = Outcome(digest=bundle.digest())
+        outcome = outcome or Outcome(digest="")
+        outcome.digest, outcome.engine_running = bundle.digest(), True
         write_files(bundle, self.conf_dir)
         if not self.cli.alive():
             # Not started yet (or restarting): it reads these files when it starts.
@@ -143,10 +173,65 @@ class Engine:
                 self.cli.set_state(backend, server, state)
                 outcome.runtime_commands.append(f"{backend}/{server} weight {weight} state {state} maxconn {maxconn}")
         else:
-            self.cli.reload()
+            try:
+                self.cli.reload()
+            except ReloadRefused:
+                if self.running is not None:
+                    write_files(self.render(self.running), self.conf_dir)
+                raise
             outcome.reloaded = True
         self.running = spec
         return outcome
+
+    def apply_isolating(self, spec: EngineSpec) -> tuple[Outcome, dict[int, str]]:
+        """:meth:`apply`; when HAProxy refuses the whole, the farms it refuses are found (farm id -> HAProxy's words)
+        and every other farm is applied. A refused farm stays as the running worker serves it, or out when it
+        serves none of it, as the kernel keeps what it held of a refused L4 farm (``dataplane.applier.hold``).
+
+        Bisection over the changed farms (``dataplane/bisection.py``), in two rounds. First ``haproxy -c`` alone:
+        a refusal of the check (the most common: a value HAProxy's parser refuses) is found without reloading
+        HAProxy at all, each attempt the farms that passed so far plus half of those left. Then a reload of every
+        farm the check passed; when HAProxy cannot load it (a port another process holds: ``-c`` binds nothing)
+        the halves are reloaded in turn, each one HAProxy loads being served from then on. Why bisection, not
+        each farm alone against what runs: one farm in error among 50 changed costs about 2 log2(50) = 12
+        checks, not 50, and a change of one farm (the usual) costs none beyond the failed one; HAProxy's words
+        name a line or a proxy, not always a farm (a post-parse check), so they are kept as the farm's message
+        but not trusted to find it. ``bench/l7_isolation.py`` measures it."""
+        try:
+            return self.apply(spec), {}
+        except (ConfigError, ReloadRefused) as exc:
+            first: EngineError = exc
+        base = self.running
+        changed = changed_farms(base, spec)
+        refused: dict[int, str] = {}
+        passed: set[int] = set()
+        outcome = Outcome(digest="")
+        if isinstance(first, ConfigError):
+
+            def check_with(group: list[int]) -> None:
+                check(merge(spec, base, set(changed) - passed - set(group)), self.base_config, self.haproxy)
+                passed.update(group)
+
+            refused.update(bisect(changed, check_with, first, refusal_words))
+            try:
+                self.apply(merge(spec, base, set(changed) - passed), outcome)
+                return outcome, refused
+            except ReloadRefused as exc:
+                first = exc
+        else:
+            passed.update(changed)
+
+        def reload_with(group: list[int]) -> None:
+            # What a reload before loaded is served now (self.running): those farms are kept as it has them.
+            self.apply(merge(spec, self.running or base, set(changed) - set(group)), outcome)
+
+        refused.update(bisect([fid for fid in changed if fid in passed], reload_with, first, refusal_words))
+        # The files are those of what the worker serves; when that is not known, those without any refused farm.
+        served = self.running or merge(spec, None, refused)
+        bundle = self.render(served)
+        outcome.digest = bundle.digest()
+        write_files(bundle, self.conf_dir)
+        return outcome, refused
 
 
 def clear(directory: Path) -> None:

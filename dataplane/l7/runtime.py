@@ -104,7 +104,10 @@ class MasterCLI:
                 after = None  # the new master is not listening yet
             if after is not None:
                 if after.reloads > before.reloads and after.failed > before.failed:
-                    raise ReloadRefused("HAProxy could not load the new configuration; the previous one still serves")
+                    raise ReloadRefused(
+                        "HAProxy could not load the configuration, which its check (haproxy -c) passes: most often a "
+                        "port another process holds; the previous configuration still serves"
+                    )
                 new = after.reloads > before.reloads and after.current_worker not in (None, before.current_worker)
                 # Listed once forked; serving once its own loop answers the CLI (listeners are set by then).
                 if new and self._answers(after.current_worker):

@@ -15,6 +15,7 @@ from collections import Counter
 import pytest
 
 from dataplane.l7 import applier
+from dataplane.l7.engine import Engine
 from dataplane.l7.runtime import Processes
 from farms import services
 from farms.models import ApplyRun, Farm
@@ -163,6 +164,29 @@ def test_a_farm_haproxy_refuses_is_isolated_and_the_others_apply(haproxy):
     services.mark_farms_changed([odd.pk])
     assert applier.apply().ok
     assert status(odd) == ("applied", "")
+
+
+def test_a_new_worker_process_knows_what_haproxy_serves(haproxy, monkeypatch):
+    """The worker restarts (a new Engine: nothing in memory): it takes what HAProxy serves from the record the
+    last apply left, so its first apply changes nothing, and an isolated farm keeps what it served before. A
+    record HAProxy has reloaded since is not trusted."""
+    web, _ = web_farm("web", "80", "b1")
+    odd, _ = web_farm("odd", "81", "b3")
+    assert applier.apply().ok
+    HttpService.objects.create(farm=odd, name="odd", host_regex="(?a)x")
+    services.mark_farms_changed([odd.pk])
+    assert not applier.apply().ok and status(odd)[0] == "failed"
+    worker = haproxy.engine.cli.processes().current_worker
+
+    restarted = Engine(haproxy.conf_dir, haproxy.socket)
+    monkeypatch.setattr(applier, "_ENGINE", restarted)
+    assert applier.apply() is None  # HAProxy already serves exactly this
+    assert haproxy.engine.cli.processes().current_worker == worker
+    assert served_by(haproxy, port=81) == Counter({"b3": 8})  # the isolated farm, as it was served
+    assert status(web) == ("applied", "") and status(odd)[0] == "failed"
+
+    restarted.cli.reload()  # someone else reloads HAProxy: the record no longer says what the worker serves
+    assert Engine(haproxy.conf_dir, haproxy.socket).recall() is None
 
 
 def test_a_bad_change_reverted_is_applied_at_the_next_apply(haproxy):

@@ -46,7 +46,7 @@ def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
     eng = engine()
     generation, wanted, farms = snapshot()
     held = {fid: message for fid, message in isolated_farms(http=True).items() if fid in farms}
-    spec = merge(wanted, eng.running, held)
+    spec = merge(wanted, eng.recall(), held)
     if not spec.farms and not force and not (eng.running and eng.running.farms) and not _farms_on_disk(eng):
         return None  # no HTTP farm, none served: nothing to write (an L4-only appliance never sees HAProxy)
     notes = unserved(spec)

@@ -11,6 +11,7 @@ applies, and the refused one stays as the running worker serves it (``Engine.app
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -20,13 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.haproxy.config import CONFIG_NAME, Bundle, render, server_state, server_weight
-from compiler.haproxy.spec import EngineSpec, FarmSpec
+from compiler.haproxy.spec import EngineSpec, FarmSpec, as_json, from_json
+from lbweb.paths import write_private
 
 from ..bisection import bisect
 from .runtime import EngineError, MasterCLI, ReloadRefused
 
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "haproxy.cfg"
 FILE_MODE = 0o640  # the directory is the worker's, setgid to the engine's group: HAProxy reads, nobody else
+# What the running worker serves, for the next worker process (Engine.recall); hidden, so HAProxy's "-f <dir>"
+# (every *.cfg file there that is not hidden) never reads it, and 0600: it holds the certificates' keys.
+SERVED_NAME = ".lbweb-served.json"
 
 
 class ConfigError(EngineError):
@@ -158,6 +163,7 @@ class Engine:
         outcome = outcome or Outcome(digest="")
         outcome.digest, outcome.engine_running = bundle.digest(), True
         write_files(bundle, self.conf_dir)
+        self._forget()  # until HAProxy is known to serve it (a crash from here on leaves nothing to trust)
         if not self.cli.alive():
             # Not started yet (or restarting): it reads these files when it starts.
             self.running = None
@@ -177,11 +183,47 @@ class Engine:
                 self.cli.reload()
             except ReloadRefused:
                 if self.running is not None:
-                    write_files(self.render(self.running), self.conf_dir)
+                    served = self.render(self.running)
+                    write_files(served, self.conf_dir)
+                    self._remember(self.running, served.digest())
                 raise
             outcome.reloaded = True
         self.running = spec
+        self._remember(spec, outcome.digest)
         return outcome
+
+    def recall(self) -> EngineSpec | None:
+        """What the running worker serves, known to this process or, when it has just started, from the record
+        the last apply left: if HAProxy has neither reloaded nor restarted since (its master's pid and reload
+        count are the record's) and the generator still writes the same files from it. Why: without it a new
+        worker process knew nothing served, so its first apply reloaded HAProxy whatever changed, dropped the
+        last served version of every farm HAProxy refused (isolated farms keep it, as the kernel's do), and a
+        refused reload was searched across every farm (bench/l7_isolation.py: 13 reloads at 50 farms)."""
+        if self.running is None:
+            self.running = self._read_record()
+        return self.running
+
+    def _read_record(self) -> EngineSpec | None:
+        try:
+            record = json.loads((self.conf_dir / SERVED_NAME).read_text())
+            processes = self.cli.processes()
+            if [record["master"], record["reloads"]] != [processes.master_pid, processes.reloads]:
+                return None
+            spec = from_json(record["spec"])
+            return spec if self.render(spec).digest() == record["digest"] else None
+        except (OSError, EngineError, ValueError, KeyError, TypeError):
+            return None
+
+    def _remember(self, spec: EngineSpec, digest: str) -> None:
+        try:
+            processes = self.cli.processes()
+        except EngineError:
+            return
+        record = {"master": processes.master_pid, "reloads": processes.reloads, "digest": digest, "spec": as_json(spec)}
+        write_private(self.conf_dir / SERVED_NAME, json.dumps(record).encode())
+
+    def _forget(self) -> None:
+        (self.conf_dir / SERVED_NAME).unlink(missing_ok=True)
 
     def apply_isolating(self, spec: EngineSpec) -> tuple[Outcome, dict[int, str]]:
         """:meth:`apply`; when HAProxy refuses the whole, the farms it refuses are found (farm id -> HAProxy's words)
@@ -197,6 +239,7 @@ class Engine:
         checks, not 50, and a change of one farm (the usual) costs none beyond the failed one; HAProxy's words
         name a line or a proxy, not always a farm (a post-parse check), so they are kept as the farm's message
         but not trusted to find it. ``bench/l7_isolation.py`` measures it."""
+        self.recall()
         try:
             return self.apply(spec), {}
         except (ConfigError, ReloadRefused) as exc:
@@ -236,7 +279,7 @@ class Engine:
 
 def clear(directory: Path) -> None:
     """Remove everything lbweb wrote in ``directory`` (tests)."""
-    for name in (CONFIG_NAME, "certs", "crt-lists", "errors"):
+    for name in (CONFIG_NAME, SERVED_NAME, "certs", "crt-lists", "errors"):
         path = directory / name
         if path.is_dir():
             shutil.rmtree(path)

@@ -8,9 +8,11 @@ of 4 backends each on one VIP (ports 8001...). Cases, each from the N farms serv
 | case | what changes | the refusal |
 |---|---|---|
 | one-bad | one farm, with a regex PCRE2 refuses | ``haproxy -c`` |
-| all-changed-one-bad | every farm's weights, lbweb's worker just started (none known served), one bad | ``-c`` |
+| all-changed-one-bad | every farm's weights (runtime API), one farm bad | ``haproxy -c`` |
+| unknown-one-bad | one farm bad, and nothing known served (the record void: every farm is a change) | ``haproxy -c`` |
 | one-held | a new farm on a port another process holds | the reload |
-| all-changed-one-held | every farm, and a new one on a port another process holds | the reload |
+| all-changed-one-held | every farm's weights, and a new farm on a port another process holds | the reload |
+| unknown-one-held | that new farm, and nothing known served | the reload |
 
 Figures: seconds, ``haproxy -c`` runs, reloads; and what the alternative, each changed farm checked alone against
 what runs, would cost (N checks, measured by the median of one check of the N farms).
@@ -76,8 +78,9 @@ def counted(engine: engine_module.Engine):
 def case(haproxy: HAProxyLab, n: int, name: str, wanted: list[FarmSpec], forget: bool) -> dict:
     engine = haproxy.engine
     engine.apply(EngineSpec(tuple(farms(n))))  # the N farms served
-    if forget:
+    if forget:  # as after a restart of HAProxy by someone else: its record no longer says what it serves
         engine.running = None
+        (haproxy.conf_dir / engine_module.SERVED_NAME).unlink()
     with counted(engine) as counts:
         started = time.monotonic()
         _outcome, refused = engine.apply_isolating(EngineSpec(tuple(wanted)))
@@ -109,9 +112,11 @@ def main() -> None:
             results = [
                 case(haproxy, n, "one-bad", [*farms(n)[: n // 2 - 1], bad, *farms(n)[n // 2 :]], forget=False),
                 case(haproxy, n, "all-changed-one-bad",
-                     [*farms(n, weight=2)[: n // 2 - 1], bad, *farms(n, weight=2)[n // 2 :]], forget=True),
+                     [*farms(n, weight=2)[: n // 2 - 1], bad, *farms(n, weight=2)[n // 2 :]], forget=False),
+                case(haproxy, n, "unknown-one-bad", [*farms(n)[: n // 2 - 1], bad, *farms(n)[n // 2 :]], forget=True),
                 case(haproxy, n, "one-held", [*farms(n), held], forget=False),
-                case(haproxy, n, "all-changed-one-held", [*farms(n, weight=2), held], forget=True),
+                case(haproxy, n, "all-changed-one-held", [*farms(n, weight=2), held], forget=False),
+                case(haproxy, n, "unknown-one-held", [*farms(n), held], forget=True),
             ]  # fmt: skip
             haproxy.stop()
     finally:

@@ -115,15 +115,19 @@ def runtime_view(spec: EngineSpec) -> dict[tuple[str, str], tuple[int, str, int]
 def structure(spec: EngineSpec) -> EngineSpec:
     """``spec`` with what the runtime API changes set to one value: two specs with the same structure differ
     only in what a runtime command can apply."""
-    neutral = {"weight": 1, "state": "enabled", "healthy": True}
-    farms = []
-    for farm in spec.farms:
-        services = []
-        for service in farm.services:
-            servers = tuple(dataclasses.replace(s, **neutral, capacity=None) for s in service.servers)
-            services.append(dataclasses.replace(service, servers=servers))
-        farms.append(dataclasses.replace(farm, services=tuple(services)))
-    return dataclasses.replace(spec, farms=tuple(farms))
+    return dataclasses.replace(spec, farms=tuple(farm_structure(farm) for farm in spec.farms))
+
+
+def farm_structure(farm: FarmSpec | None) -> FarmSpec | None:
+    """One farm's part of :func:`structure`."""
+    if farm is None:
+        return None
+    neutral = {"weight": 1, "state": "enabled", "healthy": True, "capacity": None}
+    services = []
+    for service in farm.services:
+        servers = tuple(dataclasses.replace(s, **neutral) for s in service.servers)
+        services.append(dataclasses.replace(service, servers=servers))
+    return dataclasses.replace(farm, services=tuple(services))
 
 
 @dataclass
@@ -268,7 +272,14 @@ class Engine:
             # What a reload before loaded is served now (self.running): those farms are kept as it has them.
             self.apply(merge(spec, self.running or base, set(changed) - set(group)), outcome)
 
-        refused.update(bisect([fid for fid in changed if fid in passed], reload_with, first, refusal_words))
+        # Changes the runtime API applies need no reload, so no reload refuses them: applied first, in one go.
+        old = {f.id: f for f in (base.farms if base else ())}
+        new = {f.id: f for f in spec.farms}
+        live = {fid for fid in passed if base and farm_structure(old.get(fid)) == farm_structure(new.get(fid))}
+        if live:
+            self.apply(merge(spec, base, set(changed) - live), outcome)
+        reloading = [fid for fid in changed if fid in passed and fid not in live]
+        refused.update(bisect(reloading, reload_with, first, refusal_words))
         # The files are those of what the worker serves; when that is not known, those without any refused farm.
         served = self.running or merge(spec, None, refused)
         bundle = self.render(served)

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from compiler.haproxy.config import CONFIG_NAME, Bundle, render, server_state, server_weight
 from compiler.haproxy.spec import EngineSpec, FarmSpec, as_json, from_json
-from lbweb.paths import write_private
 
 from ..bisection import bisect
 from .runtime import EngineError, MasterCLI, ReloadRefused
@@ -89,16 +88,22 @@ def write_files(bundle: Bundle, directory: Path) -> None:
     for name in sorted(bundle.files, key=lambda n: n == CONFIG_NAME):
         path = directory / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        with os.fdopen(fd, "w") as out:
-            out.write(bundle.files[name])
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
+        write_file(path, bundle.files[name], FILE_MODE)
     for sub in ("certs", "crt-lists", "errors"):
         for path in (directory / sub).glob("*") if (directory / sub).is_dir() else ():
             if f"{sub}/{path.name}" not in bundle.files:
                 path.unlink()
+
+
+def write_file(path: Path, text: str, mode: int) -> None:
+    """Replace ``path`` with ``text`` atomically (a reader sees the old file or the new), with ``mode`` from the
+    start."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
 
 
 def runtime_view(spec: EngineSpec) -> dict[tuple[str, str], tuple[int, str, int]]:
@@ -224,7 +229,7 @@ class Engine:
         except EngineError:
             return
         record = {"master": processes.master_pid, "reloads": processes.reloads, "digest": digest, "spec": as_json(spec)}
-        write_private(self.conf_dir / SERVED_NAME, json.dumps(record).encode())
+        write_file(self.conf_dir / SERVED_NAME, json.dumps(record), 0o600)
 
     def _forget(self) -> None:
         (self.conf_dir / SERVED_NAME).unlink(missing_ok=True)

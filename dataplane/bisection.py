@@ -50,5 +50,6 @@ def bisect(
     first = words(error)
     if first is None:
         raise ValueError(f"not a refusal: {error!r}")
-    visit(list(items), first)
+    if items:
+        visit(list(items), first)
     return refused

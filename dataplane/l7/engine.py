@@ -239,58 +239,73 @@ class Engine:
         and every other farm is applied. A refused farm stays as the running worker serves it, or out when it
         serves none of it, as the kernel keeps what it held of a refused L4 farm (``dataplane.applier.hold``).
 
-        Bisection over the changed farms (``dataplane/bisection.py``), in two rounds. First ``haproxy -c`` alone:
-        a refusal of the check (the most common: a value HAProxy's parser refuses) is found without reloading
-        HAProxy at all, each attempt the farms that passed so far plus half of those left. Then a reload of every
-        farm the check passed; when HAProxy cannot load it (a port another process holds: ``-c`` binds nothing)
-        the halves are reloaded in turn, each one HAProxy loads being served from then on. Why bisection, not
-        each farm alone against what runs: one farm in error among 50 changed costs about 2 log2(50) = 12
-        checks, not 50, and a change of one farm (the usual) costs none beyond the failed one; HAProxy's words
-        name a line or a proxy, not always a farm (a post-parse check), so they are kept as the farm's message
-        but not trusted to find it. ``bench/l7_isolation.py`` measures it."""
+        Bisection over the changed farms (``dataplane/bisection.py``), by ``haproxy -c`` first, then by reloads
+        for what only loading refuses. Why bisection, not each farm alone against what runs: one farm in error
+        among 50 changed costs 14 checks (0.2 s each at 50 farms), not 50, and a change of one farm (the usual)
+        costs nothing beyond the failed attempt. HAProxy's words name a line or a proxy, not always a farm (a
+        post-parse check; nothing at all for a refused reload), so they are the farm's message but do not find
+        it. ``bench/l7_isolation.py`` measures it; bench/RESULTS.md has the figures."""
         self.recall()
         try:
             return self.apply(spec), {}
         except (ConfigError, ReloadRefused) as exc:
             first: EngineError = exc
-        base = self.running
+        base, outcome = self.running, Outcome(digest="")
         changed = changed_farms(base, spec)
+        if not changed:
+            raise first  # what HAProxy refuses is none of the farms (its settings for all): the apply fails whole
         refused: dict[int, str] = {}
-        passed: set[int] = set()
-        outcome = Outcome(digest="")
         if isinstance(first, ConfigError):
-
-            def check_with(group: list[int]) -> None:
-                check(merge(spec, base, set(changed) - passed - set(group)), self.base_config, self.haproxy)
-                passed.update(group)
-
-            refused.update(bisect(changed, check_with, first, refusal_words))
+            refused = self._refused_by_check(spec, base, changed, first)
             try:
-                self.apply(merge(spec, base, set(changed) - passed), outcome)
+                self.apply(merge(spec, base, refused), outcome)
                 return outcome, refused
             except ReloadRefused as exc:
                 first = exc
-        else:
-            passed.update(changed)
-
-        def reload_with(group: list[int]) -> None:
-            # What a reload before loaded is served now (self.running): those farms are kept as it has them.
-            self.apply(merge(spec, self.running or base, set(changed) - set(group)), outcome)
-
-        # Changes the runtime API applies need no reload, so no reload refuses them: applied first, in one go.
-        old = {f.id: f for f in (base.farms if base else ())}
-        new = {f.id: f for f in spec.farms}
-        live = {fid for fid in passed if base and farm_structure(old.get(fid)) == farm_structure(new.get(fid))}
-        if live:
-            self.apply(merge(spec, base, set(changed) - live), outcome)
-        reloading = [fid for fid in changed if fid in passed and fid not in live]
-        refused.update(bisect(reloading, reload_with, first, refusal_words))
+        loaded = [fid for fid in changed if fid not in refused]
+        refused.update(self._refused_by_reload(spec, base, changed, loaded, first, outcome))
         # The files are those of what the worker serves; when that is not known, those without any refused farm.
-        served = self.running or merge(spec, None, refused)
-        bundle = self.render(served)
+        bundle = self.render(self.running or merge(spec, None, refused))
         outcome.digest = bundle.digest()
         write_files(bundle, self.conf_dir)
         return outcome, refused
+
+    def _refused_by_check(
+        self, spec: EngineSpec, base: EngineSpec | None, changed: list[int], first: ConfigError
+    ) -> dict[int, str]:
+        """The changed farms ``haproxy -c`` refuses, found without reloading HAProxy: each attempt checks the farms
+        that passed so far and half of those left as ``spec`` has them, every other one as ``base`` does."""
+        passed: set[int] = set()
+
+        def check_with(group: list[int]) -> None:
+            check(merge(spec, base, set(changed) - passed - set(group)), self.base_config, self.haproxy)
+            passed.update(group)
+
+        return bisect(changed, check_with, first, refusal_words)
+
+    def _refused_by_reload(
+        self,
+        spec: EngineSpec,
+        base: EngineSpec | None,
+        changed: list[int],
+        loaded: list[int],
+        first: ReloadRefused,
+        outcome: Outcome,
+    ) -> dict[int, str]:
+        """Those of the farms ``loaded`` (the check passed them) HAProxy cannot load (a port another process holds:
+        ``-c`` binds nothing). Changes the runtime API applies need no reload, so no reload refuses them: they
+        are applied first, in one go. The others are reloaded by halves, each half HAProxy loads served from
+        then on (``self.running``), so the next attempt keeps it."""
+        old = {f.id: f for f in (base.farms if base else ())}
+        new = {f.id: f for f in spec.farms}
+        live = {fid for fid in loaded if base and farm_structure(old.get(fid)) == farm_structure(new.get(fid))}
+        if live:
+            self.apply(merge(spec, base, set(changed) - live), outcome)
+
+        def reload_with(group: list[int]) -> None:
+            self.apply(merge(spec, self.running or base, set(changed) - set(group)), outcome)
+
+        return bisect([fid for fid in loaded if fid not in live], reload_with, first, refusal_words)
 
 
 def clear(directory: Path) -> None:

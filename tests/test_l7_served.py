@@ -29,3 +29,26 @@ def test_farms_haproxy_already_serves_are_marked_applied_and_an_error_is_kept():
     assert rows[served.pk].apply_status == "applied" and rows[served.pk].applied_generation == generation
     assert rows[idle.pk].applied_generation == 0  # it does not listen: its error stays, not "applied"
     assert rows[later.pk].apply_status == "pending"  # written after what HAProxy serves
+
+
+def test_without_haproxy_a_refused_farm_is_isolated_and_the_others_wait(tmp_path, monkeypatch, settings):
+    """HAProxy not running: its check still finds the farm it refuses (isolated, with its words), the files it will
+    load hold every other farm, and those say HAProxy is not running (nothing is known served)."""
+    from dataplane.applier import ISOLATED
+    from dataplane.l7.engine import Engine
+    from l7.models import HttpService
+
+    settings.LBWEB_MANAGE_SYSCTL = False
+    monkeypatch.setattr(dataplane, "_ENGINE", Engine(tmp_path / "conf", str(tmp_path / "master.sock")))
+    web = services.farm_create(name="web", vip="198.18.100.1", ports="80", mode="http")
+    odd = services.farm_create(name="odd", vip="198.18.100.1", ports="81", mode="http")
+    HttpService.objects.create(farm=odd, name="odd", host_regex="(?a)x")
+    services.mark_farms_changed([odd.pk])
+    run = dataplane.apply()
+    assert not run.ok and "HAProxy is not running" in run.error and f"farm {odd.pk}: " in run.error
+    rows = {f.pk: f for f in Farm.objects.all()}
+    assert rows[odd.pk].apply_status == "failed" and rows[odd.pk].apply_error.startswith(ISOLATED)
+    assert "(?a)x" in rows[odd.pk].apply_error
+    assert rows[web.pk].apply_status == "failed" and "HAProxy is not running" in rows[web.pk].apply_error
+    written = (tmp_path / "conf" / "lbweb.cfg").read_text()
+    assert f"frontend f{web.pk}\n" in written and "(?a)x" not in written

@@ -129,7 +129,7 @@ def _mark(
     before (``held``) left as they are, every other one applied."""
     rows = Farm.objects.filter(id__in=list(farms), config_generation__lte=generation)
     failed = {fid: ISOLATED + message for fid, message in refused.items()}
-    failed.update({fid: message for fid, message in notes.items() if fid not in failed})
+    failed.update({fid: message for fid, message in notes.items() if fid not in failed and fid not in held})
     served = rows.exclude(id__in=[*failed, *held])
     served.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
     served.exclude(apply_error="").update(apply_error="")
@@ -139,7 +139,6 @@ def _mark(
 
 def _record(generation, kind, reason, started, error, digest, commands, farms, notes, held, refused) -> ApplyRun:
     duration_ms = (time.monotonic() - started) * 1000
-    gone = {fid: message for fid, message in refused.items() if fid not in farms}  # deleted while it was refused
     lines = [f"farm {fid}: {message}" for fid, message in sorted(refused.items())]
     with transaction.atomic():
         # The kernel's apply counts generations up to the newest ApplyRun: never claim one it has not seen.
@@ -157,10 +156,8 @@ def _record(generation, kind, reason, started, error, digest, commands, farms, n
             commands=commands,
             writer="haproxy",
         )
-        _mark(generation, farms, notes, held, {fid: m for fid, m in refused.items() if fid not in gone})
-        if error:  # HAProxy not reached, or not running: no farm is known to be served
-            rows = Farm.objects.filter(id__in=list(farms), config_generation__lte=generation).exclude(id__in=refused)
-            rows.update(apply_error=error, failed_generation=generation, applied_generation=0)
+        # HAProxy not reached, or not running: no farm is known to be served, each says why.
+        _mark(generation, farms, dict.fromkeys(farms, error) if error else notes, held, refused)
     log.info("%s", run)
     return run
 

@@ -50,8 +50,8 @@ PROGRAMS = {
     "prober": (re.compile(r"-m healthd\.prober"), 0),
     "haproxy": (re.compile(r"^/usr/sbin/haproxy -W "), 1 << 10),  # CAP_NET_BIND_SERVICE
     # HA pair (dataplane/cluster/run.py): waiting for a cluster's files, with the capabilities their daemons need
-    "keepalived": (re.compile(r"-m cluster\.run keepalived"), NET_ADMIN | NET_RAW | 1 << 6),  # CAP_SETGID
-    "conntrackd": (re.compile(r"-m cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
+    "keepalived": (re.compile(r"-m dataplane\.cluster\.run keepalived"), NET_ADMIN | NET_RAW | 1 << 6),  # CAP_SETGID
+    "conntrackd": (re.compile(r"-m dataplane\.cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
 }
 USERS = {"prober": "lbweb-probe", "haproxy": "lbweb-haproxy"}  # every other program runs as lbweb
 

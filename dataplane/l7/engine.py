@@ -1,8 +1,9 @@
 """Brings HAProxy to an ``EngineSpec``: write the files, check them with ``haproxy -c``, then either change the
 running worker through the runtime API (weights, states, capacity: no reload) or reload hitlessly. No Django.
 
-Only the worker calls this (DESIGN.md: it is the only process that changes the data plane). The files are written
-even when the runtime API is enough, so the next reload, or a restart of HAProxy, starts from the same truth.
+Only the worker calls this: it is the only process that changes the data plane
+(docs/how-a-change-reaches-the-kernel.md). The files are written even when the runtime API is enough, so the next
+reload, or a restart of HAProxy, starts from the same truth.
 
 A farm HAProxy refuses is isolated, as the kernel's refused units are (``dataplane/bisection.py``): every other farm
 applies, and the refused one stays as the running worker serves it (``Engine.apply_isolating``).
@@ -241,7 +242,7 @@ class Engine:
 
         Bisection over the changed farms (``dataplane/bisection.py``), by ``haproxy -c`` first, then by reloads
         for what only loading refuses. Why bisection, not each farm alone against what runs: one farm in error
-        among 50 changed costs 14 checks (0.2 s each at 50 farms), not 50, and a change of one farm (the usual)
+        among 50 changed costs 14 checks (0.1-0.3 s each at 50 farms), not 50, and a change of one farm (the usual)
         costs nothing beyond the failed attempt. HAProxy's words name a line or a proxy, not always a farm (a
         post-parse check; nothing at all for a refused reload), so they are the farm's message but do not find
         it. ``bench/l7_isolation.py`` measures it; bench/RESULTS.md has the figures."""

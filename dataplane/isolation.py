@@ -1,6 +1,7 @@
 """How a unit the kernel refuses is found and isolated, so that one bad farm costs one failed attempt.
 
-A change the kernel refuses is split in halves until the refused units are alone (:func:`bisect`); a
+A change the kernel refuses is split in halves until the refused units are alone (``dataplane/bisection.py``,
+shared with HAProxy's isolation); a
 refused farm is then failed with the kernel's words (and what they mean when a capability is missing)
 and left out of every later apply and reconcile until it is written again or retried
 (:func:`isolated_farms`). A refused policy, or a farm deleted meanwhile, fails the run instead.
@@ -8,27 +9,30 @@ and left out of every later apply and reconcile until it is written again or ret
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable
 
 from django.db.models import F
 
 from farms.choices import L7_MODES
 from farms.models import Farm
 
+from .bisection import bisect  # noqa: F401 (the search, shared with HAProxy's isolation)
 from .kernel import capabilities
-from .kernel.interface import ApplyError, Interface
+from .kernel.interface import Interface
 from .outcome import Outcome
 
 ISOLATED = "isolated, retried when the farm changes: "
 
 
-def isolated_farms() -> dict[int, str]:
+def isolated_farms(http: bool = False) -> dict[int, str]:
     """Farms the kernel refused, or whose apply crashed the kernel writer, at their current configuration
     (id -> the reason shown). They are left out of every apply and reconcile, and what the kernel held
     of them before stays as it was, until the farm is written again or retried (both move its
     configuration generation): one refused farm costs one failed attempt, not a full rebuild at every
-    apply and reconcile that would wipe every farm's persistence entries and counters."""
+    apply and reconcile that would wipe every farm's persistence entries and counters. ``http``: the HTTP
+    farms HAProxy refused instead (``dataplane/l7/applier.py``), kept the same way."""
     rows = Farm.objects.filter(failed_generation__gte=F("config_generation"), apply_error__startswith=ISOLATED)
+    rows = rows.filter(mode__in=L7_MODES) if http else rows.exclude(mode__in=L7_MODES)
     return dict(rows.values_list("id", "apply_error"))
 
 
@@ -36,32 +40,6 @@ def pending_farms() -> bool:
     """Whether a farm waits for an apply (isolated farms wait for a change, not for the worker)."""
     waiting = Farm.objects.exclude(mode__in=L7_MODES).filter(applied_generation__lt=F("config_generation"))
     return waiting.exclude(failed_generation__gte=F("config_generation"), apply_error__startswith=ISOLATED).exists()
-
-
-def bisect(items: Sequence[Hashable], attempt: Callable[[list], object], error: ApplyError) -> dict[Hashable, str]:
-    """Which of ``items`` the kernel refuses (item -> its words), when ``attempt`` of all of them failed
-    with ``error``: halves are attempted in turn, and a half that fails is split again, so one bad unit
-    among n costs about 2 log2(n) attempts. ``attempt`` of a group that passes must leave it done."""
-    refused: dict[Hashable, str] = {}
-
-    def visit(group: list, known: ApplyError | None) -> None:
-        if known is None:
-            try:
-                attempt(group)
-                return
-            except ApplyError as exc:
-                if exc.uncertain:
-                    raise
-                known = exc
-        if len(group) == 1:
-            refused[group[0]] = known.message
-            return
-        middle = len(group) // 2
-        visit(group[:middle], None)
-        visit(group[middle:], None)
-
-    visit(list(items), error)
-    return refused
 
 
 def farm_id(key: Hashable) -> int:

@@ -6,8 +6,9 @@ An engine is a module of this package, named in ``ENGINES``, that exposes:
 
 ``NAME: str``
     The engine's name in the report ("haproxy").
-``FIELDS: tuple[str, ...]``
-    The fields it fuzzes, as the report names them ("cookie_name", "redirect_target").
+``FIELDS``
+    The fields it fuzzes, by the names the report gives them ("cookie_name", "auth_pass"): a tuple of names, or a
+    mapping keyed by them.
 ``available() -> str | None``
     None when the engine can be checked on this machine, else why not (its binary is missing, say).
 ``values() -> SearchStrategy[dict[str, object]]``
@@ -18,15 +19,17 @@ An engine is a module of this package, named in ``ENGINES``, that exposes:
     engine's own check on it and reads back what the engine made of every accepted value. Returns the verdicts;
     raises only on a crash (an exception anywhere is a bug, counted as a crash).
 
-The runner calls ``check`` with Django set up on a throwaway, migrated SQLite database, inside a transaction it
-rolls back after each example, so every example starts from an empty configuration.
+The runner imports a plug-in after Django is set up on a throwaway, migrated SQLite database, and calls ``check``
+inside a transaction it rolls back after each example, so every example starts from an empty configuration.
+An example may fill every field at once (HAProxy's: they are independent) or one field of a valid base (the
+cluster's: they only make sense together).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ENGINES = ("haproxy",)  # modules of this package; the cluster's engines (keepalived, conntrackd) join here
+ENGINES = ("haproxy", "keepalived", "conntrackd")  # modules of this package
 
 
 @dataclass

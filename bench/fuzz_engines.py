@@ -10,8 +10,10 @@ failure: every verdict is counted, the first failures are kept. Per engine: exam
 validation, refused by the engine (goal 0), meaning lost (goal 0), crashes (goal 0), seconds. Exit status 1 when
 any of the last three is not 0.
 
-Django runs on a throwaway SQLite database; each example is rolled back. Nothing leaves the machine (the HAProxy
-plug-in runs HAProxy on UNIX sockets only).
+Django runs on a throwaway SQLite database; each example is rolled back. Nothing leaves the machine: the HAProxy
+plug-in runs HAProxy on UNIX sockets only (no root needed), the cluster's ask their engines as root in a throwaway
+network namespace (``--engines haproxy`` runs without root). An engine that cannot run here is skipped, and the
+exit status is then 1 too.
 """
 
 from __future__ import annotations

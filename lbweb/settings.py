@@ -297,7 +297,16 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "lbweb.api_schema.AutoSchema",
     "EXCEPTION_HANDLER": "farms.api.exceptions.exception_handler",
+    # JSON bodies with a depth and a size limit, answered in JSON (lbweb/api_parsers.py); forms as DRF's.
+    "DEFAULT_PARSER_CLASSES": [
+        "lbweb.api_parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
+# The largest body the endpoints that take whole documents accept (the configuration and nftlb imports, the
+# cluster's sync: lbweb/api_parsers.py); every other endpoint takes Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB).
+LBWEB_IMPORT_MAX_BYTES = int(os.environ.get("LBWEB_IMPORT_MAX_BYTES", str(64 * 1024 * 1024)))
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "lbweb API",

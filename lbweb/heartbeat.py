@@ -44,32 +44,48 @@ key_of = keys.heartbeat
 KEY = key_of("healthd")
 
 
-def start_publisher(process: str, info: Callable[[], dict[str, Any]] | None = None) -> threading.Thread:
+class Publisher:
+    """Writes one process's heartbeat: every BEAT_SECONDS from its own thread, and at once when the process
+    asks (:meth:`beat`), e.g. right after a round, so the heartbeat says it before the round's results are
+    read. One lock: a beat computed before a round never lands after the one that tells of it."""
+
+    def __init__(self, process: str, info: Callable[[], dict[str, Any]] | None = None):
+        self.process = process
+        self.info = info
+        self._lock = threading.Lock()
+        self._failing = False
+        self._client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+    def beat(self) -> None:
+        """Write the heartbeat now; a Redis outage is logged once, and the process goes on."""
+        with self._lock:
+            try:
+                self._client.set(key_of(self.process), encode(self.info() if self.info else {}), ex=KEEP_SECONDS)
+                self._failing = False
+            except Exception as exc:  # Redis down, or info() failed: the process itself goes on
+                if not self._failing:
+                    log.warning("%s: heartbeat not written (%s)", self.process, exc)
+                self._failing = True
+
+    def run(self) -> None:
+        while True:
+            self.beat()
+            time.sleep(BEAT_SECONDS)
+
+
+def start_publisher(process: str, info: Callable[[], dict[str, Any]] | None = None) -> Publisher:
     """Write ``process``'s heartbeat every BEAT_SECONDS from a daemon thread of this process, so it beats
     as long as the process lives, whatever its main loop is busy with. A Redis outage is logged once and
     the thread keeps trying."""
-
-    def run() -> None:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-        failing = False
-        while True:
-            try:
-                client.set(key_of(process), encode(info() if info else {}), ex=KEEP_SECONDS)
-                failing = False
-            except Exception as exc:  # Redis down, or info() failed: the process itself goes on
-                if not failing:
-                    log.warning("%s: heartbeat not written (%s)", process, exc)
-                failing = True
-            time.sleep(BEAT_SECONDS)
-
-    thread = threading.Thread(target=run, name=f"{process}-heartbeat", daemon=True)
-    thread.start()
-    return thread
+    publisher = Publisher(process, info)
+    threading.Thread(target=publisher.run, name=f"{process}-heartbeat", daemon=True).start()
+    return publisher
 
 
 class Progress:
     """The rounds of a process's loop, for its heartbeat (``start_publisher(name, progress.info)``): one is
-    expected every ``every`` seconds; ``done`` after each one completed, ``failed`` after one that was not."""
+    expected every ``every`` seconds; ``done`` after each one completed (then the publisher's ``beat``, so that
+    the heartbeat tells of the round before its results are stored), ``failed`` after one that was not."""
 
     def __init__(self, every: float):
         self.every = every

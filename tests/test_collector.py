@@ -159,7 +159,15 @@ def test_a_collector_whose_samples_all_fail_keeps_running_and_shows_as_impaired(
     settings.REDIS_URL = redis_server.url
     redis.Redis.from_url(redis_server.url).flushdb()
     published = {}
-    monkeypatch.setattr(heartbeat, "start_publisher", lambda name, info=None: published.setdefault(name, info))
+
+    class Publisher:  # the heartbeat's thread would outlive this test in this process: its info is read here
+        def __init__(self, name, info=None):
+            published[name] = info
+
+        def beat(self):
+            pass
+
+    monkeypatch.setattr(heartbeat, "start_publisher", Publisher)
 
     class FailingSampler:
         def __init__(self, **_options):

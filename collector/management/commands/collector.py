@@ -48,23 +48,23 @@ class Command(BaseCommand):
         tick = time.monotonic()
         done = 0
         progress = heartbeat.Progress(every=interval)
-        heartbeat.start_publisher("collector", progress.info)
+        publisher = heartbeat.start_publisher("collector", progress.info)
         log.info("collector: sampling every %.1f s into %s", interval, settings.REDIS_URL)
         try:
             while not stopping and (not count or done < count):
                 try:
                     index = self._refresh(index)
-                    store.write(sampler.sample(index))
+                    sample = sampler.sample(index)
+                    progress.done()
+                    publisher.beat()  # the heartbeat says so before the figures are stored
+                    store.write(sample)
                 except redis.RedisError as exc:  # sampled; only its storing failed (and so does the heartbeat's)
                     log.warning("collector: sample not stored (%s)", exc)
-                    progress.done()
                 except Exception as exc:  # a gap, said in the heartbeat; the next sample tries again
                     error = f"sample failed: {type(exc).__name__}: {exc}"
                     if error != progress.error:  # its traceback once, not at every sample
                         log.exception("collector: %s", error)
                     progress.failed(error)
-                else:
-                    progress.done()
                 done += 1
                 tick += interval
                 delay = tick - time.monotonic()

@@ -38,7 +38,7 @@ sys.path.insert(0, ".")
 sys.path.insert(0, "bench")
 from compile import scale_farms
 from dataplane.kernel import nfmsg
-from compiler import compiler
+import compiler
 from dataplane.kernel.applier import Kernel
 from dataplane.kernel.sandbox import IsolatedKernel
 from dataplane.kernel.scratch import scratch

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from compiler import compiler  # noqa: E402
+import compiler  # noqa: E402
 from compiler.spec import BackendSpec, FarmSpec  # noqa: E402
 
 

@@ -10,8 +10,9 @@ import json
 import statistics
 import subprocess
 
+import compiler
+import compiler.schedulers
 from bench.cp_util import PYTHON, ROOT
-from compiler import compiler
 
 # -- the kernel watcher ------------------------------------------------------------------
 #
@@ -209,7 +210,7 @@ class Watcher:
     """The long-lived kernel watcher in the LB namespace (see WATCHER), for one farm."""
 
     def __init__(self, netns: str, farm: str, farm_id: int | None = None):
-        extra = [str(farm_id), compiler.schedules_map_name(farm_id)] if farm_id else []
+        extra = [str(farm_id), compiler.schedulers.schedules_map_name(farm_id)] if farm_id else []
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", netns, str(PYTHON), "-c", WATCHER, farm, *extra],
             cwd=ROOT,
@@ -268,7 +269,7 @@ gc.disable()  # as the worker compiles (dataplane.applier.cyclic_gc_paused): onl
 
 django.setup()
 from dataplane.applier import localise, snapshot
-from compiler import compiler
+import compiler
 from dataplane.kernel.applier import Kernel
 
 path, repetitions = sys.argv[1], int(sys.argv[2])

@@ -38,10 +38,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import compiler  # noqa: E402
 from bench import measure, report, topology  # noqa: E402
 from bench.appliance import Appliance  # noqa: E402
 from bench.servers import DNS_NAME, nginx_starter, start_dnsmasq, start_haproxy, stop  # noqa: E402
-from compiler import compiler  # noqa: E402
 from compiler.spec import BackendSpec, FarmSpec  # noqa: E402
 from tests.lab import backend4, run_in_netns, vip4  # noqa: E402
 

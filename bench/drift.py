@@ -34,7 +34,8 @@ def measure(count: int) -> dict:
     import django
 
     django.setup()
-    from compiler import compiler
+    import compiler
+    import compiler.names
     from compiler.spec import BackendSpec, FarmSpec, PolicySpec
     from dataplane.kernel import drift, nfmsg
     from dataplane.kernel.applier import Kernel
@@ -76,7 +77,7 @@ def measure(count: int) -> dict:
     figures["quiet_reconcile_ms"] = statistics.median(quiet) * 1000
 
     victim = specs[count // 2]
-    chain = compiler.guard_chain_name(victim)  # where a farm's access policies are checked, on every packet
+    chain = compiler.names.guard_chain_name(victim)  # where a farm's access policies are checked, on every packet
     listing = subprocess.run(["nft", "-a", "list", "chain", "inet", "lbweb", chain], capture_output=True, text=True)
     handle = next(line.split("# handle ")[1] for line in listing.stdout.splitlines() if "@policy-deny-v4" in line)
     subprocess.run(["nft", "delete", "rule", "inet", "lbweb", chain, "handle", handle.strip()], check=True)

@@ -68,6 +68,10 @@ def jump(target: str) -> Json:
     return {"jump": {"target": target}}
 
 
+def goto(chain: str) -> Json:
+    return {"goto": {"target": chain}}
+
+
 def match(left: Json, right: Any, op: str = "==") -> Json:
     return {"match": {"op": op, "left": left, "right": right}}
 

@@ -24,7 +24,11 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from compiler import carry, compiler
+import compiler
+import compiler.hooks
+import compiler.names
+import compiler.schedulers
+from compiler import carry
 from compiler.types import Json
 from compiler.units import UnitMap, combined_digest
 from farms.choices import L7_MODES, ApplyKindChoices, BackendHealthChoices, FarmModeChoices, FarmSchedulerChoices
@@ -178,7 +182,7 @@ def anchor(unit: compiler.UnitRuleset) -> str | None:
         family, name = unit.objects.tables[0]
         return f"{family} {name}"
     if unit.key.startswith("farm:") and unit.objects.chains:
-        return compiler.digest_chain_name(unit.name)
+        return compiler.names.digest_chain_name(unit.name)
     return None
 
 
@@ -191,7 +195,7 @@ def kernel_matches(state: KernelState, compiled: dict[str, compiler.UnitRuleset]
         return False
     expected_digests: dict[str, str] = {}
     expected_elements: set[tuple[str, str]] = set()
-    shared = compiler.shared_maps()  # a farm's own maps (its targets) are compared in its fingerprints
+    shared = compiler.hooks.shared_maps()  # a farm's own maps (its targets) are compared in its fingerprints
     for unit in compiled.values():
         where = anchor(unit)
         if where:
@@ -909,7 +913,7 @@ class Applier:
         # Who owns every name is needed only to file the elements of a shared map the write touched; making
         # it walks every unit (~0.1 s at 10,000 farms), which a change inside one farm (a weight) must not pay.
         # (a farm's ranges in a schedules map are read by their keys, owners aside: see drift.read_slot_elements)
-        by_owner = {m for m in touched if not compiler.is_schedules_map(m)}
+        by_owner = {m for m in touched if not compiler.schedulers.is_schedules_map(m)}
         owners = drift.owners_of(applied) if by_owner else drift.Owners(shared=shared)
         previous = dict(KernelFingerprint.objects.filter(key__in=list(units)).values_list("key", "record"))
         try:
@@ -1071,7 +1075,7 @@ class Applier:
                 ok=not failed and not outcome.error,
                 error=outcome.error or "\n".join(f"farm {fid}: {msg}" for fid, msg in sorted(failed.items())),
                 digest=configuration_digest(compiled),
-                farms_changed=len([k for k in outcome.changed if not k.startswith(compiler.HOOK_PREFIX)]),
+                farms_changed=len([k for k in outcome.changed if not k.startswith(compiler.names.HOOK_PREFIX)]),
                 commands=outcome.commands,
                 writer=outcome.writer,
                 drift=outcome.drift,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from compiler import compiler
+import compiler
 from compiler import fragments as f
 from farms import session_snapshots as snapshots
 from farms.choices import FarmSchedulerChoices, FarmStateChoices

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Max
 
-from compiler import compiler
+import compiler
 from compiler.ports import parse_ports
 from compiler.spec import BackendSpec, FarmSpec, PolicySpec
 from compiler.types import Json

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler import compiler
+import compiler
 from compiler.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from lbweb.db import read_snapshot
 

@@ -4,7 +4,7 @@ Built from the database (the truth) with the compiler's own naming functions,
 so a counter the compiler creates is the counter the collector reads.
 
 The kernel counts a NAT farm's bytes once per packet, by backend and direction (one lookup in the
-forward hook, see :mod:`compiler.compiler`); a farm's bytes each way and a backend's bytes both
+forward hook, see ``compiler.nat._traffic``); a farm's bytes each way and a backend's bytes both
 ways are sums of those (:attr:`FarmInfo.sums`), which ``collector.sampler.add_sums`` adds to a
 reading under the names the rest of the collector reads, as if the kernel had counted them itself.
 """
@@ -14,7 +14,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from compiler import compiler
+import compiler
+import compiler.names
 from compiler.spec import FarmSpec
 from farms.choices import BackendStateChoices, FarmModeChoices, FarmStateChoices
 from farms.models import ConfigGeneration, Farm
@@ -99,7 +100,7 @@ def build_index(farms: list[FarmInfo], generation: int = 0) -> FarmIndex:
 def farm_info(farm: Farm) -> FarmInfo:
     """The collector's view of one farm row (backends prefetched)."""
     spec = FarmSpec(id=farm.id, name=farm.name, vip=farm.vip)
-    chain = compiler.farm_chain_name(spec)
+    chain = compiler.names.farm_chain_name(spec)
     rows = sorted(farm.backends.all(), key=lambda b: b.id)
     backends = tuple(
         BackendInfo(
@@ -107,13 +108,13 @@ def farm_info(farm: Farm) -> FarmInfo:
             address=ipaddress.ip_address(b.address).packed,
             port=b.port,
             enabled=b.state == BackendStateChoices.ENABLED,
-            new_connections_counter=compiler.backend_chain_name(spec, b.id),
-            traffic_counter=compiler.backend_traffic_counter_name(farm.name, b.id),
+            new_connections_counter=compiler.names.backend_chain_name(spec, b.id),
+            traffic_counter=compiler.names.backend_traffic_counter_name(farm.name, b.id),
         )
         for b in rows
     )
-    traffic_in = compiler.traffic_counter_name(farm.name, "in")
-    traffic_out = compiler.traffic_counter_name(farm.name, "out")
+    traffic_in = compiler.names.traffic_counter_name(farm.name, "in")
+    traffic_out = compiler.names.traffic_counter_name(farm.name, "out")
     sums: list[tuple[str, tuple[str, ...]]] = []
     if farm.mode != FarmModeChoices.LOCAL and farm.count_bytes:
         # Backends that share an address are counted on the lowest id (the compiler's _traffic): the others'
@@ -121,11 +122,14 @@ def farm_info(farm: Farm) -> FarmInfo:
         destinations = [b.id for b in rows] + (["fallback"] if fallback_spec(farm) else [])
         for total, direction in ((traffic_in, "in"), (traffic_out, "out")):
             sums.append(
-                (total, tuple(compiler.backend_traffic_counter_name(farm.name, d, direction) for d in destinations))
+                (
+                    total,
+                    tuple(compiler.names.backend_traffic_counter_name(farm.name, d, direction) for d in destinations),
+                )
             )
         for b in rows:
-            both = tuple(compiler.backend_traffic_counter_name(farm.name, b.id, d) for d in ("in", "out"))
-            sums.append((compiler.backend_traffic_counter_name(farm.name, b.id), both))
+            both = tuple(compiler.names.backend_traffic_counter_name(farm.name, b.id, d) for d in ("in", "out"))
+            sums.append((compiler.names.backend_traffic_counter_name(farm.name, b.id), both))
     return FarmInfo(
         id=farm.id,
         name=farm.name,

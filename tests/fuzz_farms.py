@@ -237,7 +237,7 @@ def build_and_apply(draw, sandbox, stats: Stats, *, keep_failures: int = 20) -> 
 
     Runs inside the caller's transaction, which the caller rolls back.
     """
-    from compiler import compiler
+    import compiler
     from farms import services
     from farms.models import Policy
     from farms.specs import farm_spec, farms_queryset, policy_spec

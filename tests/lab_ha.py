@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from compiler import compiler
+import compiler
+import compiler.names
 from compiler.cluster import render
 from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
 from compiler.spec import BackendSpec, FarmSpec
@@ -81,7 +82,7 @@ def persistence_specs(farm_list: list[FarmSpec]) -> tuple[PersistenceSpec, ...]:
     return tuple(
         PersistenceSpec(
             farm=f.name, mark=f.mark, ttl=f.persist_ttl, family=f.family,
-            sets=tuple((b.address, compiler.persist_set_name(f, b.id)) for b in f.backends),
+            sets=tuple((b.address, compiler.names.persist_set_name(f, b.id)) for b in f.backends),
         )
         for f in farm_list
         if f.persistence

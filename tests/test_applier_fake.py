@@ -275,8 +275,8 @@ def test_a_thousand_farms_of_ten_backends_fit_one_libnftables_transaction():
     3.6 s in lbweb's transactions: this keeps the bound in step with what the compiler writes."""
     from dataclasses import replace
 
+    import compiler
     from bench.compile import scale_farms  # the control-plane bench's scale farms, as the compiler sees them
-    from compiler import compiler
 
     def commands(count: int) -> int:
         units = compiler.compile_units([replace(f, mode="dnat") for f in scale_farms(count)], [])
@@ -340,7 +340,7 @@ def test_a_table_libnftables_cannot_list_is_still_rebuilt_in_one_transaction(ker
 
 def test_bulk_transactions_keep_what_depends_on_what():
     """Units that go and policies or hooks that come first, farms in groups, policies that go last."""
-    from compiler import compiler
+    import compiler
 
     unit = lambda key, size: compiler.UnitRuleset(key, key, compiler.UnitObjects(), [{"add": {}}] * size)  # noqa: E731
     compiled = {k: unit(k, 4) for k in ("farm:1", "farm:2", "farm:3", "policy:1")}
@@ -500,7 +500,7 @@ def test_one_farms_change_compiles_that_farm_alone_and_reads_no_row_of_the_other
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from compiler import compiler
+    import compiler
     from farms import versions
 
     farms = [farm(f"f{i}", i + 1, backends=1) for i in range(12)]
@@ -525,7 +525,7 @@ def test_a_change_compares_only_the_units_that_changed_and_a_refused_policy_is_t
     """Issue 13: which units changed is asked at every change. The worker compares the units written or
     recompiled since it last asked, and those that differed then, not all of them (~5 ms at 10,000 farms):
     a policy the kernel refused still differs, and the next change tries it again."""
-    from compiler import compiler
+    import compiler
 
     farms = [farm(f"f{i}", i + 1, backends=1) for i in range(8)]
     applier(kernel).apply_pending()

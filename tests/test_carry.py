@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler import carry, compiler
+import compiler
+import compiler.names
+from compiler import carry
 from compiler.spec import BackendSpec, FarmSpec
 from dataplane.applier import bisect
 from dataplane.kernel.applier import ApplyError
@@ -25,7 +27,7 @@ STICKY = FarmSpec(
 
 
 def persist_set() -> str:
-    return compiler.persist_set_name(STICKY, 70)
+    return compiler.names.persist_set_name(STICKY, 70)
 
 
 def kernel_listing(timeout: int = 3600, elements=None) -> list[dict]:

@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler import compiler
+import compiler
+import compiler.hooks
+import compiler.names
+import compiler.schedulers
+import compiler.stateless
 from compiler import fragments as f
 from compiler.spec import BackendSpec, FarmSpec, PolicySpec, SessionSpec
 from tests.stack import ROOT
@@ -206,7 +210,7 @@ def test_every_golden_document_is_accepted_by_nft(throwaway_netns, tmp_path):
 
 
 def test_compiler_imports_no_django():
-    code = "import sys, compiler.compiler, compiler.spec; print(sorted(m for m in sys.modules if 'django' in m))"
+    code = "import sys, compiler, compiler.spec; print(sorted(m for m in sys.modules if 'django' in m))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
@@ -224,7 +228,7 @@ def test_a_units_digest_and_text_are_the_same_in_every_process():
     worker would see every farm changed after a restart, and rewrite it. Two hash seeds, same units."""
     code = (
         "import json, sys; sys.path.insert(0, 'tests'); from test_compiler import ALL_FARMS, FEATURES, DENY, ALLOW;"
-        "from compiler import compiler;"
+        "import compiler;"
         "units = compiler.compile_units(ALL_FARMS + FEATURES, [DENY, ALLOW]);"
         "print(json.dumps({k: [u.digest, u.creates] for k, u in sorted(units.items())}))"
     )
@@ -287,12 +291,12 @@ def scheduler_of(unit, chain: str) -> dict:
     if len(rule) == 1:  # the shared schedules map: the pick, a jump to the schedule chain, then the targets
         rules = [c["add"]["rule"]["expr"] for c in unit.creates if c["add"].get("rule", {}).get("chain") == chain]
         mark, jump = rules[-2][-2:]
-        shard = compiler.schedules_map_name(unit.farm_id)
-        assert jump == {"jump": {"target": compiler.schedule_chain_name(unit.farm_id)}}
+        shard = compiler.schedulers.schedules_map_name(unit.farm_id)
+        assert jump == {"jump": {"target": compiler.schedulers.schedule_chain_name(unit.farm_id)}}
         assert mark["mangle"]["key"] == ct_mark
         targets = rule[0]["vmap"]["data"].removeprefix("@")
         assert rule[0]["vmap"]["key"] == ct_mark and ("map", targets) in unit.objects.objects
-        assert {name for name, _key in unit.objects.elements if compiler.is_schedules_map(name)} == {shard}
+        assert {name for name, _key in unit.objects.elements if compiler.schedulers.is_schedules_map(name)} == {shard}
         jumps = dict((key, verdict) for key, verdict in elements(targets))
         shares = elements(shard)
         return {"key": mark["mangle"]["value"], "data": {"set": [[key, jumps[i]] for key, i in shares]}}
@@ -315,8 +319,8 @@ def test_round_robin_and_weighted_schedulers():
     vmap = scheduler_of(compiler.compile_farm(WEB), "farm-web")
     assert vmap["key"] == {"numgen": {"mode": "inc", "mod": 2, "offset": 0}}  # the disabled backend is left out
     weighted = scheduler_of(compiler.compile_farm(DNS6), "farm-dns6")
-    span = compiler.WEIGHT_SPAN  # weights 1 and 3: a quarter and three quarters of the span
-    base = DNS6.id * compiler.SCHEDULE_STRIDE  # the farm's slot of the shared schedules map
+    span = compiler.schedulers.WEIGHT_SPAN  # weights 1 and 3: a quarter and three quarters of the span
+    base = DNS6.id * compiler.schedulers.SCHEDULE_STRIDE  # the farm's slot of the shared schedules map
     assert weighted["key"]["numgen"] == {"mode": "random", "mod": span, "offset": base}
     assert [e[0] for e in weighted["data"]["set"]] == [
         {"range": [base, base + span // 4 - 1]},
@@ -327,15 +331,18 @@ def test_round_robin_and_weighted_schedulers():
 def test_a_farm_past_the_shared_slots_or_the_span_keeps_a_scheduler_map_of_its_own():
     """A weight farm picks in its own slot of the shared ``schedules`` map while its id fits the slots and
     its weights the span; past either, it keeps ``sched-<name>-id-w`` with the same shares."""
-    span = compiler.WEIGHT_SPAN
-    assert compiler.shared_pick_base(DNS6, DNS6.active_backends) == DNS6.id * compiler.SCHEDULE_STRIDE
-    far = replace(DNS6, id=compiler.SCHEDULE_SLOTS)
+    span = compiler.schedulers.WEIGHT_SPAN
+    assert (
+        compiler.schedulers.shared_pick_base(DNS6, DNS6.active_backends)
+        == DNS6.id * compiler.schedulers.SCHEDULE_STRIDE
+    )
+    far = replace(DNS6, id=compiler.schedulers.SCHEDULE_SLOTS)
     heavy = replace(DNS6, backends=tuple(replace(b, weight=span) for b in DNS6.backends))
     for farm in (far, heavy):
-        assert compiler.shared_pick_base(farm, farm.active_backends) is None
+        assert compiler.schedulers.shared_pick_base(farm, farm.active_backends) is None
         unit = compiler.compile_farm(farm)
         assert ("map", "sched-dns6-id-w") in unit.objects.volatile
-        assert not any(compiler.is_schedules_map(name) for name, _key in unit.objects.elements)
+        assert not any(compiler.schedulers.is_schedules_map(name) for name, _key in unit.objects.elements)
     pick = scheduler_of(compiler.compile_farm(far), "farm-dns6")
     assert pick["key"]["numgen"] == {"mode": "random", "mod": span, "offset": 0}
     assert [e[0] for e in pick["data"]["set"]] == [{"range": [0, span // 4 - 1]}, {"range": [span // 4, span - 1]}]
@@ -361,7 +368,7 @@ def test_hash_schedulers_and_priority_groups():
     assert "symhash" in scheduler_of(compiler.compile_farm(sym), "farm-h")["key"]
 
 
-def farm_rule_of(ruleset: compiler.FarmRuleset) -> dict:
+def farm_rule_of(ruleset: compiler.UnitRuleset) -> dict:
     chain = f"farm-{ruleset.name}"
     rules = [c["add"]["rule"] for c in ruleset.creates if c.get("add", {}).get("rule", {}).get("chain") == chain]
     return rules[-1]  # the scheduler's rule, which carries the digest
@@ -484,12 +491,12 @@ def test_hooks_exist_only_while_a_farm_needs_them():
     postrouting; the options with a per-packet cost (guard, stateless, intra-connect, offload) add theirs
     only when a farm uses them."""
     assert compiler.compile_hooks([]) == {}
-    chains, _maps = compiler.skeleton_objects()
-    assert chains == [compiler.BASE_CHAIN]
+    chains, _maps = compiler.hooks.skeleton_objects()
+    assert chains == [compiler.hooks.BASE_CHAIN]
     assert '"hook"' not in json.dumps(compiler.base_commands())
     dnat = replace(DNS6, id=20, name="d")
     assert set(compiler.compile_hooks([dnat])) == {"hook:prerouting", "hook:forward"}
-    shards = [compiler.schedule_chain_name(n) for n in range(compiler.SCHEDULE_SHARDS)]
+    shards = [compiler.schedulers.schedule_chain_name(n) for n in range(compiler.schedulers.SCHEDULE_SHARDS)]
     assert set(compiler.compile_hooks([dnat])["hook:prerouting"].objects.chains) == {"prerouting", *shards}
     assert set(compiler.compile_hooks([WEB])) == {"hook:prerouting", "hook:forward", "hook:postrouting"}
     assert compiler.compile_hooks([replace(WEB, enabled=False)]) == {}
@@ -581,7 +588,7 @@ def test_a_stateless_farm_of_portless_backends_writes_the_pick_from_a_map_of_add
         assert chain[0][0] == {"notrack": None}, chain
         (rewrite,) = [e for e in chain[-1] if "mangle" in e]
         assert rewrite["mangle"]["key"] == {"payload": {"protocol": "ip", "field": "daddr"}}
-        chained = compiler._goto_backends(compiler.scheduler_map(farm, backends))["vmap"]
+        chained = compiler.stateless._goto_backends(compiler.schedulers.scheduler_map(farm, backends))["vmap"]
         written = rewrite["mangle"]["value"]["map"]
         assert written["key"] == chained["key"]
         addresses = {"be-u-1": "198.18.1.11", "be-u-2": "198.18.1.12"}
@@ -630,7 +637,7 @@ def test_the_stateless_hook_tests_the_farms_ports_before_its_lookup():
         ["stateless_replies4_ranges"],
     ]
     assert all("vmap" in rule[0] for rule in every[:2]), every
-    many = [stateless(10 + i, ((1000 + 2 * i, 1000 + 2 * i),)) for i in range(compiler.STATELESS_PORTS_MAX + 1)]
+    many = [stateless(10 + i, ((1000 + 2 * i, 1000 + 2 * i),)) for i in range(compiler.hooks.STATELESS_PORTS_MAX + 1)]
     assert "vmap" in _hook_rules(compiler.compile_hooks(many), "stateless")[0][0]
 
 
@@ -648,7 +655,7 @@ def _chains_and_sets(unit) -> tuple[set[str], set[str]]:
 
 
 def test_snat_sends_a_reused_client_port_back_and_a_held_one_elsewhere():
-    """Issue 7: TCP SNAT farms with a numgen scheduler learn client ports per backend (see the compiler's docstring)."""
+    """Issue 7: TCP SNAT farms with a numgen scheduler learn client ports per backend (nat.keeps_reused_ports)."""
     farm = replace(WEB, backends=(_b(1), _b(2), _b(3)))
     chains, sets = _chains_and_sets(compiler.compile_farm(farm))
     assert sets == {f"{kind}-web-{i}" for kind in ("reuse", "ports") for i in (1, 2, 3)}
@@ -724,7 +731,7 @@ def test_a_change_inside_a_farm_sends_no_element_command():
 
 def _is_scheduler_element(command: dict) -> bool:
     body = next(iter(command.values()))["element"]
-    return compiler.is_schedules_map(body["name"]) or body["name"].startswith("sched-")
+    return compiler.schedulers.is_schedules_map(body["name"]) or body["name"].startswith("sched-")
 
 
 def _rules_and_flushed_chains(document: dict) -> tuple[set[str], set[str]]:
@@ -751,19 +758,19 @@ def test_a_weight_change_rewrites_only_the_scheduler_map_and_the_digest_chain():
         else:  # its slot of the shared map: the old shares leave, the new come, nothing else is flushed
             changed = [(verb, next(iter(c.values()))["element"]["name"]) for c in element_commands(document)
                        for verb in c]  # fmt: skip
-            shard = compiler.schedules_map_name(farm.id)
+            shard = compiler.schedulers.schedules_map_name(farm.id)
             assert changed == [("delete", shard)] * 2 + [("add", shard)] * 2
             assert '"flush": {"map"' not in text
         assert not any("jump" in json.dumps(c) for c in element_commands(document))  # jumps cost a validation too
         chains = [c for c in document["nftables"] if "chain" in c.get("add", {}) or "chain" in c.get("delete", {})]
-        assert chains == [{"add": {"chain": compiler.f.chain("digest-dns6")}}]
+        assert chains == [{"add": {"chain": f.chain("digest-dns6")}}]
     # the shares stay the weights' shares: 1 and 7 of 8
     elements = [
         c["add"]["element"]["elem"] for c in compiler.compile_farm(heavier).creates if "element" in c.get("add", {})
     ]
     sched = [e for elems in elements for e in elems if isinstance(e[0], dict) and "range" in e[0]]
     widths = [high - low + 1 for (low, high) in (key["range"] for key, _verdict in sched)]
-    span = compiler.WEIGHT_SPAN
+    span = compiler.schedulers.WEIGHT_SPAN
     assert sum(widths) == span and abs(widths[0] - span / 8) < 1 and abs(widths[1] - span * 7 / 8) < 1
 
 
@@ -803,11 +810,11 @@ def test_a_change_without_element_commands_applies_and_keeps_the_farm_reachable(
     dispatch = nft(throwaway_netns, "list", "map", "inet", "lbweb", "dispatch4").stdout
     assert "198.18.100.1 . tcp . 443 : goto farm-web" in dispatch
     farm_chain = nft(throwaway_netns, "list", "chain", "inet", "lbweb", "farm-web").stdout
-    assert f"numgen random mod {compiler.WEIGHT_SPAN}" in farm_chain
+    assert f"numgen random mod {compiler.schedulers.WEIGHT_SPAN}" in farm_chain
 
 
 def _hook_rules(hooks: dict, chain: str) -> list[list]:
-    creates = hooks[compiler.hook_key(chain)].creates
+    creates = hooks[compiler.names.hook_key(chain)].creates
     return [c["add"]["rule"]["expr"] for c in creates if c["add"].get("rule", {}).get("chain") == chain]
 
 
@@ -927,7 +934,12 @@ def test_a_local_farm_filters_limits_and_logs_then_accepts_without_nat():
     assert "@policy-deny9-v4" in guard and '"invalid"' in guard and '"rst"' in guard
     elements = {(name, json.dumps(key)) for name, key in unit.objects.elements}
     assert ("dispatch4", json.dumps(f.concat("198.18.100.30", "tcp", 443))) in elements
-    not_local = ("snat_farms", compiler.traffic_map(4, "in"), compiler.traffic_map(4, "out"), compiler.ROUTE_MARKS)
+    not_local = (
+        "snat_farms",
+        compiler.names.traffic_map(4, "in"),
+        compiler.names.traffic_map(4, "out"),
+        compiler.names.ROUTE_MARKS,
+    )
     assert not any(name in not_local for name, _key in elements)
     assert {"traffic-in-onbox", "traffic-out-onbox"} <= {name for _kind, name in unit.objects.objects}
 
@@ -940,7 +952,7 @@ def test_a_local_farm_counts_its_bytes_in_input_and_output_once_each():
     by_direction = {}
     for key in ("hook:local-in", "hook:local-out"):
         ((rule,),) = _rules(hooks[key]).values()
-        assert rule[1] == f.counter_map_ref(f.concat(f.ct("mark"), f.ct("direction")), compiler.TRAFFIC_DIR_MAP)
+        assert rule[1] == f.counter_map_ref(f.concat(f.ct("mark"), f.ct("direction")), compiler.names.TRAFFIC_DIR_MAP)
         by_direction[key] = rule[0]["match"]["right"]
     assert by_direction == {"hook:local-in": "original", "hook:local-out": "reply"}
     intra = compiler.compile_hooks([replace(LOCAL, intra_connect=True)])
@@ -1019,7 +1031,7 @@ def test_a_farm_that_does_not_count_its_bytes_leaves_no_counting_on_any_packet()
     unit = compiler.compile_farm(uncounted)
     counters = [c["add"]["counter"]["name"] for c in unit.creates if "counter" in c["add"]]
     assert counters and not [name for name in counters if name.startswith("traffic-")]
-    assert compiler.backend_chain_name(uncounted, 1) in counters  # new connections, per backend
+    assert compiler.names.backend_chain_name(uncounted, 1) in counters  # new connections, per backend
     assert not [c for c in unit.creates if "element" in c["add"] and c["add"]["element"]["name"].startswith("traffic")]
     assert set(compiler.compile_hooks([uncounted])) == {"hook:prerouting", "hook:postrouting"}
     # beside a farm that counts, the hook stays for that farm's packets only (its elements)
@@ -1027,7 +1039,9 @@ def test_a_farm_that_does_not_count_its_bytes_leaves_no_counting_on_any_packet()
     assert "hook:forward" in compiler.compile_hooks([uncounted, other])
     # nftlb's "forward" log still needs the hook, without the counting rules
     logged = compiler.compile_hooks([replace(uncounted, log_forward=True)])["hook:forward"]
-    assert "traffic4_in" not in json.dumps(logged.creates) and compiler.LOG_FORWARD_MAP in json.dumps(logged.creates)
+    assert "traffic4_in" not in json.dumps(logged.creates) and compiler.names.LOG_FORWARD_MAP in json.dumps(
+        logged.creates
+    )
     local = replace(LOCAL, count_bytes=False)
     assert set(compiler.compile_hooks([local])) == {"hook:prerouting", "hook:guard"}
     assert not [c for c in compiler.compile_farm(local).creates if "traffic" in json.dumps(c)]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler import compiler
+import compiler
+import compiler.hooks
 from dataplane.kernel.sandbox import CRASH_ON, CRASH_SIGNAL
 from farms.models import ApplyRun, Backend, Farm
 from tests.conftest import OUTPUT, wait_for
@@ -171,7 +172,7 @@ def test_persistence_and_counters_survive_a_refused_farm_a_reconcile_a_restart_a
     assert_state_kept(lab, entries, packets, since, "after a worker restart")
 
     # 4. A full rebuild (someone emptied the skeleton's digest chain): the state is carried over.
-    lab.ns(lab.lb, "nft", "flush", "chain", "inet", "lbweb", compiler.BASE_CHAIN)
+    lab.ns(lab.lb, "nft", "flush", "chain", "inet", "lbweb", compiler.hooks.BASE_CHAIN)
     api.patch(f"farms/{sticky['id']}/", {"description": "after the skeleton was damaged"})
     full = wait_for(lambda: runs_after(before).filter(kind="full").first(), what="the full rebuild")
     assert full.ok, full.error

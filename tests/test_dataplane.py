@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from compiler import compiler
+import compiler
+import compiler.hooks
+import compiler.names
 from farms.models import ApplyRun, KernelFingerprint
 from tests.conftest import OUTPUT, wait_for
 from tests.lab import CLIENT4, CLIENT6, LB_BACKSIDE4, KeepAlive, backend4, backend6, vip4, vip6
@@ -84,7 +86,7 @@ def test_ipv6_farm_balances_over_ipv6_backends_and_counts_each_ones_bytes_both_w
     # The forward hook's IPv6 rules (traffic6_in by the destination, traffic6_out by the source) found each one.
     for backend in farm["backends"]:
         for direction in ("in", "out"):
-            name = compiler.backend_traffic_counter_name("web6", backend["id"], direction)
+            name = compiler.names.backend_traffic_counter_name("web6", backend["id"], direction)
             counter = lab.lbweb_counter(name)
             assert counter["packets"] >= 2 and counter["bytes"] > 0, (name, counter)
 
@@ -251,21 +253,21 @@ def test_the_skeleton_digest_is_read_from_the_kernel_and_is_none_without_table_o
         "from dataplane.kernel.applier import Kernel; print(Kernel().base_digest())",
     ]
     nft = functools.partial(lab.ns, lab.client, "nft")
-    digest_comment = f'"{compiler.BASE_DIGEST_PREFIX}abc123"'
+    digest_comment = f'"{compiler.hooks.BASE_DIGEST_PREFIX}abc123"'
     try:
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
         nft("add", "table", "inet", "lbweb")
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
-        nft("add", "chain", "inet", "lbweb", compiler.BASE_CHAIN)
-        nft("add", "rule", "inet", "lbweb", compiler.BASE_CHAIN, "counter", "comment", '"other"')
+        nft("add", "chain", "inet", "lbweb", compiler.hooks.BASE_CHAIN)
+        nft("add", "rule", "inet", "lbweb", compiler.hooks.BASE_CHAIN, "counter", "comment", '"other"')
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
-        nft("add", "rule", "inet", "lbweb", compiler.BASE_CHAIN, "counter", "comment", digest_comment)
+        nft("add", "rule", "inet", "lbweb", compiler.hooks.BASE_CHAIN, "counter", "comment", digest_comment)
         assert lab.ns(lab.client, *probe).stdout.strip() == "abc123"
         # Another family's table of the same name is not lbweb's.
         nft("delete", "table", "inet", "lbweb")
         nft("add", "table", "ip", "lbweb")
-        nft("add", "chain", "ip", "lbweb", compiler.BASE_CHAIN)
-        nft("add", "rule", "ip", "lbweb", compiler.BASE_CHAIN, "counter", "comment", digest_comment)
+        nft("add", "chain", "ip", "lbweb", compiler.hooks.BASE_CHAIN)
+        nft("add", "rule", "ip", "lbweb", compiler.hooks.BASE_CHAIN, "counter", "comment", digest_comment)
         assert lab.ns(lab.client, *probe).stdout.strip() == "None"
     finally:
         nft("delete", "table", "inet", "lbweb", check=False)

@@ -1,6 +1,7 @@
 """How drift is put in words (dataplane/kernel/drift.py): pure, no kernel (real kernel: tests/test_drift.py)."""
 
-from compiler import compiler
+import compiler
+import compiler.hooks
 from compiler.units import UnitObjects
 from dataplane.kernel import drift
 
@@ -36,7 +37,7 @@ def test_owners_give_shared_map_elements_to_the_unit_whose_chain_they_jump_to():
         "policy:2": UnitObjects(volatile=(("set", "policy-x-v4"),)),
     }
     owners = drift.owners_of(units)
-    assert owners.chains["farm-web"] == "farm:1" and owners.chains[compiler.BASE_CHAIN] == drift.SKELETON
+    assert owners.chains["farm-web"] == "farm:1" and owners.chains[compiler.hooks.BASE_CHAIN] == drift.SKELETON
     assert owners.sets["p"] == "farm:1" and "p" in owners.dynamic
     assert owners.sets["policy-x-v4"] == "policy:2" and "policy-x-v4" not in owners.dynamic
     assert "dispatch4" in owners.shared and owners.objects["farm-web"] == "farm:1"

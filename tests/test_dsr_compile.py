@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from compiler import compiler, dsr
+import compiler
+from compiler import dsr
 from compiler.spec import BackendSpec, FarmSpec
 
 SCHEDULERS = {"rr": (), "weight": (), "hash": ("srcip", "srcport"), "hash-addr": ("srcip",), "symhash": ()}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+import compiler
 from collector.sampler import add_sums
-from compiler import compiler
 from dataplane.kernel.interface import CounterValue
 from farms import services
 from farms.specs import farm_spec

@@ -53,6 +53,15 @@ for extra in sys.argv[1:]:
 print(json.dumps(sorted(sys.modules)))
 """
 
+FAILOVER_PROBE = """
+import json, sys
+import dataplane.cluster.transition, dataplane.l7.engine
+for extra in sys.argv[1:]:
+    __import__(extra)
+print(json.dumps(sorted(sys.modules)))
+"""
+NFTABLES_COMPILER = ("compiler.build", "compiler.spec", "compiler.units")
+
 
 def loaded(probe: str, *extra: str) -> list[str]:
     result = subprocess.run(
@@ -85,9 +94,18 @@ def test_the_web_probe_notices_a_kernel_import():
 
 def test_the_compiler_loads_no_django_and_no_kernel_code():
     modules = loaded(COMPILER_PROBE)
-    assert "compiler.compiler" in modules and "compiler.carry" in modules
+    assert "compiler.diff" in modules and "compiler.carry" in modules
     assert offending(modules, ("django", "farms.models", "dataplane.kernel", *FORBIDDEN_EXTERNAL)) == []
     assert offending(loaded(COMPILER_PROBE, "dataplane.kernel.applier"), ("dataplane.kernel",)) != []
+
+
+def test_the_failover_path_loads_no_nftables_compiler():
+    """The transition handler imports ``compiler.cluster``, the HAProxy engine ``compiler.haproxy``: the
+    package's exports load on first use (compiler/__init__.py), so neither pays for the nftables compiler."""
+    modules = loaded(FAILOVER_PROBE)
+    assert "compiler.cluster.spec" in modules and "compiler.haproxy.config" in modules
+    assert offending(modules, NFTABLES_COMPILER) == []
+    assert offending(loaded(FAILOVER_PROBE, "compiler.documents"), NFTABLES_COMPILER) != []
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ import json
 import pytest
 from django.core.exceptions import ValidationError
 
-from compiler import compiler
+import compiler
 from compiler.limits import KERNEL_INT_MAX, LOG_PREFIX_BYTES, truncate_utf8
 from compiler.spec import FarmSpec
 from farms import capabilities, config_io, services

@@ -21,7 +21,10 @@ import sys
 
 import pytest
 
-from compiler import compiler, maglev
+import compiler
+import compiler.names
+import compiler.schedulers
+from compiler import maglev
 from compiler.spec import BackendSpec, FarmSpec
 from tests.lab import HERE, run_in_netns, sh, udp_question, wait_listening
 from tests.test_compiler import scheduler_of
@@ -96,14 +99,14 @@ def farm(backend_ids: list[int], names: list[str] = NAMES, farm_id: int = 1, **k
 
 def vmap_of(spec: FarmSpec) -> dict:
     """The table as the farm looks it up: the key the ct mark is set to, then each slot's jump (through the
-    scheduler map of backend ids and the farm's targets map, see ``compiler.nat_scheduler``)."""
-    return scheduler_of(compiler.compile_farm(spec), compiler.farm_chain_name(spec))
+    scheduler map of backend ids and the farm's targets map, see ``compiler.schedulers.nat_scheduler``)."""
+    return scheduler_of(compiler.compile_farm(spec), compiler.names.farm_chain_name(spec))
 
 
 def test_the_farm_looks_up_the_table_by_jhash_of_the_flow():
     vmap = vmap_of(farm([1, 2, 3]))
     jhash = vmap["key"]["jhash"]
-    assert jhash["mod"] == 4093 and jhash["seed"] == compiler.HASH_SEED
+    assert jhash["mod"] == 4093 and jhash["seed"] == compiler.schedulers.HASH_SEED
     assert [p["payload"]["field"] for p in jhash["expr"]["concat"]] == ["saddr", "sport"]
     slots = vmap["data"]["set"]
     assert [slot for slot, _verdict in slots] == list(range(4093))
@@ -113,7 +116,7 @@ def test_two_nodes_with_other_ids_build_the_same_table():
     """Row ids name the backends' chains; the table is decided by address and port alone."""
 
     def by_address(spec: FarmSpec) -> list[str]:
-        chain_to_address = {compiler.backend_chain_name(spec, b.id): b.address for b in spec.backends}
+        chain_to_address = {compiler.names.backend_chain_name(spec, b.id): b.address for b in spec.backends}
         return [chain_to_address[v["jump"]["target"]] for _slot, v in vmap_of(spec)["data"]["set"]]
 
     node_a = farm([1, 2, 3])

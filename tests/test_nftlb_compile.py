@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from compiler import compiler
+import compiler
+import compiler.dispatch
+import compiler.schedulers
 from compiler.spec import BackendSpec, FarmSpec, PolicySpec
 
 
@@ -42,16 +44,16 @@ def test_round_robin_is_weighted():
     weighted = (BackendSpec(id=1, address="198.18.1.11", weight=2), BackendSpec(id=2, address="198.18.1.12"))
     spec = farm(scheduler="rr", backends=weighted)
     (tail,) = [r for r in rules(spec, "farm-f") if "numgen" in r]
-    name = compiler.sched_map_name(spec, interval=True)  # the named scheduler map, through the ct mark
+    name = compiler.schedulers.sched_map_name(spec, interval=True)  # the named scheduler map, through the ct mark
     elements = json.dumps([c for c in compiler.compile_farm(spec).creates if name in json.dumps(c)])
     assert '"mode": "inc", "mod": 3' in tail and f"@{name}" in tail and '"range": [0, 1]' in elements
 
 
 def test_protocol_all_is_tcp_udp_and_sctp_on_every_port_unless_ports_are_given():
-    keys = [key for _map, key in compiler._dispatch_keys(farm(protocol="all", ports=()))]
+    keys = [key for _map, key in compiler.dispatch.dispatch_keys(farm(protocol="all", ports=()))]
     assert [k["concat"][1] for k in keys] == ["tcp", "udp", "sctp"]
     assert {json.dumps(k["concat"][2]) for k in keys} == {'{"range": [0, 65535]}'}
-    keys = [key for _map, key in compiler._dispatch_keys(farm(protocol="all", ports=((53, 53),)))]
+    keys = [key for _map, key in compiler.dispatch.dispatch_keys(farm(protocol="all", ports=((53, 53),)))]
     assert {k["concat"][2] for k in keys} == {53}
 
 

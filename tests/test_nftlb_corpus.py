@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
-from compiler.compiler import full_document
+from compiler import full_document
 from dataplane.applier import farm_spec, policy_spec
 from farms import services
 from farms.models import Farm, Policy

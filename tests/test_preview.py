@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from compiler import compiler
+import compiler
 from farms import preview, services
 from farms.models import AuditEvent, Farm
 from farms.specs import snapshot

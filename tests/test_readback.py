@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 
-from compiler import carry, compiler
+import compiler
+import compiler.names
+from compiler import carry
 from tests.test_compiler import ALL_FARMS, ALLOW, DENY, FEATURES, throwaway_netns  # noqa: F401 (a fixture)
 from tests.test_transcribe import run_in
 
@@ -18,7 +20,7 @@ READ_BOTH_WAYS = """
 import json, sys
 from dataplane.kernel import drift, nfmsg
 from dataplane.kernel.applier import Kernel
-from compiler import compiler
+import compiler
 from compiler.units import UnitObjects
 job = json.load(sys.stdin)
 Kernel().apply(job["full"])
@@ -48,7 +50,7 @@ def test_the_whole_table_read_makes_the_records_the_read_by_name_makes(throwaway
     # shared maps' elements filed under their units (kept whole for that, the other objects as hashes).
     entries = {entry.split(" ")[0] for record in whole.values() for entry in record}
     assert {"chain", "rules", "set", "elements", "counter"} <= entries, entries
-    assert read["shared"]["dispatch4"] and read["shared"][compiler.traffic_map(4, "in")], read["shared"]
+    assert read["shared"]["dispatch4"] and read["shared"][compiler.names.traffic_map(4, "in")], read["shared"]
     assert any(record.get("rules farm-sticky") for record in whole.values())
 
 

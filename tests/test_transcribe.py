@@ -14,7 +14,8 @@ import uuid
 
 import pytest
 
-from compiler import compiler
+import compiler
+import compiler.schedulers
 from compiler.spec import PolicySpec
 from tests.stack import ROOT, VENV_BIN
 from tests.test_compiler import ALL_FARMS, ALLOW, DENY, DNS6, FEATURES, WEB, WEB_REWEIGHTED
@@ -318,7 +319,7 @@ def test_the_records_made_from_scratch_are_those_read_back_from_the_kernel(two_n
     equals the one read from the real table after the commit. Units whose rules use an anonymous set
     (the real table numbers it at the commit) and those libnftables writes are left to be read back."""
     # a weight farm past the shared schedules map's slots keeps a scheduler map of its own
-    far = dataclasses.replace(DNS6, id=compiler.SCHEDULE_SLOTS + 1, name="far", vip="2001:2:0:100::9")
+    far = dataclasses.replace(DNS6, id=compiler.schedulers.SCHEDULE_SLOTS + 1, name="far", vip="2001:2:0:100::9")
     farms = [*ALL_FARMS, far, *(f for f in FEATURES if not f.est_connlimit)]
     units = compiler.compile_units(farms, [DENY, ALLOW])
     skeleton = {k: u.objects for k, u in compiler.compile_units([], [DENY, ALLOW]).items()}
@@ -344,5 +345,5 @@ def test_the_records_made_from_scratch_are_those_read_back_from_the_kernel(two_n
     assert whole - set(recorded) - libnftables == {"farm:12", "farm:13"}
     assert len(recorded) > len(added) / 2 and any("elements dispatch4" in r for r in recorded.values())
     # its slot's ranges, filed under it by their keys
-    assert f"elements {compiler.schedules_map_name(DNS6.id)}" in recorded[f"farm:{DNS6.id}"]
+    assert f"elements {compiler.schedulers.schedules_map_name(DNS6.id)}" in recorded[f"farm:{DNS6.id}"]
     assert any("sched-far-id-w" in entry for entry in recorded[f"farm:{far.id}"])

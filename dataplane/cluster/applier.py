@@ -19,8 +19,9 @@ from pathlib import Path
 
 from django.conf import settings
 
+import compiler
+import compiler.names
 from cluster.models import Cluster, Node
-from compiler import compiler
 from compiler.cluster import render
 from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
 from farms.specs import farm_spec, farms_queryset
@@ -87,7 +88,7 @@ def build_spec(cluster: Cluster, local: Node, peer: Node, state_dir: Path, app: 
             persistence.append(
                 PersistenceSpec(
                     farm=spec.name, mark=spec.mark, ttl=spec.persist_ttl, family=spec.family,
-                    sets=tuple((b.address, compiler.persist_set_name(spec, b.id)) for b in spec.backends),
+                    sets=tuple((b.address, compiler.names.persist_set_name(spec, b.id)) for b in spec.backends),
                 )
             )  # fmt: skip
     for address, interface in cluster.floating_extra():

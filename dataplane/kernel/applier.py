@@ -19,10 +19,11 @@ from typing import Any
 
 import nftables
 
-from compiler.compiler import BASE_CHAIN, BASE_DIGEST_PREFIX, DIGEST_PREFIX, canonical, merge_elements, shared_maps
+from compiler import canonical, merge_elements
 from compiler.fragments import TABLE_FAMILY, TABLE_NAME
+from compiler.hooks import BASE_CHAIN, BASE_DIGEST_PREFIX, shared_maps
 from compiler.spec import HELPER_PROTOCOL
-from compiler.units import UnitObjects
+from compiler.units import DIGEST_PREFIX, UnitObjects
 
 from . import drift, netlink, nfmsg, steps
 from .interface import ApplyError, CounterValue, KernelState  # noqa: F401 (their home was here)

@@ -34,8 +34,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.compiler import is_schedules_map, schedule_slot, skeleton_objects
 from compiler.fragments import TABLE_FAMILY, TABLE_NAME
+from compiler.hooks import skeleton_objects
+from compiler.schedulers import is_schedules_map, schedule_slot
 from compiler.units import UnitObjects
 
 from . import netlink, nfmsg

@@ -25,17 +25,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.compiler import (
-    BASE_CHAIN,
-    BASE_DIGEST_PREFIX,
-    DIGEST_PREFIX,
-    canonical,
-    schedule_slot,
-    shared_maps,
-    skeleton_objects,
-)
+from compiler import canonical
 from compiler.fragments import TABLE_FAMILY, TABLE_NAME
-from compiler.units import UnitObjects
+from compiler.hooks import BASE_CHAIN, BASE_DIGEST_PREFIX, shared_maps, skeleton_objects
+from compiler.schedulers import schedule_slot
+from compiler.units import DIGEST_PREFIX, UnitObjects
 
 from . import drift
 from .interface import ApplyError, CounterValue, Json, KernelState

@@ -32,7 +32,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from compiler.compiler import merge_elements
+from compiler import merge_elements
 from compiler.units import UnitObjects
 
 from . import drift, nfmsg, steps

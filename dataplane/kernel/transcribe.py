@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from compiler.compiler import document, merge_elements
+from compiler import document, merge_elements
 from compiler.types import Json
 
 from . import nfmsg

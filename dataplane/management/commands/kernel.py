@@ -10,7 +10,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from compiler import compiler
+import compiler
 from compiler.units import UnitObjects
 from dataplane import applier as dataplane
 from dataplane.kernel import drift

@@ -197,11 +197,11 @@ def print_report(r: dict) -> None:
     print(f"total run time: {r['run_seconds']:.0f} s; load average at the end {r['loadavg_end']}")
 
 
-RECORD = ROOT / "bench" / "RESULTS-control_plane.json"
+RECORD = ROOT / "bench" / "runs" / "RESULTS-control_plane.json"
 
 
 def record_figures(r: dict) -> dict[str, float | None]:
-    """The figures a run is judged by, by name (what the README's goals name)."""
+    """The figures a run is judged by, by name (the goals of bench/RESULTS.md's "Control plane")."""
     figures: dict[str, float | None] = {}
     for s in r.get("scale", []):
         n, f = s["farms"], s["full_apply"]
@@ -217,7 +217,7 @@ def record_figures(r: dict) -> dict[str, float | None]:
 
 
 def print_against_record(r: dict, record_path: Path = RECORD) -> None:
-    """Each figure beside the recorded run's (bench/RESULTS-control_plane.json), when there is one."""
+    """Each figure beside the recorded run's (bench/runs/RESULTS-control_plane.json), when there is one."""
     if not record_path.exists():
         return
     record = json.loads(record_path.read_text())

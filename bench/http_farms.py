@@ -17,9 +17,9 @@ threads, in the client namespace) loads each case with keep-alive and with ``Con
 
 Figures: req/s, latency p50/p99 (wrk), CPU of the LB namespace's processes per request (user + system ticks of
 every process there), and the HTTPS/HTTP ratio of req/s beside SKUDONET's published 0.92 (93k / 101k req/s,
-seeds/skudonet-sna7108-benchmark.txt). Cases rotate from round to round; medians over the rounds.
+the seed "skudonet-sna7108-benchmark"). Cases rotate from round to round; medians over the rounds.
 
-The capacity experiment (seeds/l7-proxy-deterministic-sessions.txt): bench/capacity_server.py on one backend, a
+The capacity experiment (the seed "l7-proxy-deterministic-sessions"): bench/capacity_server.py on one backend, a
 service that holds ``--capacity`` N requests at WORK_MS each and degrades beyond (a model, see that file), behind an
 HTTP farm; wrk with 4 x N keep-alive connections, once with the backend's capacity declared (HAProxy maxconn N, the
 rest queue at the LB) and once without. Figures: req/s, p99, errors, the most requests the service held at once and

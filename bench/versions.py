@@ -95,7 +95,7 @@ def measure(farms: int, backends: int, rounds: int) -> dict[str, float]:
     timings: list[float] = []
     for _ in range(rounds):
         change()
-    size = len(str(ConfigVersion.objects.first().document))
+    size = len(str(versions.document_of(ConfigVersion.objects.first())))
     return {"export": export, "unchanged": unchanged, "changed": statistics.median(timings), "document_chars": size}
 
 

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from datetime import UTC, datetime
 
 from django.conf import settings
@@ -17,10 +16,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from farms.audit import record
+from lbweb import enqueue
 
 from .models import Cluster, Node, Transition
-
-log = logging.getLogger("lbweb.cluster")
 
 CLUSTER_FIELDS = (
     "enabled",
@@ -49,17 +47,9 @@ def cluster_state(cluster: Cluster) -> dict:
 
 
 def request_deploy() -> None:
-    """The worker rewrites keepalived's and conntrackd's files after this commits."""
-
-    def send() -> None:
-        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
-
-        try:
-            app.send_task("cluster.tasks.deploy", retry=False)
-        except Exception as exc:  # broker down: the heartbeat deploys when it comes back
-            log.warning("cluster deploy not enqueued (%s)", exc)
-
-    transaction.on_commit(send)
+    """The worker rewrites keepalived's and conntrackd's files after this commits (broker down: the heartbeat
+    deploys when it comes back)."""
+    enqueue.send_after_commit("cluster.tasks.deploy", what="cluster deploy")
 
 
 @transaction.atomic

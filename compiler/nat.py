@@ -268,10 +268,10 @@ def _traffic(b: Builder, farm: FarmSpec) -> None:
 
     Why the packet's address and not the reply tuple's (``ct reply ip saddr``, the same address for the
     farm's packets): two fields rather than three, the address read from the packet, cost a packet about a
-    third less of this lookup's excess over the minimal ruleset (bench/RESULTS.md, "The per-backend
+    third less of this lookup's excess over the minimal ruleset (bench/runs/PASSES.md, "The per-backend
     accounting's price"). Why a counter map and not conntrack's own accounting: read truthfully (every
     destroy event, for the connections that end between two censuses) it cost short connections more than
-    this lookup does (bench/RESULTS.md, "Conntrack accounting with its reader").
+    this lookup does (bench/runs/PASSES.md, "Conntrack accounting with its reader").
 
     Disabled backends are counted too: their established connections still carry traffic. A farm that does
     not count its bytes (``count_bytes`` off) has neither counters nor entries: its packets find no element.

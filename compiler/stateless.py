@@ -36,7 +36,7 @@ def stateless_farm(b: Builder, farm: FarmSpec) -> None:
 
     No counter: nothing reads a stateless farm's packets (the collector measures the farms conntrack
     sees; the dashboard and the API say a stateless farm is not measured), and a datagram paid about 1 %
-    for the farm's and its backend's named counters (bench/RESULTS.md). When no backend has a port of
+    for the farm's and its backend's named counters (bench/runs/PASSES.md). When no backend has a port of
     its own, the pick rewrites the destination from a map of the backends' addresses in the farm chain's
     own rule, as one would write it by hand: a datagram meets no backend chain. A backend with a port
     needs two rewrites from one pick, so then the pick ``goto``-s the backend's chain (the farm chain's

@@ -79,7 +79,7 @@ if [ ! -e "$etc_dir/lbweb.env" ]; then
   install -d -m 0750 -o root -g lbweb "$etc_dir"
   install -m 0640 -o root -g lbweb /dev/null "$etc_dir/lbweb.env"
   cat >"$etc_dir/lbweb.env" <<'ENV'
-# lbweb's environment, read by every lbweb unit but lbweb-prober (README: "Environment"). root:lbweb 0640.
+# lbweb's environment, read by every lbweb unit but lbweb-prober (docs/install.md: "Environment"). root:lbweb 0640.
 # LBWEB_ADMIN_PASSWORD=   password of `admin`, set by lbweb-setup at every start (unset: generated once, printed in
 #                         its journal); the running processes never see it
 # ALLOWED_HOSTS=lb.example.org

@@ -5,10 +5,12 @@ the system) and writes one :class:`~farms.models.AuditEvent` inside the service'
 the change rolls back, so does its record. A service called by another audited service (maintenance
 calls backend_update, an import calls many) is recorded once, by the outermost call.
 
-Other apps audit their own objects with the same two pieces: decorate their services with
-:func:`audited` (or call :func:`record`), and give their models an ``audit_state()`` method (the JSON
-an operator reads as before/after) and, when they belong to a farm, a ``farm_id``. A caller that runs
-many services for one person (an import) wraps them in :func:`acting` so each is recorded with that
+Other apps audit their own objects the same way: they decorate their services with :func:`audited` and
+give their models an ``audit_state()`` method (the JSON an operator reads as before/after); the entry
+names the farm a row belongs to (its ``farm_id``, or its backend's farm), and a row that only extends
+another (a farm's HTTP options) names that one by ``audit_as``. :func:`record` writes an event that is
+no one object's change (a whole import, a set of tokens revoked, a cluster transition). A caller that
+runs many services for one person (an import) wraps them in :func:`acting` so each is recorded with that
 person, never as "system".
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 
 from django.db import models, transaction
 
+from .field_lists import BACKEND_FIELDS, FARM_FIELDS, HEALTH_CHECK_FIELDS, POLICY_FIELDS
 from .models import AuditEvent, Backend, Farm, HealthCheck, Policy, StaticSession
 
 _INSIDE = contextvars.ContextVar("lbweb_audited_service", default=False)
@@ -42,9 +45,6 @@ def acting(actor):
 
 def state_of(obj: models.Model | None) -> dict[str, Any] | None:
     """The fields of ``obj`` an operator configures, as plain JSON (what before/after show)."""
-    from .health_services import HEALTH_CHECK_FIELDS
-    from .services import BACKEND_FIELDS, FARM_FIELDS, POLICY_FIELDS
-
     if obj is None:
         return None
     if hasattr(obj, "audit_state"):  # another app's model says what it shows
@@ -65,9 +65,19 @@ def state_of(obj: models.Model | None) -> dict[str, Any] | None:
 
 
 def farm_ref_of(obj: models.Model | None) -> int | None:
+    """The farm ``obj`` belongs to: itself, its farm, or its backend's farm."""
     if isinstance(obj, Farm):
         return obj.pk
-    return getattr(obj, "farm_id", None)
+    if getattr(obj, "farm_id", None) is not None:
+        return obj.farm_id
+    backend = getattr(obj, "backend", None)
+    return backend.farm_id if isinstance(backend, Backend) else None
+
+
+def identity_of(obj: models.Model) -> tuple[int | None, str, int | None]:
+    """(object_id, object_name, farm_ref) of an entry about ``obj``: its own, or those of the row it extends."""
+    shown = getattr(obj, "audit_as", obj)
+    return shown.pk, str(shown), farm_ref_of(shown)
 
 
 def record(
@@ -112,11 +122,13 @@ def _made(result: Any) -> models.Model | None:
     return result if isinstance(result, models.Model) else None
 
 
-def audited(action: str, target: str | None = None) -> Callable:
+def audited(action: str | Callable[..., str], target: str | None = None) -> Callable:
     """Record a service call: ``target`` names the keyword that carries the object being changed.
 
     The object recorded is the service's return value when it is a model instance (a create; or the
     first item of a returned tuple), otherwise the target (an update, a delete, an action on an object).
+    ``action`` is the entry's verb, or a function of the service's keywords that words it (a capacity
+    declared with a token names the token).
     """
 
     def decorate(func: Callable) -> Callable:
@@ -132,17 +144,17 @@ def audited(action: str, target: str | None = None) -> Callable:
                     subject = kwargs.get(target) if target else None
                     before_obj = _current(subject)
                     before = state_of(before_obj)
-                    identity = (before_obj.pk, str(before_obj), farm_ref_of(before_obj)) if before_obj else None
+                    identity = identity_of(before_obj) if before_obj else None
                     result = func(*args, **kwargs)
                     obj = _made(result) or subject
                     after_obj = _current(obj)
                     if after_obj is not None:
-                        identity = (after_obj.pk, str(after_obj), farm_ref_of(after_obj))
+                        identity = identity_of(after_obj)
                     object_type = type(obj)._meta.model_name if obj is not None else ""
                     object_id, object_name, farm_ref = identity or (None, "", None)
                     event = record(
                         actor=actor,
-                        action=action,
+                        action=action(**kwargs) if callable(action) else action,
                         object_type=object_type,
                         object_id=object_id,
                         object_name=object_name,

@@ -19,31 +19,16 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from lbweb import enqueue
+from lbweb.writes import validated_save
+
 from .audit import audited
 from .choices import BackendHealthChoices, HealthCheckTypeChoices
+from .field_lists import HEALTH_CHECK_FIELDS
 from .models import Backend, Farm, HealthCheck, HealthEvent
-from .services import enqueue_on_commit, mark_farms_changed, validated_save
+from .services import mark_farms_changed
 
 log = logging.getLogger("lbweb.health")
-
-HEALTH_CHECK_FIELDS = (
-    "type",
-    "port",
-    "interval",
-    "timeout",
-    "rise",
-    "fall",
-    "http_method",
-    "http_path",
-    "http_statuses",
-    "http_body",
-    "http_host",
-    "tls_verify",
-    "udp_send",
-    "udp_expect",
-    "command",
-    "cut_connections",
-)
 
 
 @dataclass(frozen=True)
@@ -134,7 +119,9 @@ def _record(transitions: list[HealthTransition], also_changed: list[int]) -> lis
     if farms:
         mark_farms_changed(farms)
     for backend_id in cut:  # queued after the apply, so the backend has left the scheduler first
-        enqueue_on_commit("cut_backend_connections", backend_id, what=f"cutting backend {backend_id}'s connections")
+        enqueue.send_after_commit(
+            "farms.tasks.cut_backend_connections", args=[backend_id], what=f"cutting backend {backend_id}'s connections"
+        )
     for event in events:
         log.info("backend %s: %s -> %s (%s)", event.backend, event.previous, event.current, event.reason)
     return [b.id for b in changed]

@@ -36,7 +36,11 @@ class ConfigVersionDiffView(RoleRequiredMixin, View):
         if new is None:
             return redirect("farms:configversion_list")
         old = _version(request.GET.get("old")) or ConfigVersion.objects.filter(id__lt=new.id).first() or new
-        context = {"old": old, "new": new, "change": versions.diff(old.document, new.document)}
+        context = {
+            "old": old,
+            "new": new,
+            "change": versions.diff(versions.document_of(old), versions.document_of(new)),
+        }
         context["empty"] = versions.is_empty(context["change"])
         context["choices"] = ConfigVersion.objects.defer("whole", "manifest")[:200]
         return render(request, "farms/configversion_diff.html", context)
@@ -51,7 +55,7 @@ class ConfigVersionRestoreView(RoleRequiredMixin, View):
         version = get_object_or_404(ConfigVersion, pk=pk)
         result = versions.restore(version=version, actor=request.user, dry_run=True)
         current = versions.canonical(config_io.export_config())
-        change = versions.diff(current, version.document)
+        change = versions.diff(current, versions.document_of(version))
         context = {"version": version, "result": result, "change": change, "empty": versions.is_empty(change)}
         return render(request, "farms/configversion_restore.html", context)
 

@@ -1,9 +1,9 @@
 """Is the appliance keeping up? The liveness of every process and how long changes have waited.
 
 Read by ``GET /api/v1/status/`` and by every page (the banner of ``base.html``). A change is saved
-first and applied after (DESIGN.md): with the worker stopped, writes still succeed and stay
-"pending", so without this nothing would say that nothing reaches the kernel. Cheap enough for
-every page: one Redis MGET and one database query.
+first and applied after (docs/how-a-change-reaches-the-kernel.md): with the worker stopped, writes still
+succeed and stay "pending", so without this nothing would say that nothing reaches the kernel. Cheap enough
+for every page: one Redis MGET and one database query.
 """
 
 from __future__ import annotations

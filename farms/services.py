@@ -11,116 +11,42 @@ object's state before and after, inside the same transaction.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from lbweb import enqueue
+from lbweb.writes import validated_save
+
 from .audit import after_record, audited
 from .choices import BackendStateChoices, FarmModeChoices
+from .field_lists import BACKEND_FIELDS, FARM_FIELDS, POLICY_FIELDS
 from .models import Backend, ConfigGeneration, Farm, Policy, StaticSession
-
-log = logging.getLogger("lbweb.farms")
-
-FARM_FIELDS = (
-    "name",
-    "description",
-    "vip",
-    "protocol",
-    "ports",
-    "mode",
-    "scheduler",
-    "state",
-    "sched_param",
-    "persistence",
-    "persist_ttl",
-    "source_addr",
-    "source_ports",
-    "new_rtlimit",
-    "new_rtlimit_unit",
-    "new_rtlimit_burst",
-    "rst_rtlimit",
-    "rst_rtlimit_unit",
-    "rst_rtlimit_burst",
-    "limits_ttl",
-    "est_connlimit",
-    "limit_verdict",
-    "log",
-    "log_forward",
-    "log_output",
-    "log_prefix",
-    "log_rtlimit",
-    "log_rtlimit_unit",
-    "log_drops",
-    "mark",
-    "helper",
-    "tcp_strict",
-    "intra_connect",
-    "flow_offload",
-    "count_bytes",
-    "interface",
-    "oface",
-    "ether_addr",
-    "when_all_down",
-    "fallback_address",
-    "fallback_port",
-)
-BACKEND_FIELDS = (
-    "address", "port", "weight", "state", "priority", "est_connlimit", "mac", "mark", "oface", "source_addr",
-)  # fmt: skip
-POLICY_FIELDS = ("name", "type", "description", "elements")
 
 
 def _enqueue(task_name: str, **kwargs) -> None:
-    """Queue a worker task after commit; if the broker is down the change stays pending, never lost."""
-
-    def send() -> None:
-        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
-
-        try:
-            app.send_task(f"farms.tasks.{task_name}", kwargs=kwargs, retry=False)
-        except Exception as exc:  # broker down: the worker reconciles at start and periodically
-            log.warning("%s%s not enqueued (%s); the change stays pending", task_name, kwargs, exc)
-
-    transaction.on_commit(send)
-
-
-def enqueue_on_commit(task_name: str, *args: int, what: str) -> None:
-    """Queue a worker task once the transaction commits; if the broker is down the saved change stays."""
-
-    def enqueue() -> None:
-        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
-
-        try:
-            app.send_task(f"farms.tasks.{task_name}", args=list(args), retry=False)
-        except Exception as exc:  # broker down: the worker's reconcile at start picks up what is pending
-            log.warning("%s not enqueued (%s)", what, exc)
-
-    transaction.on_commit(enqueue)
+    """Queue the worker task ``farms.tasks.<task_name>`` after commit (:mod:`lbweb.enqueue`)."""
+    enqueue.send_after_commit(f"farms.tasks.{task_name}", kwargs=kwargs, what=f"{task_name}{kwargs}")
 
 
 def request_apply(generation: int) -> None:
     """Enqueue an apply after commit, unless one is already waiting (it will see this change too: see
     ``apply_queue``); if the broker is down the change stays pending, never lost."""
+    enqueue.after_commit(lambda: _send_apply(generation), what=f"apply of generation {generation}")
 
-    def enqueue() -> None:
-        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
 
-        from . import apply_queue
+def _send_apply(generation: int) -> None:
+    from . import apply_queue
 
-        claimed = False
-        try:
-            claimed = apply_queue.claim(generation)
-            if claimed:
-                app.send_task("farms.tasks.apply_config", args=[generation], retry=False)
-        except Exception as exc:  # broker down: the worker's reconcile at start picks up what is pending
-            log.warning("apply of generation %s not enqueued (%s); it stays pending", generation, exc)
-            if claimed:
-                apply_queue.unclaim()
-
-    transaction.on_commit(enqueue)
+    if not apply_queue.claim(generation):
+        return
+    try:
+        enqueue.send("farms.tasks.apply_config", args=[generation])
+    except Exception:
+        apply_queue.unclaim()  # the next write asks again
+        raise
 
 
 def mark_farms_changed(farm_ids: Iterable[int]) -> int:
@@ -134,22 +60,6 @@ def mark_farms_changed(farm_ids: Iterable[int]) -> int:
 def _mark_changed(farm: Farm) -> int:
     farm.config_generation = mark_farms_changed([farm.pk])
     return farm.config_generation
-
-
-def _assign(instance, fields: tuple[str, ...], values: dict) -> None:
-    unknown = set(values) - set(fields)
-    if unknown:
-        raise TypeError(f"unknown field(s): {', '.join(sorted(unknown))}")
-    for name, value in values.items():
-        setattr(instance, name, value)
-
-
-def validated_save(instance, fields: tuple[str, ...], values: dict):
-    """Set ``values`` (only names in ``fields``) on a model instance, validate it with ``clean()``, save it."""
-    _assign(instance, fields, values)
-    instance.full_clean()
-    instance.save()
-    return instance
 
 
 def _set_policies(farm: Farm, policies: Iterable[Policy] | None) -> None:

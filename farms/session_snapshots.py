@@ -19,6 +19,7 @@ import json
 import time
 from dataclasses import dataclass
 
+from lbweb import enqueue
 from lbweb import redis_keys as keys
 from lbweb.redis_client import get_redis
 
@@ -75,9 +76,7 @@ def ask(farm_id: int) -> float:
     redis = get_redis()
     now = time.time()
     if redis.set(asked_key(farm_id), str(now), nx=True, ex=ASK_SECONDS):
-        from lbweb.celery import app
-
-        app.send_task("farms.tasks.report_sessions", kwargs={"farm_id": farm_id}, expires=ASK_SECONDS, retry=False)
+        enqueue.send("farms.tasks.report_sessions", kwargs={"farm_id": farm_id}, expires=ASK_SECONDS)
         return 0.0
     asked = redis.get(asked_key(farm_id))
     return max(0.0, now - float(asked)) if asked else 0.0

@@ -1,7 +1,7 @@
 """The database rows in the compiler's words: row -> spec, and one consistent snapshot of them.
 
-Read by the worker (``dataplane.py``) and by the web process (``preview.py``, ``Farm.traffic``), so it
-imports no kernel I/O and nothing of the worker: only the models and the pure compiler (``compiler/``).
+Read by the worker (``dataplane/applier.py``) and by the web process (``preview.py``, :func:`farm_traffic`), so
+it imports no kernel I/O and nothing of the worker: only the models and the pure compiler (``compiler/``).
 """
 
 from __future__ import annotations
@@ -86,6 +86,11 @@ def farm_spec(farm: Farm) -> FarmSpec:
         ),
         fallback=fallback_spec(farm),
     )
+
+
+def farm_traffic(farm: Farm) -> str:
+    """Where new connections to ``farm`` go now (FarmTrafficChoices), decided exactly as the compiler decides it."""
+    return farm_spec(farm).traffic
 
 
 def fallback_spec(farm: Farm) -> BackendSpec | None:

@@ -138,6 +138,12 @@ def assemble(manifest: Json) -> Json:
     }
 
 
+def document_of(version: ConfigVersion) -> Json:
+    """The export document of a configuration version: put together from its parts (a version kept before parts
+    existed holds it whole)."""
+    return version.whole if version.manifest is None else assemble(version.manifest)
+
+
 def record_applied(run: ApplyRun | None) -> ConfigVersion | None:
     """Keep the configuration the kernel holds after ``run``, when it is new (see the module's doc).
 
@@ -271,7 +277,7 @@ def is_empty(change: Json) -> bool:
 
 def restore(*, version: ConfigVersion, actor=None, dry_run: bool = False) -> config_io.ImportResult:
     """Make the configuration the version's, through the import (all or nothing, audited as ``restore``)."""
-    document = {config_io.FORMAT_KEY: config_io.FORMAT_VERSION, **canonical(version.document)}
+    document = {config_io.FORMAT_KEY: config_io.FORMAT_VERSION, **canonical(document_of(version))}
     return config_io.import_config(
         document,
         actor=actor,

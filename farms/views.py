@@ -8,7 +8,6 @@ the user as ``actor``, so it lands in the audit trail.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 
@@ -22,7 +21,7 @@ from django.views import View
 from django.views.generic import DetailView, ListView
 
 from lbweb import api_parsers, heartbeat
-from monitoring.selectors import open_connections
+from lbweb.views import ObjectDeleteView, ObjectEditView, add_errors
 from monitoring.store import metric_store
 
 from . import config_io, health_services, liveness, preview, services
@@ -43,7 +42,7 @@ from .forms import (
 from .models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, Policy
 from .nftlb import nftlb_import
 from .roles import ADMIN, OPERATOR, VIEWER, RoleRequiredMixin, has_role
-from .specs import farm_spec
+from .specs import farm_spec, farm_traffic
 from .summary import shares
 
 # The verb on a backend's one-click button for each state it can be put in (the label otherwise).
@@ -86,6 +85,9 @@ class FarmListView(RoleRequiredMixin, ListView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
+        context["farms"] = list(context["farms"])
+        for farm in context["farms"]:
+            farm.traffic_now = farm_traffic(farm)
         context["last_run"] = ApplyRun.objects.first()
         context["query"] = self.request.GET.get("q", "")
         context["healthd"] = heartbeat.read_status()
@@ -151,7 +153,7 @@ def farm_page_context(farm: Farm) -> dict:
 def _open_connections(farm_id: int) -> tuple[dict[int, int], float | None]:
     """Each backend's open connections from the newest census; nothing known when Redis is down."""
     try:
-        return open_connections(metric_store(), farm_id)
+        return metric_store().open_connections(farm_id)
     except Exception:  # Redis down: the page says "—" or "not known", never 0
         return {}, None
 
@@ -243,81 +245,6 @@ def backend_rows(farm: Farm, spec, connections: dict[int, int]) -> list[dict]:
     return rows
 
 
-class ObjectEditView(RoleRequiredMixin, View):
-    """Create or edit one object: validate, optionally preview the kernel change, save through a service."""
-
-    required_role = ADMIN
-    template_name = "farms/object_edit.html"
-    form_class = None
-    noun = ""
-
-    def get_object(self):
-        return None
-
-    def new_instance(self):
-        return self.form_class._meta.model()
-
-    def get_form(self, obj, data=None):
-        return self.form_class(data, instance=copy.copy(obj) if obj is not None else self.new_instance())
-
-    def preview(self, obj, form) -> preview.Preview | None:
-        return None
-
-    def save(self, obj, form):
-        raise NotImplementedError
-
-    def cancel_url(self, obj) -> str:
-        raise NotImplementedError
-
-    def done_url(self, saved) -> str:
-        return self.cancel_url(saved)
-
-    def render_form(self, obj, form, change_preview=None):
-        context = {
-            "form": form,
-            "object": obj,
-            "noun": self.noun,
-            "title": self.page_title(obj),
-            "preview": change_preview,
-            "cancel_url": self.cancel_url(obj),
-            "can_preview": type(self).preview is not ObjectEditView.preview,
-            "read_only": not has_role(self.request.user, self.write_role or self.required_role),
-        }
-        return render(self.request, self.template_name, context)
-
-    def page_title(self, obj) -> str:
-        return f"Edit {self.noun} {obj}" if obj is not None else f"New {self.noun}"
-
-    def get(self, request, *args, **kwargs):
-        obj = self.get_object()
-        return self.render_form(obj, self.get_form(obj))
-
-    def post(self, request, *args, **kwargs):
-        obj = self.get_object()
-        form = self.get_form(obj, request.POST)
-        if not form.is_valid():
-            return self.render_form(obj, form)
-        if "_preview" in request.POST:
-            return self.render_form(obj, form, self.preview(obj, form))
-        try:
-            saved = self.save(obj, form)
-        except ValidationError as exc:
-            add_errors(form, exc)
-            return self.render_form(obj, form)
-        messages.success(
-            request, f"{self.noun[:1].upper()}{self.noun[1:]} {saved} saved; the kernel follows in a moment."
-        )
-        return redirect(self.done_url(saved))
-
-
-def add_errors(form, exc: ValidationError) -> None:
-    if hasattr(exc, "error_dict"):
-        for name, errors in exc.error_dict.items():
-            form.add_error(name if name in form.fields else None, errors)
-    else:
-        form.add_error(None, exc)
-
-
 class FarmEditView(ObjectEditView):
     """Create a farm, or change any of its options."""
 
@@ -339,52 +266,6 @@ class FarmEditView(ObjectEditView):
 
     def cancel_url(self, obj):
         return reverse("farms:farm_detail", args=[obj.pk]) if obj is not None else reverse("farms:farm_list")
-
-
-class ObjectDeleteView(RoleRequiredMixin, View):
-    """Confirm, with the kernel change it causes, then delete through a service."""
-
-    required_role = ADMIN
-    template_name = "farms/object_delete.html"
-    noun = ""
-
-    def get_object(self):
-        raise NotImplementedError
-
-    def preview(self, obj) -> preview.Preview | None:
-        return None
-
-    def delete(self, obj) -> None:
-        raise NotImplementedError
-
-    def cancel_url(self, obj) -> str:
-        raise NotImplementedError
-
-    def done_url(self, obj) -> str:
-        raise NotImplementedError
-
-    def render_page(self, obj, error: str = ""):
-        context = {
-            "object": obj,
-            "noun": self.noun,
-            "preview": self.preview(obj),
-            "cancel_url": self.cancel_url(obj),
-            "error": error,
-        }
-        return render(self.request, self.template_name, context)
-
-    def get(self, request, *args, **kwargs):
-        return self.render_page(self.get_object())
-
-    def post(self, request, *args, **kwargs):
-        obj = self.get_object()
-        done, name = self.done_url(obj), str(obj)
-        try:
-            self.delete(obj)
-        except ValidationError as exc:
-            return self.render_page(obj, " ".join(exc.messages))
-        messages.success(request, f"{self.noun.capitalize()} {name} deleted.")
-        return redirect(done)
 
 
 class FarmDeleteView(ObjectDeleteView):

@@ -16,8 +16,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from farms.api.permissions import RolePermission
+from farms.api.serializers import ModelCleanMixin, actor_of
 from farms.models import Backend, Farm
 from farms.roles import ADMIN, OPERATOR
+from lbweb import enqueue
 
 from . import services, specs, validation
 from .models import CapacityToken, Certificate, HttpService, L7Backend, L7Farm
@@ -117,44 +119,29 @@ class CertificateViewSet(viewsets.ModelViewSet):
         for domain in params.validated_data["domains"]:
             if validation.hosts_errors(domain) or domain.startswith("*."):
                 raise serializers.ValidationError({"domains": f"'{domain}' is not a host name HTTP-01 can prove."})
-        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
-
         try:
-            args = [params.validated_data["name"], params.validated_data["domains"]]
-            app.send_task("l7.tasks.acme_issue", args=args, retry=False)
+            enqueue.send("l7.tasks.acme_issue", args=[params.validated_data["name"], params.validated_data["domains"]])
         except Exception as exc:  # broker down
             return Response({"detail": f"The worker cannot be reached: {exc}"}, status=503)
         return Response(params.validated_data, status=status.HTTP_202_ACCEPTED)
 
 
-class HttpServiceSerializer(serializers.ModelSerializer):
+class HttpServiceSerializer(ModelCleanMixin, serializers.ModelSerializer):
     class Meta:
         model = HttpService
         fields = ["id", "farm", *services.SERVICE_FIELDS]
 
-    def validate(self, attrs):
-        candidate = HttpService(**{**({"farm": self.instance.farm} if self.instance else {}), **attrs})
-        if self.instance:
-            candidate.pk = self.instance.pk
-            for name in services.SERVICE_FIELDS:
-                if name not in attrs:
-                    setattr(candidate, name, getattr(self.instance, name))
-        try:
-            candidate.full_clean()
-        except DjangoValidationError as exc:
-            _raise_400(exc)
-        return attrs
-
     def create(self, validated_data):
         try:
-            return services.service_create(actor=self.context["request"].user, **validated_data)
+            return services.service_create(actor=actor_of(self), **validated_data)
         except DjangoValidationError as exc:
             _raise_400(exc)
 
     def update(self, instance, validated_data):
-        validated_data.pop("farm", None)
+        if validated_data.pop("farm", instance.farm) != instance.farm:
+            raise serializers.ValidationError({"farm": ["A service cannot move to another farm; create a new one."]})
         try:
-            return services.service_update(service=instance, actor=self.context["request"].user, **validated_data)
+            return services.service_update(service=instance, actor=actor_of(self), **validated_data)
         except DjangoValidationError as exc:
             _raise_400(exc)
 
@@ -311,7 +298,7 @@ class CapacityTokenView(APIView):
     def post(self, request, backend_id: int):
         backend = get_object_or_404(Backend.objects.select_related("farm"), pk=backend_id)
         try:
-            secret = services.capacity_token_create(backend=backend, actor=request.user)
+            _token, secret = services.capacity_token_create(backend=backend, actor=request.user)
         except DjangoValidationError as exc:
             _raise_400(exc)
         return Response({"token": secret}, status=status.HTTP_201_CREATED)

@@ -38,14 +38,16 @@ def _field_defaults(model, fields: tuple[str, ...]) -> Json:
     return {name: model._meta.get_field(name).get_default() for name in fields}
 
 
+def _values(row, fields: tuple[str, ...]) -> Json:
+    return {name: getattr(row, name) for name in fields}
+
+
 def _options_of(options: L7Farm | None) -> Json:
-    if options is None:
-        return _field_defaults(L7Farm, OPTION_FIELDS)
-    return {name: getattr(options, name) for name in OPTION_FIELDS}
+    return _field_defaults(L7Farm, OPTION_FIELDS) if options is None else _values(options, OPTION_FIELDS)
 
 
 def _backend_of(backend: Backend, options: L7Backend | None) -> Json:
-    values = _field_defaults(L7Backend, BACKEND_FIELDS) if options is None else services.state(options, BACKEND_FIELDS)
+    values = _field_defaults(L7Backend, BACKEND_FIELDS) if options is None else _values(options, BACKEND_FIELDS)
     service = options.service.name if options is not None and options.service_id else None
     return {"address": backend.address, "port": backend.port, "service": service, **values}
 
@@ -79,7 +81,7 @@ def export() -> Json:
                 "options": _options_of(option),
                 "certificates": sorted(c.name for c in option.certificates.all()) if option is not None else [],
                 "default_certificate": default,
-                "services": [services.state(s, services.SERVICE_FIELDS) for s in services_of[farm.pk]],
+                "services": [_values(s, services.SERVICE_FIELDS) for s in services_of[farm.pk]],
                 "backends": [_backend_of(b, backend_options.get(b.pk)) for b in backends_of[farm.pk]],
             }
         )
@@ -194,7 +196,7 @@ class _Loader:
             service = existing.get(entry.get("name"))
             if service is None:
                 changed = self.attempt(where, lambda v=values: services.service_create(farm=farm, **v)) or changed
-            elif services.state(service, services.SERVICE_FIELDS) != values:
+            elif _values(service, services.SERVICE_FIELDS) != values:
                 changed = (
                     self.attempt(where, lambda s=service, v=values: services.service_update(service=s, **v)) or changed
                 )

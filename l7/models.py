@@ -19,6 +19,7 @@ from farms.models import Backend, Farm
 
 from . import certificates, validation
 from .choices import CertificateSourceChoices, PersistenceChoices, SchedulerChoices
+from .field_lists import BACKEND_OPTION_FIELDS, L7FARM_FIELDS, SERVICE_FIELDS
 
 SECONDS = [MinValueValidator(1), MaxValueValidator(86400)]
 
@@ -41,6 +42,16 @@ class Certificate(models.Model):
 
     class Meta:
         ordering = ("name",)
+
+    def audit_state(self) -> dict:
+        """What the audit trail shows of a certificate: never its key or its PEM, only what identifies it."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "names": self.names,
+            "issuer": self.issuer,
+            "not_after": self.not_after.isoformat() if self.not_after else None,
+        }
 
     def __str__(self) -> str:
         return self.name
@@ -109,6 +120,15 @@ class L7Farm(models.Model):
         help_text="Offered when the client's SNI matches no certificate (and to clients without SNI).",
     )  # fmt: skip
 
+    @property
+    def audit_as(self) -> Farm:
+        """The audit trail records a farm's HTTP options under the farm's id and name."""
+        return self.farm
+
+    def audit_state(self) -> dict:
+        certificates = sorted(c.name for c in self.certificates.all()) if self.pk else []
+        return {**{name: self.serializable_value(name) for name in L7FARM_FIELDS}, "certificates": certificates}
+
     def __str__(self) -> str:
         return f"HTTP options of {self.farm}"
 
@@ -168,6 +188,9 @@ class HttpService(models.Model):
         ordering = ("farm", "position", "id")
         constraints = [models.UniqueConstraint(fields=["farm", "name"], name="l7_service_unique_name")]
 
+    def audit_state(self) -> dict:
+        return {name: getattr(self, name) for name in SERVICE_FIELDS}
+
     def __str__(self) -> str:
         return f"{self.farm}/{self.name}"
 
@@ -212,6 +235,14 @@ class L7Backend(models.Model):
     tls_verify = models.BooleanField(default=False, help_text="Verify its certificate against the system CAs.")
     tls_sni = models.CharField(max_length=253, blank=True)
 
+    @property
+    def audit_as(self) -> Backend:
+        """The audit trail records a backend's HTTP options under the backend's id and name."""
+        return self.backend
+
+    def audit_state(self) -> dict:
+        return {name: self.serializable_value(name) for name in BACKEND_OPTION_FIELDS}
+
     def __str__(self) -> str:
         return f"HTTP options of backend {self.backend}"
 
@@ -230,6 +261,10 @@ class CapacityToken(models.Model):
     prefix = models.CharField(max_length=8)
     created = models.DateTimeField(auto_now_add=True)
     last_used = models.DateTimeField(null=True, blank=True)
+
+    def audit_state(self) -> dict:
+        """Which backend and the token's first characters (what the operator sees of it), never its digest."""
+        return {"backend": self.backend_id, "prefix": self.prefix}
 
     def __str__(self) -> str:
         return f"capacity token {self.prefix}… of backend {self.backend_id}"

@@ -1,84 +1,30 @@
 """The only code that writes HTTP-farm rows (options, services, backend options, certificates, capacity).
 
 As in ``farms/services.py``: validate with the model's ``clean()``, save in one transaction, move the farm's
-configuration generation (one apply after commit, through the same worker queue as the kernel's farms) and write
-an ``AuditEvent`` in the same transaction. Private keys never appear in an audit record.
+configuration generation (one apply after commit, through the same worker queue as the kernel's farms), and record
+the change with :func:`farms.audit.audited` in the same transaction (each model's ``audit_state()`` says what the
+entry shows; a farm's or a backend's HTTP options are entries of that farm or backend). Private keys never appear
+in an audit record.
 """
 
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import models, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from farms.audit import record
+from farms.audit import audited, record
 from farms.models import Backend, Farm
 from farms.services import mark_farms_changed
+from lbweb.writes import validated_save
 
 from . import certificates as certs
 from . import hostnames
 from .choices import CertificateSourceChoices
+from .field_lists import BACKEND_OPTION_FIELDS, CERTIFICATE_FIELDS, L7FARM_FIELDS, SERVICE_FIELDS
 from .models import CapacityToken, Certificate, HttpService, L7Backend, L7Farm
-
-L7FARM_FIELDS = (
-    "redirect_ports",
-    "http2",
-    "hsts_max_age",
-    "forwarded_headers",
-    "timeout_client",
-    "timeout_server",
-    "timeout_connect",
-    "timeout_http_request",
-    "timeout_keep_alive",
-    "timeout_tunnel",
-    "headers",
-    "redirects",
-    "error_pages",
-    "default_certificate",
-)
-SERVICE_FIELDS = (
-    "name",
-    "position",
-    "hosts",
-    "host_regex",
-    "path_prefix",
-    "scheduler",
-    "persistence",
-    "persistence_ttl",
-    "persistence_header",
-    "cookie_name",
-    "queue_timeout",
-    "reuse",
-    "headers",
-)
-BACKEND_OPTION_FIELDS = ("service", "capacity", "tls", "tls_verify", "tls_sni")
-CERTIFICATE_FIELDS = ("name", "certificate", "chain", "private_key", "acme_domains")
-SECRET_FIELDS = {"private_key"}
-
-
-def state(obj: models.Model | None, fields: tuple[str, ...]) -> dict[str, Any] | None:
-    if obj is None:
-        return None
-    out = {}
-    for name in fields:
-        if name in SECRET_FIELDS:
-            continue
-        value = getattr(obj, name)
-        out[name] = value.pk if isinstance(value, models.Model) else value
-    return out
-
-
-def _save(instance: models.Model, fields: tuple[str, ...], values: dict) -> None:
-    unknown = set(values) - set(fields)
-    if unknown:
-        raise TypeError(f"unknown field(s): {', '.join(sorted(unknown))}")
-    for name, value in values.items():
-        setattr(instance, name, value)
-    instance.full_clean()
-    instance.save()
 
 
 def _http_farm(farm: Farm) -> None:
@@ -91,72 +37,65 @@ def farm_options_update(*, farm: Farm, actor=None, certificates: list[Certificat
     """Set an HTTP farm's options (created with their defaults on first use) and, if given, its certificates."""
     _http_farm(farm)
     options, _ = L7Farm.objects.get_or_create(farm=farm)
-    before = state(options, L7FARM_FIELDS) | {"certificates": sorted(c.name for c in options.certificates.all())}
-    _save(options, L7FARM_FIELDS, values)
+    return _options_update(options=options, certificates=certificates, actor=actor, **values)
+
+
+@audited("update", "options")
+def _options_update(*, options: L7Farm, certificates: list[Certificate] | None, **values) -> L7Farm:
+    validated_save(options, L7FARM_FIELDS, values)
     if certificates is not None:
         options.certificates.set(certificates)
-    names = sorted(c.name for c in options.certificates.all())
-    if options.default_certificate_id and options.default_certificate.name not in names:
+    if options.default_certificate_id and not options.certificates.filter(pk=options.default_certificate_id).exists():
         raise ValidationError({"default_certificate": "The default certificate must be one of the farm's."})
-    mark_farms_changed([farm.pk])
-    record(
-        actor=actor, action="update", object_type="l7farm", object_id=farm.pk, object_name=farm.name,
-        farm_ref=farm.pk, before=before, after=state(options, L7FARM_FIELDS) | {"certificates": names},
-    )  # fmt: skip
+    mark_farms_changed([options.farm_id])
     return options
 
 
+@audited("create")
 @transaction.atomic
-def service_create(*, farm: Farm, actor=None, **values) -> HttpService:
+def service_create(*, farm: Farm, **values) -> HttpService:
     """Add a service (host/path rule with its scheduler and persistence) to an HTTP farm."""
     service = HttpService(farm=farm)
-    _save(service, SERVICE_FIELDS, values)
+    validated_save(service, SERVICE_FIELDS, values)
     mark_farms_changed([farm.pk])
-    record(
-        actor=actor, action="create", object_type="httpservice", object_id=service.pk, object_name=str(service),
-        farm_ref=farm.pk, after=state(service, SERVICE_FIELDS),
-    )  # fmt: skip
     return service
 
 
+@audited("update", "service")
 @transaction.atomic
-def service_update(*, service: HttpService, actor=None, **values) -> HttpService:
-    before = state(HttpService.objects.get(pk=service.pk), SERVICE_FIELDS)
-    _save(service, SERVICE_FIELDS, values)
+def service_update(*, service: HttpService, **values) -> HttpService:
+    """Change some fields of a service."""
+    validated_save(service, SERVICE_FIELDS, values)
     mark_farms_changed([service.farm_id])
-    record(
-        actor=actor, action="update", object_type="httpservice", object_id=service.pk, object_name=str(service),
-        farm_ref=service.farm_id, before=before, after=state(service, SERVICE_FIELDS),
-    )  # fmt: skip
     return service
 
 
+@audited("delete", "service")
 @transaction.atomic
-def service_delete(*, service: HttpService, actor=None) -> None:
+def service_delete(*, service: HttpService) -> None:
     """Delete a service; its backends go back to the farm's default service."""
-    before, farm_id, pk, name = state(service, SERVICE_FIELDS), service.farm_id, service.pk, str(service)
+    farm_id = service.farm_id
     service.delete()
     mark_farms_changed([farm_id])
-    record(
-        actor=actor, action="delete", object_type="httpservice", object_id=pk, object_name=name, farm_ref=farm_id,
-        before=before,
-    )  # fmt: skip
+
+
+def _backend_options(backend: Backend) -> L7Backend:
+    _http_farm(backend.farm)
+    return L7Backend.objects.get_or_create(backend=backend)[0]
 
 
 @transaction.atomic
-def backend_options_update(*, backend: Backend, actor=None, action: str = "update", **values) -> L7Backend:
+def backend_options_update(*, backend: Backend, actor=None, **values) -> L7Backend:
     """Set what an HTTP farm's backend has beyond an L4 backend: its service, capacity, TLS."""
-    _http_farm(backend.farm)
-    options, _ = L7Backend.objects.get_or_create(backend=backend)
-    before = state(options, BACKEND_OPTION_FIELDS)
+    return _backend_options_save(options=_backend_options(backend), actor=actor, **values)
+
+
+@audited("update", "options")
+def _backend_options_save(*, options: L7Backend, **values) -> L7Backend:
     if "capacity" in values and values["capacity"] != options.capacity:
         options.capacity_updated = timezone.now()
-    _save(options, BACKEND_OPTION_FIELDS, values)
-    mark_farms_changed([backend.farm_id])
-    record(
-        actor=actor, action=action, object_type="l7backend", object_id=backend.pk, object_name=str(backend),
-        farm_ref=backend.farm_id, before=before, after=state(options, BACKEND_OPTION_FIELDS),
-    )  # fmt: skip
+    validated_save(options, BACKEND_OPTION_FIELDS, values)
+    mark_farms_changed([options.backend.farm_id])
     return options
 
 
@@ -168,26 +107,35 @@ def capacity_set(*, backend: Backend, capacity: int | None, actor=None, token: C
     with transaction.atomic():
         if token is not None:
             CapacityToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
-        action = f"capacity (token {token.prefix})" if token else "capacity"
-        return backend_options_update(backend=backend, actor=actor, action=action[:30], capacity=capacity)
+        return _capacity_save(options=_backend_options(backend), capacity=capacity, token=token, actor=actor)
 
 
+def _capacity_action(*, token: CapacityToken | None = None, **_) -> str:
+    return f"capacity (token {token.prefix})"[:30] if token else "capacity"
+
+
+@audited(_capacity_action, "options")
+def _capacity_save(*, options: L7Backend, capacity: int | None, token: CapacityToken | None) -> L7Backend:
+    return _backend_options_save(options=options, capacity=capacity)
+
+
+@audited("create")
 @transaction.atomic
-def capacity_token_create(*, backend: Backend, actor=None) -> str:
-    """A new secret for ``backend`` to declare its own capacity; shown once, stored as its SHA-256."""
+def capacity_token_create(*, backend: Backend) -> tuple[CapacityToken, str]:
+    """A new secret for ``backend`` to declare its own capacity, with its row; the secret is shown once and
+    stored as its SHA-256."""
     _http_farm(backend.farm)
     secret = secrets.token_urlsafe(32)
     token = CapacityToken.objects.create(backend=backend, digest=CapacityToken.digest_of(secret), prefix=secret[:8])
-    record(
-        actor=actor, action="create", object_type="capacitytoken", object_id=token.pk, object_name=str(token),
-        farm_ref=backend.farm_id, after={"backend": backend.pk, "prefix": token.prefix},
-    )  # fmt: skip
-    return secret
+    return token, secret
 
 
 @transaction.atomic
 def capacity_tokens_revoke(*, backend: Backend, actor=None) -> int:
-    """Delete every capacity token of ``backend``; the service can no longer declare its capacity."""
+    """Delete every capacity token of ``backend``; the service can no longer declare its capacity.
+
+    One audit entry for the whole set (no one token is the object): the explicit :func:`farms.audit.record`,
+    as an import records itself."""
     prefixes = sorted(backend.capacity_tokens.values_list("prefix", flat=True))
     deleted, _ = backend.capacity_tokens.all().delete()
     record(
@@ -203,31 +151,23 @@ def _certificate_changed(certificate: Certificate) -> None:
         mark_farms_changed(farm_ids)
 
 
+@audited("create")
 @transaction.atomic
-def certificate_create(*, actor=None, source: str = CertificateSourceChoices.UPLOAD, **values) -> Certificate:
+def certificate_create(*, source: str = CertificateSourceChoices.UPLOAD, **values) -> Certificate:
     """Store a certificate after checking it (key, chain order, dates, names); nothing is saved on any error."""
     certificate = Certificate(source=source)
-    _save(certificate, CERTIFICATE_FIELDS, values)
-    record(
-        actor=actor, action="create", object_type="certificate", object_id=certificate.pk,
-        object_name=certificate.name, after=_cert_state(certificate),
-    )  # fmt: skip
+    validated_save(certificate, CERTIFICATE_FIELDS, values)
     return certificate
 
 
+@audited("update", "target")
 @transaction.atomic
-def certificate_update(*, target: Certificate, actor=None, **values) -> Certificate:
+def certificate_update(*, target: Certificate, **values) -> Certificate:
     """Replace a certificate (a renewal): the farms that offer it are applied again. (``target``: the row;
     ``certificate`` is one of its fields.)"""
-    certificate = target
-    before = _cert_state(Certificate.objects.get(pk=certificate.pk))
-    _save(certificate, CERTIFICATE_FIELDS, values)
-    _certificate_changed(certificate)
-    record(
-        actor=actor, action="update", object_type="certificate", object_id=certificate.pk,
-        object_name=certificate.name, before=before, after=_cert_state(certificate),
-    )  # fmt: skip
-    return certificate
+    validated_save(target, CERTIFICATE_FIELDS, values)
+    _certificate_changed(target)
+    return target
 
 
 def certificate_self_signed(*, name: str, names: list[str], days: int = 365, actor=None) -> Certificate:
@@ -245,22 +185,11 @@ def certificate_self_signed(*, name: str, names: list[str], days: int = 365, act
     )
 
 
+@audited("delete", "target")
 @transaction.atomic
-def certificate_delete(*, target: Certificate, actor=None) -> None:
-    certificate = target
-    if certificate.farms.exists():
-        users = ", ".join(sorted(certificate.farms.values_list("farm__name", flat=True)))
+def certificate_delete(*, target: Certificate) -> None:
+    """Delete a certificate no farm offers."""
+    if target.farms.exists():
+        users = ", ".join(sorted(target.farms.values_list("farm__name", flat=True)))
         raise ValidationError({"certificate": f"Farms {users} offer this certificate; take it off them first."})
-    before, pk, name = _cert_state(certificate), certificate.pk, certificate.name
-    certificate.delete()
-    record(actor=actor, action="delete", object_type="certificate", object_id=pk, object_name=name, before=before)
-
-
-def _cert_state(certificate: Certificate) -> dict:
-    return {
-        "name": certificate.name,
-        "source": certificate.source,
-        "names": certificate.names,
-        "issuer": certificate.issuer,
-        "not_after": certificate.not_after.isoformat() if certificate.not_after else None,
-    }
+    target.delete()

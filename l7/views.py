@@ -2,8 +2,8 @@
 queue (from the collector's newest sample), and the certificates with their expiry (a warning ahead of time); and
 the pages that edit what the API edits: certificates, a farm's HTTP options, its services, its backends' options.
 
-The edit pages are ``farms.views``' ObjectEditView and ObjectDeleteView (admins write, the same form template and
-confirmation), saving through ``l7/services.py``."""
+The edit pages are ``lbweb.views``' ObjectEditView and ObjectDeleteView (admins write, the same form template and
+confirmation as every app's), saving through ``l7/services.py``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from django.views.generic import TemplateView
 from farms.choices import L7_MODES
 from farms.models import Backend, Farm
 from farms.roles import ADMIN, RoleRequiredMixin
-from farms.views import ObjectDeleteView, ObjectEditView, add_errors
+from lbweb.views import ObjectDeleteView, ObjectEditView, add_errors
 
 from . import services
 from .forms import BackendOptionsForm, CertificateForm, HttpOptionsForm, HttpServiceForm, SelfSignedForm

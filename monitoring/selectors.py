@@ -340,15 +340,3 @@ def summary(store: MetricStore, now: float | None = None) -> Json:
         "system": system,
         "farms": rows,
     }
-
-
-def open_connections(store: MetricStore, farm_id: int) -> tuple[dict[int, int], float | None]:
-    """Each backend's open connections (backend id -> count) from the newest conntrack census, and the
-    census's time; ({}, None) when there is no census (the collector is not running, or the farm is
-    not measured). What a person confirming a cut is shown: the web process never reads conntrack."""
-    census = store.latest_census() or {}
-    farm = (census.get("farms") or {}).get(str(farm_id))
-    if farm is None:
-        return {}, None
-    counts = {int(b): int(round(v.get("ac", 0))) for b, v in (farm.get("b") or {}).items()}
-    return counts, census.get("t")

@@ -277,6 +277,17 @@ class MetricStore:
         raw = self.redis.get(CENSUS)
         return json.loads(raw) if raw else None
 
+    def open_connections(self, farm_id: int) -> tuple[dict[int, int], float | None]:
+        """Each backend's open connections (backend id -> count) from the newest conntrack census, and the
+        census's time; ({}, None) when there is no census (the collector is not running, or the farm is
+        not measured). What a person confirming a cut is shown: the web process never reads conntrack."""
+        census = self.latest_census() or {}
+        farm = (census.get("farms") or {}).get(str(farm_id))
+        if farm is None:
+            return {}, None
+        counts = {int(b): int(round(v.get("ac", 0))) for b, v in (farm.get("b") or {}).items()}
+        return counts, census.get("t")
+
     def totals(self) -> dict[int, Json]:
         """Every farm's cumulative counters as last sampled (see :func:`totals_of`)."""
         return {int(k): json.loads(v) for k, v in self.redis.hgetall(TOTALS).items()}

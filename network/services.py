@@ -12,7 +12,6 @@ the route the client is reached by. :class:`Management` says what the request ca
 from __future__ import annotations
 
 import ipaddress
-import logging
 import urllib.parse
 from dataclasses import dataclass
 
@@ -20,10 +19,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from farms.audit import audited
+from lbweb import enqueue
+from lbweb.writes import validated_save
 
 from .models import Address, Interface, NetworkSettings, Route
-
-log = logging.getLogger("lbweb.network")
 
 INTERFACE_FIELDS = ("name", "kind", "description", "enabled", "mtu", "parent", "vlan_id", "bond_mode", "bond")
 ROUTE_FIELDS = ("destination", "gateway", "interface", "metric")
@@ -63,28 +62,9 @@ def _address_or_none(text: str | None) -> str | None:
 
 def _apply_after_commit() -> int:
     generation = NetworkSettings.bump()
-
-    def send() -> None:
-        from lbweb.celery import app  # by name: the web process never imports the worker's tasks
-
-        try:
-            app.send_task("network.tasks.apply_network", kwargs={"generation": generation}, retry=False)
-        except Exception as exc:  # broker down: applied when the worker starts (it checks the generations)
-            log.warning("network apply of generation %d not enqueued (%s); it stays pending", generation, exc)
-
-    transaction.on_commit(send)
+    what = f"network apply of generation {generation}"  # broker down: applied when the worker starts
+    enqueue.send_after_commit("network.tasks.apply_network", kwargs={"generation": generation}, what=what)
     return generation
-
-
-def _save(instance, fields: tuple[str, ...], values: dict):
-    unknown = set(values) - set(fields)
-    if unknown:
-        raise TypeError(f"unknown field(s): {', '.join(sorted(unknown))}")
-    for name, value in values.items():
-        setattr(instance, name, value)
-    instance.full_clean()
-    instance.save()
-    return instance
 
 
 # -- the management address ---------------------------------------------------------------------
@@ -157,7 +137,7 @@ def _route_cut(route: Route, management: Management | None) -> str | None:
 @transaction.atomic
 def interface_create(**values) -> Interface:
     """Manage an interface: an Ethernet device the machine has, or a VLAN or bond lbweb creates."""
-    interface = _save(Interface(), INTERFACE_FIELDS, values)
+    interface = validated_save(Interface(), INTERFACE_FIELDS, values)
     _apply_after_commit()
     return interface
 
@@ -169,7 +149,7 @@ def interface_update(
 ) -> Interface:
     """Change an interface (up/down, MTU, bond membership, ...)."""
     guard(management, confirm, _interface_cut(interface, management, values))
-    _save(interface, INTERFACE_FIELDS, values)
+    validated_save(interface, INTERFACE_FIELDS, values)
     _apply_after_commit()
     return interface
 
@@ -193,7 +173,7 @@ def interface_delete(*, interface: Interface, management: Management | None = No
 @transaction.atomic
 def address_create(*, interface: Interface, address: str) -> Address:
     """Add an address (with its prefix) to an interface."""
-    row = _save(Address(interface=interface), ("address",), {"address": address})
+    row = validated_save(Address(interface=interface), ("address",), {"address": address})
     _apply_after_commit()
     return row
 
@@ -215,7 +195,7 @@ def address_delete(*, address: Address, management: Management | None = None, co
 @transaction.atomic
 def route_create(**values) -> Route:
     """Add a static route ('default': the default gateway)."""
-    route = _save(Route(), ROUTE_FIELDS, values)
+    route = validated_save(Route(), ROUTE_FIELDS, values)
     _apply_after_commit()
     return route
 
@@ -225,7 +205,7 @@ def route_create(**values) -> Route:
 def route_update(*, route: Route, management: Management | None = None, confirm: bool = False, **values) -> Route:
     """Change a route (its gateway, interface or metric)."""
     guard(management, confirm, _route_cut(route, management))
-    _save(route, ROUTE_FIELDS, values)
+    validated_save(route, ROUTE_FIELDS, values)
     _apply_after_commit()
     return route
 
@@ -246,12 +226,6 @@ def route_delete(*, route: Route, management: Management | None = None, confirm:
 @transaction.atomic
 def settings_update(*, settings: NetworkSettings, **values) -> NetworkSettings:
     """Name servers, search domains and NTP servers (written for systemd-resolved and -timesyncd)."""
-    unknown = set(values) - set(SETTINGS_FIELDS)
-    if unknown:
-        raise TypeError(f"unknown field(s): {', '.join(sorted(unknown))}")
-    for name, value in values.items():
-        setattr(settings, name, value)
-    settings.full_clean()
-    settings.save(update_fields=list(values))  # the worker's columns are the worker's
+    validated_save(settings, SETTINGS_FIELDS, values, update_fields=list(values))  # the worker's columns are its own
     _apply_after_commit()
     return settings

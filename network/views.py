@@ -11,9 +11,11 @@ from __future__ import annotations
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views import View
 
 from farms.roles import ADMIN, RoleRequiredMixin
+from lbweb.views import ObjectEditView
 
 from . import selectors, services
 from .forms import AddressForm, InterfaceForm, RouteForm, SettingsForm
@@ -22,6 +24,13 @@ from .models import Address, Interface, NetworkSettings, Route
 
 def _confirmed(request) -> bool:
     return request.POST.get("confirm") == "1"
+
+
+def _confirmation(request, exc: ValidationError) -> dict | None:
+    """The question to ask again when a service refused a change because it cuts the management address: its
+    words and the request's data, sent again with ``confirm=1`` if the admin confirms."""
+    errors = exc.message_dict if hasattr(exc, "error_dict") else {}
+    return {"message": errors["confirm"][0], "data": request.POST} if "confirm" in errors else None
 
 
 class NetworkView(RoleRequiredMixin, View):
@@ -67,11 +76,10 @@ class NetworkView(RoleRequiredMixin, View):
         try:
             outcome = handler(request)
         except ValidationError as exc:
-            errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
-            if "confirm" in errors:
-                confirm = {"message": errors["confirm"][0], "data": request.POST}
+            confirm = _confirmation(request, exc)
+            if confirm is not None:
                 return render(request, self.template_name, self.context(request, confirm=confirm), status=409)
-            messages.error(request, " ".join(m for ms in errors.values() for m in ms))
+            messages.error(request, " ".join(exc.messages))
             return redirect("network:network")
         if isinstance(outcome, dict):  # a form with errors: shown where it is
             return render(request, self.template_name, self.context(request, **outcome), status=400)
@@ -144,40 +152,41 @@ class NetworkView(RoleRequiredMixin, View):
         return "DNS and NTP saved"
 
 
-class InterfaceEditView(RoleRequiredMixin, View):
-    """One interface's settings (admins)."""
+class InterfaceEditView(ObjectEditView):
+    """One interface's settings (admins); a change that cuts the management address asks first (409)."""
 
-    required_role = ADMIN
+    form_class = InterfaceForm
+    noun = "interface"
     template_name = "network/interface_edit.html"
+    error_status = 400
 
-    def get(self, request, pk: int):
-        interface = get_object_or_404(Interface, pk=pk)
-        form = InterfaceForm(instance=interface)
-        form.fields["name"].widget.attrs["autofocus"] = True
-        return render(request, self.template_name, {"interface": interface, "form": form})
+    def get_object(self):
+        return get_object_or_404(Interface, pk=self.kwargs["pk"])
 
-    def post(self, request, pk: int):
-        interface = get_object_or_404(Interface, pk=pk)
-        form = InterfaceForm(request.POST, instance=Interface.objects.get(pk=pk))
-        context = {"interface": interface, "form": form}
-        if form.is_valid():
-            try:
-                services.interface_update(
-                    interface=Interface.objects.get(pk=pk),
-                    management=services.Management.of(request),
-                    confirm=_confirmed(request),
-                    actor=request.user,
-                    **form.values(),
-                )
-            except ValidationError as exc:
-                errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
-                if "confirm" in errors:
-                    context["confirm"] = {"message": errors["confirm"][0], "data": request.POST}
-                    return render(request, self.template_name, context, status=409)
-                for field, problems in errors.items():
-                    for problem in problems:
-                        form.add_error(field if field in form.fields else None, problem)
-            else:
-                messages.success(request, f"Interface {interface.name} saved. The worker applies it in a moment.")
-                return redirect("network:network")
-        return render(request, self.template_name, context, status=400)
+    def get_form(self, obj, data=None):
+        form = super().get_form(obj, data)
+        if data is None:
+            form.fields["name"].widget.attrs["autofocus"] = True
+        return form
+
+    def save(self, obj, form):
+        services.interface_update(
+            interface=obj,
+            management=services.Management.of(self.request),
+            confirm=_confirmed(self.request),
+            actor=self.request.user,
+            **form.values(),
+        )
+        return obj
+
+    def refused(self, obj, form, exc):
+        confirm = _confirmation(self.request, exc)
+        if confirm is not None:
+            return self.render_form(obj, form, status=409, confirm=confirm)
+        return super().refused(obj, form, exc)
+
+    def cancel_url(self, obj):
+        return reverse("network:network")
+
+    def saved_message(self, saved) -> str:
+        return f"Interface {saved.name} saved. The worker applies it in a moment."

@@ -1,4 +1,4 @@
-"""The namespace lab of DESIGN.md: a client, a load balancer and three backends.
+"""The namespace lab: a client, a load balancer and three backends.
 
 Only 198.18.0.0/15 and 2001:2::/48 are used, only inside namespaces this
 module creates, and :meth:`Lab.destroy` removes them all (also after a

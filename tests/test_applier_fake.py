@@ -178,7 +178,7 @@ def test_a_change_of_many_farms_goes_in_transactions_of_whole_farms_and_a_small_
 def test_most_of_a_small_table_goes_to_libnftables_in_one_transaction(kernel, monkeypatch):
     """Up to LIBNFTABLES_BULK_COMMANDS, a bulk change (a quarter of the table or more) is one libnftables
     transaction, quicker there (1,000 farms: 3.1-3.2 s, against 3.5-3.7 s in lbweb's transactions, when both
-    were measured: bench/RESULTS.md, eighteenth pass); past it,
+    were measured: bench/runs/PASSES.md, eighteenth pass); past it,
     or for less than a quarter, transactions of lbweb's own batch."""
     monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
     farms, first = applied_then_changed(kernel, 7, 3)

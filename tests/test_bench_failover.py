@@ -1,5 +1,5 @@
-"""Smoke test of ``bench/failover.py`` (the README's command): two failovers (keepalived killed, failback) with 10
-keep-alive connections, lbweb's set-up only; its JSON and table say what the full run reports."""
+"""Smoke test of ``bench/failover.py`` (docs/benchmarks.md's command): two failovers (keepalived killed,
+failback) with 10 keep-alive connections, lbweb's set-up only; its JSON and table say what the full run reports."""
 
 from __future__ import annotations
 

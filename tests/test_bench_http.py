@@ -1,5 +1,6 @@
-"""Smoke test of bench/http_farms.py (the README's command, with one-second cases): the lab with nginx backends, lbweb's
-HAProxy and nginx as a reverse proxy, wrk over HTTP and HTTPS, the capacity experiment, and a sane JSON report."""
+"""Smoke test of bench/http_farms.py (docs/benchmarks.md's command, with one-second cases): the lab with nginx
+backends, lbweb's HAProxy and nginx as a reverse proxy, wrk over HTTP and HTTPS, the capacity experiment, and a
+sane JSON report."""
 
 from __future__ import annotations
 

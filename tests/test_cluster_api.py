@@ -127,7 +127,7 @@ def test_transitions_from_the_journal_become_rows_and_audit_events(client, node)
 
     set_role(node, "MASTER")
     out = StringIO()
-    call_command("cluster", "status", stdout=out)  # the README's manage.py cluster status
+    call_command("cluster", "status", stdout=out)  # docs/ha.md's manage.py cluster status
     status = json.loads(out.getvalue())
     assert status["master"] == "n1" and status["transitions"][0]["to"] == "master"
     assert status["conntrackd"]["available"] is False  # no conntrackd.conf here
@@ -232,7 +232,7 @@ def test_the_backup_follows_the_master_within_a_second(node, backup_node, tmp_pa
     nodes = settings_body.pop("nodes")
     cluster_update(nodes=nodes, **settings_body)
     (tmp_path / "n2.json").write_text(json.dumps({**settings_body, "nodes": nodes}))
-    backup_node["manage"]("cluster", "configure", str(tmp_path / "n2.json"))  # the README's command, on n2
+    backup_node["manage"]("cluster", "configure", str(tmp_path / "n2.json"))  # docs/ha.md's command, on n2
     set_role(node, "MASTER")
     backup_node["manage"]("shell", "-c", "from django.contrib.auth.models import User; "
                           "User.objects.create_superuser('admin', '', 'x')")  # fmt: skip

@@ -46,7 +46,7 @@ def test_a_version_per_applied_configuration_deduplicated(history):
     v1, v2, v3 = history
     assert [v.pk for v in ConfigVersion.objects.all()] == [v3.pk, v2.pk, v1.pk]
     assert (v2.farms, v2.backends, v2.policies) == (1, 1, 1)
-    assert "exported_at" not in v3.document
+    assert "exported_at" not in versions.document_of(v3)
     assert version_now() is None  # same document: nothing new (a health transition, a quiet reconcile)
     assert ConfigVersion.objects.count() == 3
 
@@ -64,7 +64,7 @@ def test_no_version_while_the_kernel_lacks_something(history):
     ApplyRun.objects.filter(pk=failed.pk).update(ok=False)
     failed.refresh_from_db()
     assert versions.record_applied(failed) is None
-    assert versions.record_applied(applied()).document["farms"][1]["backends"][0]["weight"] == 7
+    assert versions.document_of(versions.record_applied(applied()))["farms"][1]["backends"][0]["weight"] == 7
 
 
 def test_the_worker_task_keeps_a_version(admin_user, monkeypatch):
@@ -80,7 +80,7 @@ def test_the_worker_task_keeps_a_version(admin_user, monkeypatch):
     apply_config(ConfigGeneration.current())
     assert not ConfigVersion.objects.exists() and len(queued) == 1  # behind the applies already queued
     keep_version(*queued[0])
-    assert ConfigVersion.objects.get().document["farms"][0]["name"] == "web"
+    assert versions.document_of(ConfigVersion.objects.get())["farms"][0]["name"] == "web"
 
     def no_broker(args, retry):
         raise OSError("broker unreachable")
@@ -88,7 +88,7 @@ def test_the_worker_task_keeps_a_version(admin_user, monkeypatch):
     monkeypatch.setattr("dataplane.tasks.keep_version.apply_async", no_broker)
     services.farm_update(farm=Farm.objects.get(), ports="81")
     apply_config(ConfigGeneration.current())
-    assert ConfigVersion.objects.first().document["farms"][0]["ports"] == "81"  # kept at once
+    assert versions.document_of(ConfigVersion.objects.first())["farms"][0]["ports"] == "81"  # kept at once
 
 
 def test_diff_names_what_changed(client, history):
@@ -131,7 +131,7 @@ def test_restore_previews_by_name_then_restores_audited(client, admin_user, hist
         v2.pk,
         "admin",
     )
-    assert versions.diff(versions.canonical(event.after), v2.document)["text"] == ""
+    assert versions.diff(versions.canonical(event.after), versions.document_of(v2))["text"] == ""
     assert version_now().digest == v2.digest  # the restored configuration, once applied, is a version again
 
 
@@ -219,10 +219,13 @@ def test_another_apps_section_rides_along_in_export_import_versions_and_restore(
         network_services.settings_update(settings=NetworkSettings.load(), dns_servers="198.18.0.53")
         services.farm_create(name="web", vip="198.18.100.1", ports="80", mode="dnat")
         before = version_now()
-        assert before.document["dns"] == {"dns_servers": "198.18.0.53"}
+        assert versions.document_of(before)["dns"] == {"dns_servers": "198.18.0.53"}
         network_services.settings_update(settings=NetworkSettings.load(), dns_servers="198.18.0.54")
         after = version_now()
-        assert '+    "dns_servers": "198.18.0.54"' in versions.diff(before.document, after.document)["text"]
+        assert (
+            '+    "dns_servers": "198.18.0.54"'
+            in versions.diff(versions.document_of(before), versions.document_of(after))["text"]
+        )
 
         preview = versions.restore(version=before, actor=admin_user, dry_run=True)
         assert preview.changes["dns"]["updated"] == ["dns_servers"]
@@ -263,14 +266,14 @@ def test_a_version_after_a_change_of_one_farm_exports_that_farm_alone(monkeypatc
         ConfigPart.objects.count() == 20 + 1 + 1 + 1
     )  # each farm once, f7's new part, the (empty) policy list, l7's http section
     fresh = ConfigVersion.objects.get(pk=second.pk)
-    assert fresh.document == versions.canonical(config_io.export_config())
+    assert versions.document_of(fresh) == versions.canonical(config_io.export_config())
     assert (fresh.farms, fresh.backends) == (20, 20)
-    assert versions.diff(first.document, fresh.document)["backends"]["changed"] == [
+    assert versions.diff(versions.document_of(first), versions.document_of(fresh))["backends"]["changed"] == [
         {"name": f"f7/{farms[7].backends.get()}", "fields": [{"field": "weight", "old": 1, "new": 9}]}
     ]
     services.farm_update(farm=farms[3], policies=[services.policy_create(name="blocked", elements="198.18.9.0/24")])
     services.policy_update(policy=services.Policy.objects.get(), name="denied")  # its farms' generation moves
-    (f3,) = [f for f in version_now().document["farms"] if f["name"] == "f3"]
+    (f3,) = [f for f in versions.document_of(version_now())["farms"] if f["name"] == "f3"]
     assert f3["policies"] == ["denied"]
 
 
@@ -286,9 +289,13 @@ def test_parts_no_version_holds_are_collected(settings):
     assert ConfigVersion.objects.count() == 2
     assert versions.collect_parts() == 2  # the farm's parts at weights 2 and 3
     assert ConfigPart.objects.count() == 4  # the farm at weights 4 and 5, the policy list, l7's http section
-    assert [v.document["farms"][0]["backends"][0]["weight"] for v in ConfigVersion.objects.all()] == [5, 4]
+    assert [versions.document_of(v)["farms"][0]["backends"][0]["weight"] for v in ConfigVersion.objects.all()] == [5, 4]
 
 
 def test_a_version_kept_whole_before_parts_reads_as_before():
     old = ConfigVersion.objects.create(generation=1, digest="x", whole={"lbweb_config": 1, "farms": [], "policies": []})
-    assert ConfigVersion.objects.get(pk=old.pk).document == {"lbweb_config": 1, "farms": [], "policies": []}
+    assert versions.document_of(ConfigVersion.objects.get(pk=old.pk)) == {
+        "lbweb_config": 1,
+        "farms": [],
+        "policies": [],
+    }

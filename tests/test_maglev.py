@@ -186,7 +186,7 @@ class TwoNodes:
                 self.ns(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
                 # A flow moved between nodes is seen in part by each: the node that keeps answering for
                 # it (lbA, the backends' gateway) sees acknowledgements of segments it never forwarded,
-                # which strict window tracking calls invalid, and then leaves un-NATed (README: scale-out).
+                # which strict window tracking calls invalid, and then leaves un-NATed (docs/farms.md, "Maglev").
                 self.ns(ns, "sysctl", "-qw", "net.netfilter.nf_conntrack_tcp_be_liberal=1")
             self.ns(self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
             for name, ns in self.backends.items():
@@ -311,7 +311,7 @@ def test_a_connection_moved_to_the_other_node_keeps_its_backend(nodes):
 
 
 def test_the_bench_reports_maglev_beside_hash(tmp_path):
-    """README's `bench/maglev.py`, small: maglev moves far fewer of the other backends' flows than hash."""
+    """docs/benchmarks.md's `bench/maglev.py`, small: maglev moves far fewer of the other backends' flows than hash."""
     out = tmp_path / "maglev.json"
     cmd = [sys.executable, "bench/maglev.py", "--backends", "3,10", "--flows", "20000", "--json", str(out)]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, timeout=120)

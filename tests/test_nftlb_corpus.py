@@ -2,7 +2,7 @@
 written from nftlb's README (its keys and values) in the lab ranges 198.18.0.0/15 and 2001:2::/48.
 
 Every document either imports, or is refused with the reason lbweb states for it (``REFUSED``, each
-also in the README's "Moving from nftlb or SKUDONET"); every imported farm compiles to a ruleset the
+also in docs/farms.md, "Moving from nftlb or SKUDONET"); every imported farm compiles to a ruleset the
 kernel takes, and export, import into an empty database and export again is the same document.
 """
 
@@ -28,7 +28,7 @@ DOCUMENTS = sorted(p.stem for p in CORPUS.glob("*.json"))
 IMPORT, EXPORT = "/api/v1/nftlb/import/", "/api/v1/nftlb/export/"
 TEXT = {"capture_output": True, "text": True}
 
-# What lbweb still refuses, with words of its reason (each listed in the README's migration section).
+# What lbweb still refuses, with words of its reason (each listed in docs/farms.md, "What is still refused").
 REFUSED = {
     "queue": ("farms[0].queue", "user-space queue"),
     "stlsdnat_tcp_weighted_rr": ("farms[0].scheduler", "hash"),
@@ -72,7 +72,7 @@ def test_each_document_imports_or_is_refused_with_its_reason(rest, name):
 
 
 # The imported documents where lbweb behaves otherwise than nftlb, each said in the import's report
-# (``differences``, or ``ignored`` for a setting it does not keep); the README's migration section counts them.
+# (``differences``, or ``ignored`` for a setting it does not keep); docs/farms.md ("What is still refused") counts them.
 DIFFERING = {
     "dnat_farm_mark": "mark",  # the packet mark without nftlb's own bits
     "snat_backend_marks": "mark",

@@ -100,4 +100,4 @@ def test_the_export_behind_a_version_keeps_no_writer_waiting(monkeypatch):
 
     monkeypatch.setattr(config_io, "farm_entries", slow_entries)
     write_while(hold, release, lambda: kept.append(versions.record_applied(run)))
-    assert kept[0] is not None and [f["name"] for f in kept[0].document["farms"]] == ["web"]
+    assert kept[0] is not None and [f["name"] for f in versions.document_of(kept[0])["farms"]] == ["web"]

@@ -4,8 +4,10 @@ A clean clone of what is committed (sharing the suite's virtualenv and front-end
 ``deploy/test.sh`` just made with the same set-up script) in a private temporary directory that the
 user ``lbweb`` cannot reach, inside a network namespace made here, with nothing in the environment but
 PATH, HOME and LBWEB_ADMIN_PASSWORD. The tests below share that one running appliance, in file order:
-it answers and applies a farm, every process holds only its privilege, a process killed with SIGKILL
-is restarted alone while the API keeps answering, and SIGINT stops every process.
+the ``sh`` blocks of the README and of docs/ that need a running appliance work as written, it answers and
+applies a farm, every process holds only its privilege, a process killed with SIGKILL is restarted alone
+while the API keeps answering, the certificate commands replace its certificate, and SIGINT stops every
+process.
 """
 
 from __future__ import annotations
@@ -47,20 +49,21 @@ PROGRAMS = {
     "beat": (re.compile(r"-m celery -A lbweb beat"), 0),
     "healthd": (re.compile(r"manage\.py healthd"), NET_RAW),
     "collector": (re.compile(r"manage\.py collector"), NET_ADMIN),
-    "prober": (re.compile(r"-m monitoring\.health\.prober"), 0),
+    "prober": (re.compile(r"-m healthd\.prober"), 0),
     "haproxy": (re.compile(r"^/usr/sbin/haproxy -W "), 1 << 10),  # CAP_NET_BIND_SERVICE
     # HA pair (dataplane/cluster/run.py): waiting for a cluster's files, with the capabilities their daemons need
-    "keepalived": (re.compile(r"-m cluster\.run keepalived"), NET_ADMIN | NET_RAW | 1 << 6),  # CAP_SETGID
-    "conntrackd": (re.compile(r"-m cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
+    "keepalived": (re.compile(r"-m dataplane\.cluster\.run keepalived"), NET_ADMIN | NET_RAW | 1 << 6),  # CAP_SETGID
+    "conntrackd": (re.compile(r"-m dataplane\.cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
 }
 USERS = {"prober": "lbweb-probe", "haproxy": "lbweb-haproxy"}  # every other program runs as lbweb
 
 
-def readme_block(heading: str) -> str:
-    """The first ``sh`` block under a heading of the README, as a reader copies it."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(re.escape(heading) + r"\n.*?```sh\n(.*?)```", text, re.S)
-    assert block, f"the README has no sh block under {heading!r}"
+def readme_block(heading: str, page: str = "README.md") -> str:
+    """The first ``sh`` block under a heading of the README (or of another page, docs/...), as a reader copies
+    it. tests/test_readme_commands.py counts a block named here with its page as one run word for word."""
+    text = (ROOT / page).read_text()
+    block = re.search(r"^" + re.escape(heading) + r"\n.*?```sh\n(.*?)```", text, re.S | re.M)
+    assert block, f"{page} has no sh block under {heading!r}"
     return block.group(1)
 
 
@@ -293,9 +296,10 @@ def json_documents(text: str) -> list:
     return found
 
 
-def test_the_readmes_using_it_commands_work_as_written(appliance):
-    """The "Using it" block, word for word, on the fresh appliance: a token, a farm, a backend, the farm's state."""
-    block = readme_block("## Using it")
+def test_the_readmes_first_farm_commands_work_as_written(appliance):
+    """The "Through the API" block of the README's first farm, word for word, on the fresh appliance: a token, a
+    farm, a backend, the farm's state."""
+    block = readme_block("### Through the API")
     result = in_appliance_shell(appliance, block)
     assert result.returncode == 0, result.stdout + result.stderr
     farm, backend, shown = json_documents(result.stdout)  # curl -s prints each answer without a newline
@@ -334,16 +338,24 @@ NFTLB_DOCUMENT = {
 }
 
 
-def test_the_readmes_health_check_and_nftlb_commands_work_as_written(appliance):
-    """The sh blocks under "Health checks" and "Moving from nftlb or SKUDONET", word for word, after the
-    "Using it" block's login line (its $TOKEN; farm 1 is the one that block created)."""
-    login = readme_block("## Using it").split("# or,")[0]
+API_ROOT = "https://localhost:8000/api/v1/"  # where the pages' blocks send their requests
+
+
+def first_farm_login() -> str:
+    """The line of the README's first farm that makes $TOKEN, which the pages' other blocks use."""
+    return readme_block("### Through the API").split("# or,")[0]
+
+
+def test_the_health_check_and_nftlb_commands_work_as_written(appliance):
+    """The sh blocks of docs/health-checks.md "A check of its own" and of docs/farms.md "Moving from nftlb or
+    SKUDONET", word for word, after the first farm's login line (its $TOKEN; farm 1 is the one it created)."""
+    login = first_farm_login()
     (appliance.checkout / "nftlb-farms.json").write_text(json.dumps(NFTLB_DOCUMENT))
-    check = in_appliance_shell(appliance, login + readme_block("## Health checks"))
+    check = in_appliance_shell(appliance, login + readme_block("## A check of its own", "docs/health-checks.md"))
     assert check.returncode == 0, check.stdout + check.stderr
     (made,) = json_documents(check.stdout)
     assert made["farm"] == 1 and made["type"] == "http" and made["http_path"] == "/healthz", made
-    moved = in_appliance_shell(appliance, login + readme_block("### Moving from nftlb or SKUDONET"))
+    moved = in_appliance_shell(appliance, login + readme_block("## Moving from nftlb or SKUDONET", "docs/farms.md"))
     assert moved.returncode == 0, moved.stdout + moved.stderr
     dry_run, imported, exported = json_documents(moved.stdout)
     assert dry_run["dry_run"] is True and dry_run["farms_created"] == ["lb01"] and not dry_run["errors"], dry_run
@@ -379,7 +391,7 @@ def test_the_readmes_first_command_answers_and_applies_a_farm_in_its_namespace(a
         time.sleep(0.5)
     status = client.request("GET", f"farms/{farm['id']}/").json()["apply_status"]["status"]
     assert status == "applied", status
-    check = in_appliance_shell(appliance, ".venv/bin/python manage.py kernel --check")  # documented in "Using it"
+    check = in_appliance_shell(appliance, ".venv/bin/python manage.py kernel --check")  # the README's first farm
     assert check.returncode == 0, check.stdout + check.stderr
     print(f"deploy/run.sh to the first answered API call: {appliance.first_answer_seconds:.1f} s")
 
@@ -487,6 +499,27 @@ def test_a_killed_process_is_restarted_alone_while_the_api_keeps_answering(appli
                 assert after[other].pid == proc.pid, f"{other} was restarted when {name} was killed"
         report.append(f"{name:10} back after {back:.1f} s; API outage {outage:.1f} s")
     print("\n".join(report))
+
+
+def test_the_certificate_commands_work_as_written(appliance):
+    """docs/operations.md "The certificate", word for word: the appliance's certificate, then one of the reader's
+    own (my.crt, my-chain.pem, my.key) put in its place. Last but one: the appliance then serves a certificate the
+    other tests' clients do not trust."""
+    from tests import certs
+
+    root, intermediate, leaf = certs.chain()
+    for name, text in (("my.crt", leaf.pem), ("my-chain.pem", intermediate.pem), ("my.key", leaf.key_pem)):
+        (appliance.checkout / name).write_text(text)
+    block = readme_block("### The certificate", "docs/operations.md")
+    result = in_appliance_shell(appliance, first_farm_login() + block)
+    assert result.returncode == 0, result.stdout + result.stderr
+    shown, replaced = json_documents(result.stdout)
+    assert shown["self_signed"] and "localhost" in shown["sans"], shown
+    assert replaced["serial"] == leaf.serial and replaced["chain"] == ["CN=lbweb test intermediate"], replaced
+    # "then use your CA with --cacert": the next connection gets the new certificate, which the reader's CA trusts
+    (appliance.checkout / "my-ca.pem").write_text(root.pem)
+    served = in_appliance_shell(appliance, "curl -s --cacert my-ca.pem -o /dev/null -w '%{http_code}' " + API_ROOT)
+    assert served.stdout in ("200", "401", "403"), f"the new certificate is not served: {served.stdout!r}"
 
 
 def test_sigint_stops_every_process(appliance):

@@ -118,7 +118,7 @@ def test_api_shows_the_certificate_to_every_role_and_only_admins_replace_it(role
 
 
 def test_api_takes_the_pem_files_as_a_multipart_upload(role_users):
-    """What the README's `curl -F certificate=@my.crt -F chain=@my-chain.pem -F key=@my.key` sends."""
+    """What docs/operations.md's `curl -F certificate=@my.crt -F chain=@my-chain.pem -F key=@my.key` sends."""
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     _root, intermediate, leaf = certs.chain()

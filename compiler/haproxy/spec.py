@@ -2,7 +2,7 @@
 
 The worker builds these from the database (``dataplane/l7/applier.py``); the generator (``config.py``) turns them into
 HAProxy's text. Keeping them plain lets the generator be golden-tested and diffed for the preview, as the
-nftables compiler is (DESIGN.md).
+nftables compiler is (docs/how-a-change-reaches-the-kernel.md).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ CTA_TUPLE_IP, CTA_TUPLE_PROTO = 1, 2
 CTA_IP_V4_SRC, CTA_IP_V6_SRC = 1, 3
 CTA_PROTO_SRC_PORT = 2
 # A flow's counters (nf_conntrack_acct): lbweb counts bytes in nftables instead; bench/ct_destroy_reader.py
-# reads these to measure what reading them would cost (bench/RESULTS.md, "Conntrack accounting with its reader").
+# reads these to measure what reading them would cost (bench/runs/PASSES.md, "Conntrack accounting with its reader").
 CTA_COUNTERS_ORIG, CTA_COUNTERS_REPLY, CTA_COUNTERS_PACKETS, CTA_COUNTERS_BYTES = 9, 10, 1, 2
 IPS_SRC_NAT = 1 << 4
 BE32 = struct.Struct(">I")

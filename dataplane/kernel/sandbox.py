@@ -40,7 +40,8 @@ from .applier import ApplyError, Kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 CRASH_ON, CRASH_SIGNAL = steps.CRASH_ON, steps.CRASH_SIGNAL
-ANSWER_SECONDS = 3600  # a full apply of 10,000 farms took 16 min on 2 cores (bench/RESULTS.md); beyond this it hangs
+# A full apply of 10,000 farms took 16 min on 2 cores (bench/runs/PASSES.md); beyond this it hangs.
+ANSWER_SECONDS = 3600
 LEAVE_SECONDS = 10  # a child ended (its request pipe closed) that has not exited by then is killed
 RESTART_AFTER_BYTES = 4 << 20  # ~400 farms of 10 backends
 CALLS = {

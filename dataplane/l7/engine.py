@@ -1,8 +1,9 @@
 """Brings HAProxy to an ``EngineSpec``: write the files, check them with ``haproxy -c``, then either change the
 running worker through the runtime API (weights, states, capacity: no reload) or reload hitlessly. No Django.
 
-Only the worker calls this (DESIGN.md: it is the only process that changes the data plane). The files are written
-even when the runtime API is enough, so the next reload, or a restart of HAProxy, starts from the same truth.
+Only the worker calls this: it is the only process that changes the data plane
+(docs/how-a-change-reaches-the-kernel.md). The files are written even when the runtime API is enough, so the next
+reload, or a restart of HAProxy, starts from the same truth.
 """
 
 from __future__ import annotations

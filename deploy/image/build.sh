@@ -4,7 +4,7 @@
 #
 #   deploy/image/build.sh [--suite bookworm] [--deb FILE] [--out DIR] [--cache DIR] [--size 4G]
 #
-#   --suite   the Debian release (default bookworm: see "Appliance image" in the README for why)
+#   --suite   the Debian release (default bookworm: see "Why Debian 12" in docs/install.md)
 #   --deb     lbweb's package to install (default: built now from this checkout)
 #   --out     where the image goes (default dist/image): lbweb-VERSION.raw, .qcow2, and the kernel, initrd and
 #             kernel command line of the image, to boot it straight from qemu (-kernel/-initrd/-append)

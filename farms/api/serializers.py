@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+from django.core.exceptions import FieldDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from drf_spectacular.utils import extend_schema_field
@@ -13,6 +14,7 @@ from .. import health_services, services
 from ..choices import ApplyStatusChoices, BackendStateChoices, FarmTrafficChoices
 from ..fields import AddressField
 from ..models import ApplyRun, AuditEvent, Backend, Farm, HealthCheck, HealthEvent, Policy, StaticSession
+from ..specs import farm_traffic
 from .fields import StrictIntegerField, StrictIPAddressField
 
 HEALTH_FIELDS = ["health", "health_changed", "health_reason"]
@@ -38,37 +40,38 @@ class StrictModelSerializer(serializers.ModelSerializer):
     }
 
 
-def _full_clean(instance) -> None:
-    try:
-        instance.full_clean()
-    except DjangoValidationError as exc:
-        raise serializers.ValidationError(exc.message_dict) from exc
-
-
 class ModelCleanMixin:
-    """Validation is the model's own ``clean()``: the UI and the API refuse the same input with the same words."""
+    """Validation is the model's own ``clean()``: the UI and the API refuse the same input with the same words.
+
+    It runs on a copy of the row being changed (a new row for a create) carrying the new values: a copy of the
+    row keeps its identity, so the uniqueness checks exclude the row itself. The values come back as ``clean()``
+    left them (normalised); many-to-many values pass through untouched (the service sets them after the save).
+    """
 
     def validate(self, attrs: dict) -> dict:
-        candidate = copy.copy(self.instance) if self.instance else self.Meta.model()
+        candidate = copy.copy(self.instance) if self.instance is not None else self.Meta.model()
+        related = {name: attrs[name] for name in attrs if _many_to_many(candidate, name)}
         for name, value in attrs.items():
-            setattr(candidate, name, value)
-        _full_clean(candidate)
-        return {name: getattr(candidate, name) for name in attrs}
+            if name not in related:
+                setattr(candidate, name, value)
+        try:
+            candidate.full_clean()
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from exc
+        return {name: related[name] if name in related else getattr(candidate, name) for name in attrs}
 
 
-def _actor(serializer):
-    """The user the write is recorded against in the audit trail."""
+def _many_to_many(instance: models.Model, name: str) -> bool:
+    try:
+        return instance._meta.get_field(name).many_to_many
+    except FieldDoesNotExist:
+        return False
+
+
+def actor_of(serializer) -> object | None:
+    """The user a serializer's write is recorded against in the audit trail (None: the system)."""
     request = serializer.context.get("request")
     return getattr(request, "user", None)
-
-
-def _cleaned(instance, attrs: dict) -> dict:
-    """Run the model's clean() on a copy carrying the new values; return them as clean() left them."""
-    candidate = copy.copy(instance)
-    for name, value in attrs.items():
-        setattr(candidate, name, value)
-    _full_clean(candidate)
-    return {name: getattr(candidate, name) for name in attrs}
 
 
 class ApplyStatusSerializer(serializers.Serializer):
@@ -107,11 +110,21 @@ class EffectiveHealthCheckSerializer(StrictModelSerializer):
         return check.pk is not None
 
 
+class TrafficField(serializers.ChoiceField):
+    """A farm's traffic (``farms.specs.farm_traffic``): the compiler's decision, not a column."""
+
+    def __init__(self, **kwargs):
+        super().__init__(source="*", **kwargs)
+
+    def to_representation(self, farm: Farm) -> str:
+        return farm_traffic(farm)
+
+
 class FarmSerializer(ModelCleanMixin, StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:farm-detail")
     backends = NestedBackendSerializer(many=True, read_only=True)
     apply_status = serializers.SerializerMethodField()
-    traffic = serializers.ChoiceField(
+    traffic = TrafficField(
         choices=FarmTrafficChoices.choices,
         read_only=True,
         help_text="Where new connections go now: balanced, fallback, rejected (no active backend), or off.",
@@ -161,18 +174,11 @@ class FarmSerializer(ModelCleanMixin, StrictModelSerializer):
         except ValueError:
             return None
 
-    def validate(self, attrs: dict) -> dict:
-        policies = attrs.pop("policies", None)
-        data = _cleaned(self.instance or Farm(), attrs)
-        if policies is not None:
-            data["policies"] = policies
-        return data
-
     def create(self, validated_data: dict) -> Farm:
-        return services.farm_create(actor=_actor(self), **validated_data)
+        return services.farm_create(actor=actor_of(self), **validated_data)
 
     def update(self, instance: Farm, validated_data: dict) -> Farm:
-        return services.farm_update(farm=instance, actor=_actor(self), **validated_data)
+        return services.farm_update(farm=instance, actor=actor_of(self), **validated_data)
 
 
 class BackendSerializer(ModelCleanMixin, StrictModelSerializer):
@@ -184,17 +190,14 @@ class BackendSerializer(ModelCleanMixin, StrictModelSerializer):
         fields = ["id", "url", "farm", *services.BACKEND_FIELDS, *HEALTH_FIELDS, "created", "updated"]
         validators = []  # the model's clean() words the duplicate check
 
-    def validate(self, attrs: dict) -> dict:
-        return _cleaned(self.instance or Backend(), attrs)
-
     def create(self, validated_data: dict) -> Backend:
-        return services.backend_create(actor=_actor(self), **validated_data)
+        return services.backend_create(actor=actor_of(self), **validated_data)
 
     def update(self, instance: Backend, validated_data: dict) -> Backend:
         if "farm" in validated_data and validated_data["farm"] != instance.farm:
             raise serializers.ValidationError({"farm": "A backend cannot move to another farm; create a new one."})
         validated_data.pop("farm", None)
-        return services.backend_update(backend=instance, actor=_actor(self), **validated_data)
+        return services.backend_update(backend=instance, actor=actor_of(self), **validated_data)
 
 
 class HealthCheckSerializer(ModelCleanMixin, StrictModelSerializer):
@@ -214,11 +217,11 @@ class HealthCheckSerializer(ModelCleanMixin, StrictModelSerializer):
         return farm
 
     def create(self, validated_data: dict) -> HealthCheck:
-        return health_services.health_check_create(actor=_actor(self), **validated_data)
+        return health_services.health_check_create(actor=actor_of(self), **validated_data)
 
     def update(self, instance: HealthCheck, validated_data: dict) -> HealthCheck:
         validated_data.pop("farm", None)
-        return health_services.health_check_update(health_check=instance, actor=_actor(self), **validated_data)
+        return health_services.health_check_update(health_check=instance, actor=actor_of(self), **validated_data)
 
 
 class HealthEventSerializer(StrictModelSerializer):
@@ -290,7 +293,7 @@ class ApplyRunSerializer(StrictModelSerializer):
         ]
 
 
-class PolicySerializer(StrictModelSerializer):
+class PolicySerializer(ModelCleanMixin, StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="farms-api:policy-detail")
     farms = serializers.SlugRelatedField(many=True, slug_field="name", read_only=True)
 
@@ -299,17 +302,14 @@ class PolicySerializer(StrictModelSerializer):
         fields = ["id", "url", *services.POLICY_FIELDS, "farms"]
         extra_kwargs = {"name": {"validators": []}}
 
-    def validate(self, attrs: dict) -> dict:
-        return _cleaned(self.instance or Policy(), attrs)
-
     def create(self, validated_data: dict) -> Policy:
-        return services.policy_create(actor=_actor(self), **validated_data)
+        return services.policy_create(actor=actor_of(self), **validated_data)
 
     def update(self, instance: Policy, validated_data: dict) -> Policy:
-        return services.policy_update(policy=instance, actor=_actor(self), **validated_data)
+        return services.policy_update(policy=instance, actor=actor_of(self), **validated_data)
 
 
-class StaticSessionSerializer(StrictModelSerializer):
+class StaticSessionSerializer(ModelCleanMixin, StrictModelSerializer):
     farm = serializers.PrimaryKeyRelatedField(queryset=Farm.objects.all())
     backend = serializers.PrimaryKeyRelatedField(queryset=Backend.objects.all())
 
@@ -318,12 +318,8 @@ class StaticSessionSerializer(StrictModelSerializer):
         fields = ["id", "farm", "client", "backend"]
         validators = []
 
-    def validate(self, attrs: dict) -> dict:
-        _full_clean(StaticSession(**attrs))
-        return attrs
-
     def create(self, validated_data: dict) -> StaticSession:
-        return services.session_create(actor=_actor(self), **validated_data)
+        return services.session_create(actor=actor_of(self), **validated_data)
 
 
 class LiveSessionSerializer(serializers.Serializer):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -20,11 +20,15 @@ class ConfigVersionSerializer(StrictModelSerializer):
 
 
 class ConfigVersionDetailSerializer(StrictModelSerializer):
-    document = serializers.JSONField(read_only=True, help_text="The export document of this configuration.")
+    document = serializers.SerializerMethodField(help_text="The export document of this configuration.")
 
     class Meta:
         model = ConfigVersion
         fields = [*ConfigVersionSerializer.Meta.fields, "document"]
+
+    @extend_schema_field(serializers.JSONField())
+    def get_document(self, version: ConfigVersion) -> dict:
+        return versions.document_of(version)
 
 
 class FieldChangeSerializer(serializers.Serializer):
@@ -85,7 +89,9 @@ class ConfigVersionViewSet(viewsets.ReadOnlyModelViewSet):
             old = get_object_or_404(ConfigVersion, pk=int(against))
         else:
             old = ConfigVersion.objects.filter(id__lt=new.id).first() or new
-        return Response({"old": old.pk, "new": new.pk, **versions.diff(old.document, new.document)})
+        return Response(
+            {"old": old.pk, "new": new.pk, **versions.diff(versions.document_of(old), versions.document_of(new))}
+        )
 
     @extend_schema(
         summary="Restore a configuration version",

@@ -12,7 +12,7 @@ from rest_framework import mixins, serializers, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from farms.api.serializers import ModelCleanMixin, StrictModelSerializer, _actor
+from farms.api.serializers import ModelCleanMixin, StrictModelSerializer, actor_of
 
 from .. import selectors, services
 from ..models import Address, Interface, NetworkSettings, Route
@@ -40,7 +40,7 @@ class InterfaceSerializer(ModelCleanMixin, StrictModelSerializer):
         fields = ["id", *services.INTERFACE_FIELDS, "addresses", "created", "updated"]
 
     def create(self, validated_data):
-        return services.interface_create(actor=_actor(self), **validated_data)
+        return services.interface_create(actor=actor_of(self), **validated_data)
 
     def update(self, instance, validated_data):
         request = self.context["request"]
@@ -48,7 +48,7 @@ class InterfaceSerializer(ModelCleanMixin, StrictModelSerializer):
             interface=instance,
             management=services.Management.of(request),
             confirm=_confirmed(request),
-            actor=_actor(self),
+            actor=actor_of(self),
             **validated_data,
         )
 
@@ -61,7 +61,7 @@ class AddressSerializer(ModelCleanMixin, StrictModelSerializer):
         fields = ["id", "interface", "address"]
 
     def create(self, validated_data):
-        return services.address_create(actor=_actor(self), **validated_data)
+        return services.address_create(actor=actor_of(self), **validated_data)
 
 
 class RouteSerializer(ModelCleanMixin, StrictModelSerializer):
@@ -74,7 +74,7 @@ class RouteSerializer(ModelCleanMixin, StrictModelSerializer):
         fields = ["id", *services.ROUTE_FIELDS]
 
     def create(self, validated_data):
-        return services.route_create(actor=_actor(self), **validated_data)
+        return services.route_create(actor=actor_of(self), **validated_data)
 
     def update(self, instance, validated_data):
         request = self.context["request"]
@@ -82,7 +82,7 @@ class RouteSerializer(ModelCleanMixin, StrictModelSerializer):
             route=instance,
             management=services.Management.of(request),
             confirm=_confirmed(request),
-            actor=_actor(self),
+            actor=actor_of(self),
             **validated_data,
         )
 
@@ -96,7 +96,7 @@ class NetworkSettingsSerializer(ModelCleanMixin, StrictModelSerializer):
         read_only_fields = ["generation", "applied_generation", "applied_at", "apply_error"]
 
     def update(self, instance, validated_data):
-        return services.settings_update(settings=instance, actor=_actor(self), **validated_data)
+        return services.settings_update(settings=instance, actor=actor_of(self), **validated_data)
 
 
 @extend_schema_view(partial_update=extend_schema(parameters=[CONFIRM]), update=extend_schema(parameters=[CONFIRM]))

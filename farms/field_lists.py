@@ -1,0 +1,72 @@
+"""The fields an operator sets on each farms model: what services write, forms show, the API takes, exports
+carry and the audit trail records as before/after.
+
+One list per model, in a module that imports nothing, so that every module above it (``services``,
+``health_services``, ``audit``, ``forms``, ``config_io``) reads the same list without importing another."""
+
+FARM_FIELDS = (
+    "name",
+    "description",
+    "vip",
+    "protocol",
+    "ports",
+    "mode",
+    "scheduler",
+    "state",
+    "sched_param",
+    "persistence",
+    "persist_ttl",
+    "source_addr",
+    "source_ports",
+    "new_rtlimit",
+    "new_rtlimit_unit",
+    "new_rtlimit_burst",
+    "rst_rtlimit",
+    "rst_rtlimit_unit",
+    "rst_rtlimit_burst",
+    "limits_ttl",
+    "est_connlimit",
+    "limit_verdict",
+    "log",
+    "log_forward",
+    "log_output",
+    "log_prefix",
+    "log_rtlimit",
+    "log_rtlimit_unit",
+    "log_drops",
+    "mark",
+    "helper",
+    "tcp_strict",
+    "intra_connect",
+    "flow_offload",
+    "count_bytes",
+    "interface",
+    "oface",
+    "ether_addr",
+    "when_all_down",
+    "fallback_address",
+    "fallback_port",
+)
+BACKEND_FIELDS = (
+    "address", "port", "weight", "state", "priority", "est_connlimit", "mac", "mark", "oface", "source_addr",
+)  # fmt: skip
+POLICY_FIELDS = ("name", "type", "description", "elements")
+
+HEALTH_CHECK_FIELDS = (
+    "type",
+    "port",
+    "interval",
+    "timeout",
+    "rise",
+    "fall",
+    "http_method",
+    "http_path",
+    "http_statuses",
+    "http_body",
+    "http_host",
+    "tls_verify",
+    "udp_send",
+    "udp_expect",
+    "command",
+    "cut_connections",
+)

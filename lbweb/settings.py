@@ -308,9 +308,10 @@ REST_FRAMEWORK = {
 
 def _management_ports() -> tuple[int, ...]:
     """The TCP ports lbweb's own UI and API (and its redirect to them) listen on, on every address of the
-    appliance: a farm may not take them on one of the appliance's own addresses (farms/appliance.py). Where
-    lbweb binds itself (deploy/run.sh, the tests) they are LBWEB_BIND's and LBWEB_HTTP_BIND's; the appliance's
-    sockets are systemd's, whose unit says them (deploy/systemd/lbweb-web.service: LBWEB_MANAGEMENT_PORTS)."""
+    appliance: a farm may not take them on one of the appliance's own addresses (farms/validation.py,
+    ``management_errors``). Where lbweb binds itself (deploy/run.sh, the tests) they are LBWEB_BIND's and
+    LBWEB_HTTP_BIND's; the appliance's sockets are systemd's, whose unit says them
+    (deploy/systemd/lbweb-web.service: LBWEB_MANAGEMENT_PORTS)."""
     listed = os.environ.get("LBWEB_MANAGEMENT_PORTS")
     if listed:
         return tuple(sorted({int(port) for port in listed.replace(",", " ").split()}))

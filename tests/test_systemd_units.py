@@ -173,7 +173,7 @@ def test_redirect_points_to_the_web_sockets_port():
 
 
 def test_the_web_knows_the_ports_of_both_sockets_as_its_management_ports():
-    """farms/appliance.py refuses a farm that takes them on one of the appliance's own addresses."""
+    """farms/validation.py refuses a farm that takes them on one of the appliance's own addresses."""
     ports = socket_ports()
     assert f"LBWEB_MANAGEMENT_PORTS={ports['web']},{ports['redirect']}" in service("web")["Environment"]
 

@@ -268,7 +268,8 @@ import django
 gc.disable()  # as the worker compiles (dataplane.applier.cyclic_gc_paused): only the load is the kernel's limit
 
 django.setup()
-from dataplane.applier import localise, snapshot
+from dataplane.localise import localise
+from farms.specs import snapshot
 import compiler
 from dataplane.kernel.applier import Kernel
 

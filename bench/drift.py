@@ -1,6 +1,6 @@
 """What a reconcile costs at 1,000 and 10,000 farms: quiet (nothing moved) and with one drifted farm.
 
-Runs the worker's own pieces (``dataplane/kernel/drift.py``, the applier's netlink batch) on the real kernel,
+Runs the worker's own pieces (``dataplane/kernel/drift/``, the applier's netlink batch) on the real kernel,
 in a network namespace made for the run and removed after it, on farms compiled by the pure compiler
 (two backends each, SNAT, weights: the shape of bench/control_plane.py's scale farms). The database
 is left out: a quiet reconcile adds two small queries (the configuration generation, pending farms).

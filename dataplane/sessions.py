@@ -8,7 +8,7 @@ import time
 import compiler
 from compiler import fragments as f
 from farms import session_snapshots as snapshots
-from farms.choices import FarmSchedulerChoices, FarmStateChoices
+from farms.choices import BackendHealthChoices, FarmSchedulerChoices, FarmStateChoices
 from farms.models import Backend, BackendLoad, Farm, KernelUnit
 
 from .kernel import conntrack
@@ -133,4 +133,14 @@ def cut_backend(backend_id: int) -> int:
     flush_learnt(backend.farm_id, backend.id, None)
     deleted = conntrack.cut(backend.farm_id, backend.address)
     log.info("cut backend %s: %d conntrack entries deleted", backend, deleted)
+    return deleted
+
+
+def cut_backend_connections(backend_id: int) -> int:
+    """Delete the conntrack entries of a backend that went down (unless it came back meanwhile)."""
+    backend = Backend.objects.filter(pk=backend_id).first()
+    if backend is None or backend.health != BackendHealthChoices.DOWN:
+        return 0
+    deleted = conntrack.delete_backend_connections(backend.farm_id, backend.address, backend.port)
+    log.info("backend %s of farm %s is down: %d connection(s) cut", backend, backend.farm_id, deleted)
     return deleted

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from celery import shared_task
 from celery.signals import beat_init, worker_ready
 
@@ -12,7 +14,15 @@ from farms.models import ApplyRun, ConfigGeneration
 from lbweb import heartbeat
 
 from . import applier as dataplane
-from . import sessions
+from . import boot, sessions
+from .unit_cache import UnitCache
+
+
+@functools.cache
+def worker_cache() -> UnitCache:
+    """The worker's unit cache: one a process, outliving each task's Applier, so that a change costs one
+    farm's compilation, not all of them (``unit_cache.py``). ``worker_cache.cache_clear()`` forgets it."""
+    return UnitCache()
 
 
 @shared_task(name="farms.tasks.apply_config")
@@ -23,7 +33,7 @@ def apply_config(generation: int | None = None) -> int | None:
     asks for the newest generation, not only its own."""
     apply_queue.started()
     newest = ConfigGeneration.current()
-    run = dataplane.Applier().apply_pending(requested=max(generation or 0, newest) or None)
+    run = dataplane.Applier(cache=worker_cache()).apply_pending(requested=max(generation or 0, newest) or None)
     l7_run = l7_dataplane.apply()  # after the kernel's: an ApplyRun of HAProxy never claims an unseen generation
     keep_version_later(run)
     return run.pk if run else (l7_run.pk if l7_run else None)
@@ -34,7 +44,7 @@ def reconcile(reason: str = "reconcile") -> int | None:
     """Compare the kernel with the database and repair any drift; read the interfaces and addresses again for the
     web (its page, and the validation of farms on the appliance's own addresses: network/appliance.py), since
     DHCP, keepalived's handler or an operator change them without lbweb's network apply."""
-    run = dataplane.Applier().reconcile(reason=reason)
+    run = dataplane.Applier(cache=worker_cache()).reconcile(reason=reason)
     l7_dataplane.apply(reason=reason)
     network_dataplane.publish()
     keep_version_later(run)
@@ -45,7 +55,7 @@ def reconcile(reason: str = "reconcile") -> int | None:
 def balance_least_connections() -> int | None:
     """Re-weight least-connections farms from live conntrack counts (at most once per beat tick)."""
     if sessions.refresh_least_connection_weights():
-        run = dataplane.Applier().apply_pending(reason="least connections")
+        run = dataplane.Applier(cache=worker_cache()).apply_pending(reason="least connections")
         keep_version_later(run)
         return run.pk if run else None
     return None
@@ -102,15 +112,15 @@ def report_sessions(farm_id: int) -> None:
 def cut_backend_connections(backend_id: int) -> int:
     """Delete the established connections of a backend that went down (its id only; the rest is read here)."""
     cut = l7_dataplane.cut_backend(backend_id, only_if_down=True)  # an HTTP farm's: HAProxy's sessions
-    return dataplane.cut_backend_connections(backend_id) if cut is None else cut
+    return sessions.cut_backend_connections(backend_id) if cut is None else cut
 
 
 @worker_ready.connect
 def restore_at_boot(sender=None, **_kwargs) -> None:
     """When the worker starts (boot, restart), make the kernel match the database."""
     heartbeat.start_publisher("worker")
-    dataplane.ensure_forwarding()
-    dataplane.publish_capabilities()
+    boot.ensure_forwarding()
+    boot.publish_capabilities()
     # The reconcile below applies every pending change; a claim left by a task queued before (lost
     # with a broker flush, or waiting for a worker that died) must not hold back the next writes.
     apply_queue.started()

@@ -9,6 +9,12 @@ app=$(pwd -P)
 # lbweb must read the application. A checkout under a private directory (/root, a 0700 temporary directory) is
 # out of its reach: then everything runs in a mount namespace of its own where the checkout is also seen at
 # /run/lbweb-app, a path lbweb can reach; nothing changes outside, and the namespace ends with the processes.
+# The state directory's real path names its runtime paths under /run (lbweb/paths.py): taken here, before any
+# mount namespace below shows every clone at the same path.
+if [ "${LBWEB_REEXEC:-}" != bound ]; then
+  LBWEB_VAR_DIR_HOST=$(realpath -m "${LBWEB_VAR_DIR:-var}")
+  export LBWEB_VAR_DIR_HOST
+fi
 if [ "${LBWEB_REEXEC:-}" != bound ] && ! setpriv --reuid=nobody --regid=nogroup --clear-groups \
   test -r "$app/manage.py" -a -x "$app/deploy" 2>/dev/null; then
   mkdir -p /run/lbweb-app
@@ -24,10 +30,11 @@ export LBWEB_OWN_REDIS=$([ -z "${REDIS_URL:-}" ] && echo true || echo false)
 # The command prober's socket: in a directory only lbweb's group may enter (healthd connects, lbweb-probe
 # listens), one socket per state directory so that two checkouts running side by side keep their own.
 install -d -o lbweb-probe -g lbweb -m 2750 /run/lbweb-prober
-export LBWEB_PROBER_SOCKET=${LBWEB_PROBER_SOCKET:-/run/lbweb-prober/prober-$(printf %s "$var" | sha256sum | cut -c1-8).sock}
+LBWEB_PROBER_SOCKET=$(.venv/bin/python lbweb/paths.py prober_socket)
 # HTTP farms: HAProxy's configuration (written by the worker) and master socket, one directory per state
 # directory too (the appliance's is /run/lbweb-haproxy).
-export LBWEB_HAPROXY_DIR=${LBWEB_HAPROXY_DIR:-/run/lbweb-haproxy-$(printf %s "$var" | sha256sum | cut -c1-8)}
+LBWEB_HAPROXY_DIR=$(.venv/bin/python lbweb/paths.py haproxy_dir)
+export LBWEB_PROBER_SOCKET LBWEB_HAPROXY_DIR
 . deploy/lib.sh
 lbweb_haproxy_dirs "$LBWEB_HAPROXY_DIR"
 (umask 077 && deploy/privdrop lbweb "" .venv/bin/python manage.py ensure_admin)

@@ -1,6 +1,6 @@
 """What the kernel under the worker can do, as the worker probed it, read by the web side for validation.
 
-The worker probes its kernel with dry runs when it starts (``dataplane.publish_capabilities``) and
+The worker probes its kernel with dry runs when it starts (``dataplane.boot.publish_capabilities``) and
 publishes the answer in Redis; the web process, which never touches the kernel, reads it here so that
 ``Farm.clean()`` refuses at save time what the apply would fail on (flow offload without flowtables, a
 helper the kernel lacks, reject in the NAT hook). A missing answer (the worker never ran, Redis is

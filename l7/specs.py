@@ -14,15 +14,32 @@ from compiler.haproxy.spec import (
     ServerSpec,
     ServiceSpec,
 )
-from compiler.ports import parse_ports
+from compiler.ports import format_ports, parse_ports
 from farms.choices import L7_MODES, BackendHealthChoices
 from farms.models import ConfigGeneration, Farm
 
 MAX_PORTS = 64  # an HTTP farm binds each port: a range stays small
 
 
-def _ports(text: str) -> tuple[int, ...]:
-    return tuple(p for low, high in parse_ports(text) for p in range(low, high + 1))[:MAX_PORTS] if text else ()
+def _ports(text: str) -> tuple[tuple[int, ...], str]:
+    """(the first MAX_PORTS ports of ``text``, which HAProxy binds; the others as a port list, which it does not).
+
+    Validation refuses more at save time; a row from before it (an old import) still says what it does not bind.
+    """
+    bound: list[int] = []
+    beyond: list[tuple[int, int]] = []
+    for low, high in parse_ports(text) if text else ():
+        take = max(0, min(high - low + 1, MAX_PORTS - len(bound)))
+        bound.extend(range(low, low + take))
+        if low + take <= high:
+            beyond.append((low + take, high))
+    return tuple(bound), format_ports(beyond)
+
+
+def _not_bound(ports: str, redirect_ports: str = "") -> str:
+    """What :func:`_ports` left out of a farm's lists, in words: "ports 9065-9100 and redirect ports 8001"."""
+    named = (("ports", ports), ("redirect ports", redirect_ports))
+    return " and ".join(f"{kind} {text}" for kind, text in named if text)
 
 
 def _headers(rules: list[dict]) -> tuple[HeaderRule, ...]:
@@ -83,14 +100,22 @@ def farm_spec(farm: Farm) -> FarmSpec:
     if options is not None:
         certs = sorted(options.certificates.all(), key=lambda c: (c.id != options.default_certificate_id, c.name))
         certificates = tuple(CertificateSpec(c.id, c.name, c.pem, tuple(c.names)) for c in certs)
-    common = {"id": farm.id, "name": farm.name, "mode": farm.mode, "vip": str(farm.vip), "ports": _ports(farm.ports)}
+    ports, unbound = _ports(farm.ports)
+    common = {"id": farm.id, "name": farm.name, "mode": farm.mode, "vip": str(farm.vip), "ports": ports}
     if options is None:
-        return FarmSpec(**common, services=tuple(services), enabled=farm.state == "up" and farm.mode == "http")
+        return FarmSpec(
+            **common,
+            unbound_ports=_not_bound(unbound),
+            services=tuple(services),
+            enabled=farm.state == "up" and farm.mode == "http",
+        )
+    redirect_ports, unbound_redirects = _ports(options.redirect_ports)
     return FarmSpec(
         **common,
+        unbound_ports=_not_bound(unbound, unbound_redirects),
         services=tuple(services),
         certificates=certificates,
-        redirect_ports=_ports(options.redirect_ports),
+        redirect_ports=redirect_ports,
         http2=options.http2,
         hsts_max_age=options.hsts_max_age,
         forwarded_headers=options.forwarded_headers,

@@ -19,7 +19,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 
-from lbweb.paths import BASE_DIR, ensure_private_dir, var_dir, write_private
+from lbweb.paths import BASE_DIR, ensure_private_dir, haproxy_dir, var_dir, write_private
 
 VAR_DIR = ensure_private_dir(var_dir())  # 0700: database, secret key, TLS key
 
@@ -222,7 +222,7 @@ LOGOUT_REDIRECT_URL = "login"
 
 # HTTP farms (l7/): HAProxy reads conf/ (written by the worker) and listens for its master CLI in sock/;
 # see deploy/PROCESSES.md for the owners and modes.
-LBWEB_HAPROXY_DIR = Path(os.environ.get("LBWEB_HAPROXY_DIR", "/run/lbweb-haproxy"))
+LBWEB_HAPROXY_DIR = haproxy_dir()  # the appliance's /run/lbweb-haproxy, one per state directory otherwise
 LBWEB_HAPROXY_CONF_DIR = LBWEB_HAPROXY_DIR / "conf"
 LBWEB_HAPROXY_SOCKET = os.environ.get("LBWEB_HAPROXY_SOCKET", str(LBWEB_HAPROXY_DIR / "sock" / "master.sock"))
 LBWEB_CERT_WARN_DAYS = int(os.environ.get("LBWEB_CERT_WARN_DAYS", "21"))

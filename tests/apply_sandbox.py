@@ -132,9 +132,10 @@ def main() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("capabilities"):
+            from dataplane.kernel import capabilities
             from dataplane.kernel.applier import Kernel
 
-            answer = {"capabilities": Kernel().capabilities()}
+            answer = {"capabilities": capabilities.probe(Kernel())}
         else:
             _empty(nft)
             _ensure_links(request.get("links", []))

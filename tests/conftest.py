@@ -30,16 +30,14 @@ def fast_password_hashing():
 
 @pytest.fixture(autouse=True)
 def forget_config_parts():
-    """The configuration history and the worker's compile cache remember farms by generation in the process
-    (``versions.PARTS``, ``dataplane.CACHE``); each test's database starts afresh, so must they (a
-    worker's database never goes back)."""
-    import sys
-
+    """The configuration history and the worker's unit cache remember farms by generation in the process
+    (``versions.PARTS``, ``dataplane.tasks.worker_cache``); each test's database starts afresh, so must they
+    (a worker's database never goes back). An Applier a test makes itself has a cache of its own."""
+    from dataplane.tasks import worker_cache
     from farms import versions
 
     versions.PARTS.reset()
-    if "dataplane.applier" in sys.modules:  # the same for the compile cache, where a test loaded the worker's code
-        sys.modules["dataplane.applier"].CACHE.reset()
+    worker_cache.cache_clear()
 
 
 @pytest.fixture(autouse=True)

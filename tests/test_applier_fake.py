@@ -1,4 +1,4 @@
-"""The Applier's own logic against an in-memory kernel (dataplane/kernel/fake.py): no root, no namespace.
+"""The Applier's own logic against an in-memory kernel (dataplane/kernel/fake/): no root, no namespace.
 
 Coalescing, incremental or bulk, isolating a refused farm by bisection, a crash, an uncertain outcome,
 drift repair and the ApplyRun bookkeeping, each in a few milliseconds. Nothing here may reach a kernel:
@@ -15,9 +15,11 @@ import pytest
 
 from compiler import units
 from dataplane import applier as dataplane
-from dataplane.kernel import sandbox
+from dataplane import batching, fingerprints, isolation
+from dataplane.kernel import links, sandbox
 from dataplane.kernel.fake import FakeKernel
 from dataplane.kernel.interface import Interface
+from dataplane.unit_cache import UnitCache
 from farms import services
 from farms.choices import ApplyKindChoices
 from farms.models import ApplyRun, ConfigGeneration, Farm, KernelFingerprint, Policy
@@ -25,6 +27,9 @@ from farms.models import ApplyRun, ConfigGeneration, Farm, KernelFingerprint, Po
 pytestmark = pytest.mark.django_db
 
 TABLE = {"family": "inet", "table": "lbweb"}
+# The worker's unit cache outlives each task's Applier (``tasks.worker_cache``): one for these tests, emptied
+# before and after each, shared by the Appliers a test makes.
+CACHE = UnitCache()
 
 
 class NoNetlink(socket.socket):
@@ -39,9 +44,9 @@ def no_kernel(monkeypatch, settings):
     monkeypatch.setattr(socket, "socket", NoNetlink)
     monkeypatch.setattr(sandbox, "writer", lambda: pytest.fail("the kernel writer was started"))
     settings.LBWEB_APPLY_COALESCE_SECONDS = 0
-    dataplane.CACHE.reset()
+    CACHE.reset()
     yield
-    dataplane.CACHE.reset()
+    CACHE.reset()
 
 
 @pytest.fixture
@@ -50,7 +55,7 @@ def kernel():
 
 
 def applier(kernel) -> dataplane.Applier:
-    return dataplane.Applier(kernel)
+    return dataplane.Applier(kernel, cache=CACHE)
 
 
 def farm(name: str, octet: int, backends: int = 2, **fields) -> Farm:
@@ -120,9 +125,9 @@ def test_the_farms_a_bulk_change_adds_are_fingerprinted_as_they_are_written_not_
     """Reading a table of 10,000 farms back took 18 s of a 90 s apply: the farms a bulk change adds are
     announced whole, and the kernel records them as it commits them (``written_records``). A disabled
     farm holds nothing and is recorded empty; nothing is read back, and a reconcile finds no drift."""
-    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
-    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 0)
-    monkeypatch.setattr(dataplane, "BULK_TRANSACTION_COMMANDS", 1)  # a farm a transaction
+    monkeypatch.setattr(batching, "BULK_UNITS", 2)
+    monkeypatch.setattr(batching, "LIBNFTABLES_BULK_COMMANDS", 0)
+    monkeypatch.setattr(batching, "BULK_TRANSACTION_COMMANDS", 1)  # a farm a transaction
     first = farm("f1", 1)
     applier(kernel).apply_pending()
     added = [farm(f"f{i}", i) for i in range(2, 6)] + [farm("off", 6, state="off")]
@@ -131,23 +136,23 @@ def test_the_farms_a_bulk_change_adds_are_fingerprinted_as_they_are_written_not_
     assert (run.kind, run.ok, run.writer, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, True, "netlink", 5)
     calls = [c.method for c in kernel.calls[start:]]
     assert "read_units" not in calls and calls.count("written_records") == calls.count("apply_incremental") > 1
-    stored = dataplane.load_fingerprints()
-    read = kernel.read_units(dataplane.CACHE.applied()).records
+    stored = fingerprints.load_fingerprints()
+    read = kernel.read_units(CACHE.applied()).records
     keys = [f"farm:{f.pk}" for f in added]
     assert {k: stored[k] for k in keys} == {k: read[k] for k in keys} and stored[keys[-1]] == {}
     assert stored[f"farm:{first.pk}"] == read[f"farm:{first.pk}"] and stored[keys[0]]["elements dispatch4"]
-    assert not dataplane.find_drift(dataplane.CACHE.applied(), stored, kernel).units
+    assert not fingerprints.find_drift(CACHE.applied(), stored, kernel).units
 
 
 def test_a_change_of_many_farms_goes_in_transactions_of_whole_farms_and_a_small_one_in_one(kernel, monkeypatch):
     """Over BULK_UNITS units, a change is split (``bulk_transactions``): libnftables would hold it whole
     (~3.2 GB at 10,000 farms); each transaction is lbweb's own batch of whole farms, in order."""
-    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
-    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 0)
+    monkeypatch.setattr(batching, "BULK_UNITS", 2)
+    monkeypatch.setattr(batching, "LIBNFTABLES_BULK_COMMANDS", 0)
     farms, first = applied_then_changed(kernel, 5, 4)
-    compiled, applied_units = dataplane.CACHE.current()[1], dataplane.CACHE.applied()
-    size = max(dataplane.command_count(compiled[k], applied_units[k]) for k in (f"farm:{f.pk}" for f in farms))
-    monkeypatch.setattr(dataplane, "BULK_TRANSACTION_COMMANDS", 2 * size + size // 2)  # two farms a transaction
+    compiled, applied_units = CACHE.current()[1], CACHE.applied()
+    size = max(batching.command_count(compiled[k], applied_units[k]) for k in (f"farm:{f.pk}" for f in farms))
+    monkeypatch.setattr(batching, "BULK_TRANSACTION_COMMANDS", 2 * size + size // 2)  # two farms a transaction
     run = applier(kernel).apply_pending()
     assert (run.kind, run.ok, run.writer, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, True, "netlink", 4)
     bulk = kernel.writes()[first:]
@@ -180,11 +185,11 @@ def test_most_of_a_small_table_goes_to_libnftables_in_one_transaction(kernel, mo
     transaction, quicker there (1,000 farms: 3.1-3.2 s, against 3.5-3.7 s in lbweb's transactions, when both
     were measured: bench/runs/PASSES.md, eighteenth pass); past it,
     or for less than a quarter, transactions of lbweb's own batch."""
-    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    monkeypatch.setattr(batching, "BULK_UNITS", 2)
     farms, first = applied_then_changed(kernel, 7, 3)
     assert applier(kernel).apply_pending().writer == "libnftables"  # 3 of 8 units: a quarter or more
     assert [w.method for w in kernel.writes()[first:]] == ["apply"]
-    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 10)
+    monkeypatch.setattr(batching, "LIBNFTABLES_BULK_COMMANDS", 10)
     for f in farms[3:6]:
         services.backend_create(farm=f, address=f"198.18.{f.pk}.98")
     assert applier(kernel).apply_pending().writer == "netlink"
@@ -212,7 +217,7 @@ def test_a_bulk_change_shows_its_farms_applied_before_lbweb_reads_the_table_back
     """The fingerprints of a bulk change are bookkeeping for drift detection: the farms are in the kernel
     once it commits. Reading 1,000 farms back took 0.7 s of a 4.1 s apply (bench/control_plane.py), so
     the run is recorded first and the read follows; the fingerprints are the same, and no drift is found."""
-    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    monkeypatch.setattr(batching, "BULK_UNITS", 2)
     seen = read_back_watched(kernel, monkeypatch)
     farms = [farm(f"f{i}", i) for i in range(1, 4)]
     applier(kernel).apply_pending()  # a first apply: a rebuild, read back whole
@@ -221,11 +226,11 @@ def test_a_bulk_change_shows_its_farms_applied_before_lbweb_reads_the_table_back
     run = applier(kernel).apply_pending()  # most of the table: one libnftables transaction
     assert (run.kind, run.writer, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, "libnftables", 4)
     assert seen[1:] == [(True, ApplyKindChoices.INCREMENTAL)] and applied(*farms)
-    stored = dataplane.load_fingerprints()
-    read = kernel.read_units(dataplane.CACHE.applied()).records
+    stored = fingerprints.load_fingerprints()
+    read = kernel.read_units(CACHE.applied()).records
     assert {f"farm:{f.pk}" for f in farms} <= stored.keys() and all(stored[k] == read[k] for k in stored)
     assert applier(kernel).reconcile() is None  # verified at the write: nothing to read again
-    dataplane.CACHE.verified = None
+    CACHE.verified = None
     assert applier(kernel).reconcile() is None  # read, compared: no drift
 
 
@@ -234,7 +239,7 @@ def test_a_write_by_someone_else_during_the_read_back_leaves_no_fingerprint_to_t
     lands between lbweb's write and the end of its read-back, what was read may be theirs. No fingerprint
     is kept of what was read then; the next reconcile finds those farms without one and writes them again,
     instead of taking a change made by hand as lbweb's own."""
-    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
+    monkeypatch.setattr(batching, "BULK_UNITS", 2)
     farms = [farm(f"f{i}", i) for i in range(1, 4)]
     applier(kernel).apply_pending()
     flush = {"nftables": [{"flush": {"chain": {**TABLE, "name": "farm-f4"}}}]}
@@ -242,7 +247,7 @@ def test_a_write_by_someone_else_during_the_read_back_leaves_no_fingerprint_to_t
     added = [farm(f"f{i}", i) for i in range(4, 8)]
     run = applier(kernel).apply_pending()
     assert (run.ok, run.writer) == (True, "libnftables") and applied(*farms, *added)
-    stored = dataplane.load_fingerprints()
+    stored = fingerprints.load_fingerprints()
     assert not any(f"farm:{f.pk}" in stored for f in added) and all(f"farm:{f.pk}" in stored for f in farms)
     monkeypatch.undo()  # the hand stops; the next reconcile reads the table
     repair = applier(kernel).reconcile()
@@ -265,7 +270,7 @@ def test_a_rebuild_read_back_during_someone_elses_write_is_compared_with_what_lb
     monkeypatch.undo()
     run = applier(kernel).reconcile()
     assert (run.kind, run.reason) == (ApplyKindChoices.FULL, "reconcile: kernel differs")
-    assert rules(kernel, "digest-web") and "skeleton" in dataplane.load_fingerprints()
+    assert rules(kernel, "digest-web") and "skeleton" in fingerprints.load_fingerprints()
 
 
 def test_a_thousand_farms_of_ten_backends_fit_one_libnftables_transaction():
@@ -280,18 +285,18 @@ def test_a_thousand_farms_of_ten_backends_fit_one_libnftables_transaction():
 
     def commands(count: int) -> int:
         units = compiler.compile_units([replace(f, mode="dnat") for f in scale_farms(count)], [])
-        return sum(dataplane.command_count(unit, None) for unit in units.values())
+        return sum(batching.command_count(unit, None) for unit in units.values())
 
     thousand = commands(1000)
-    assert 90_000 < thousand <= dataplane.LIBNFTABLES_BULK_COMMANDS, thousand
-    assert commands(2000) > dataplane.LIBNFTABLES_BULK_COMMANDS  # so 10,000 farms go in transactions too
+    assert 90_000 < thousand <= batching.LIBNFTABLES_BULK_COMMANDS, thousand
+    assert commands(2000) > batching.LIBNFTABLES_BULK_COMMANDS  # so 10,000 farms go in transactions too
 
 
 def test_with_no_table_and_many_farms_the_skeleton_goes_alone_and_the_farms_follow_in_transactions(kernel, monkeypatch):
     """Boot with a big configuration: nothing in the kernel to swap at once, so no transaction of everything."""
-    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
-    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 0)
-    monkeypatch.setattr(dataplane, "BULK_TRANSACTION_COMMANDS", 1)  # a unit a transaction
+    monkeypatch.setattr(batching, "BULK_UNITS", 2)
+    monkeypatch.setattr(batching, "LIBNFTABLES_BULK_COMMANDS", 0)
+    monkeypatch.setattr(batching, "BULK_TRANSACTION_COMMANDS", 1)  # a unit a transaction
     farms = [farm(f"f{i}", i) for i in range(1, 5)]
     kernel.refuse("198.18.3.11")  # one farm the kernel refuses: isolated, the others written
     run = applier(kernel).apply_pending()
@@ -303,7 +308,7 @@ def test_with_no_table_and_many_farms_the_skeleton_goes_alone_and_the_farms_foll
     assert "Operation not supported" in Farm.objects.get(pk=farms[2].pk).apply_error
     assert applier(kernel).reconcile() is None  # fingerprints of every unit and of the skeleton: no drift
     rebuilt = FakeKernel(capabilities={"flowtable": True})
-    monkeypatch.setattr(dataplane, "BULK_UNITS", 100)
+    monkeypatch.setattr(batching, "BULK_UNITS", 100)
     applier(rebuilt)._resync("the same farms in one transaction")
     assert rebuilt.tables == kernel.tables
 
@@ -318,7 +323,7 @@ def test_a_farm_deleted_and_another_created_between_two_applies_are_both_seen(ke
     applier(kernel).apply_pending()
     chains = set(kernel.tables[("inet", "lbweb")].chains)
     assert "farm-first" not in chains and {"farm-second", "farm-third"} <= chains
-    assert set(dataplane.CACHE.farms) == {second.pk, Farm.objects.get(name="third").pk}
+    assert set(CACHE.farms) == {second.pk, Farm.objects.get(name="third").pk}
     services.farm_delete(farm=second)
     applier(kernel).apply_pending()
     assert "farm-second" not in set(kernel.tables[("inet", "lbweb")].chains)
@@ -326,8 +331,8 @@ def test_a_farm_deleted_and_another_created_between_two_applies_are_both_seen(ke
 
 def test_a_table_libnftables_cannot_list_is_still_rebuilt_in_one_transaction(kernel, monkeypatch):
     """Only a table that is really absent is built in steps: one that holds farms is replaced at once."""
-    monkeypatch.setattr(dataplane, "BULK_UNITS", 2)
-    monkeypatch.setattr(dataplane, "LIBNFTABLES_BULK_COMMANDS", 0)
+    monkeypatch.setattr(batching, "BULK_UNITS", 2)
+    monkeypatch.setattr(batching, "LIBNFTABLES_BULK_COMMANDS", 0)
     farms = [farm(f"f{i}", i) for i in range(1, 5)]
     applier(kernel).apply_pending()
     monkeypatch.setattr(kernel, "list_table", lambda *args: None)  # libnftables cannot print it
@@ -346,9 +351,9 @@ def test_bulk_transactions_keep_what_depends_on_what():
     compiled = {k: unit(k, 4) for k in ("farm:1", "farm:2", "farm:3", "policy:1")}
     applied = {k: compiler.UnitObjects(chains=("c",)) for k in ("farm:9", "policy:9", "farm:2")}
     changed = sorted([*compiled, "farm:9", "policy:9"])
-    groups = dataplane.bulk_transactions(changed, compiled, applied, limit=10)
+    groups = batching.bulk_transactions(changed, compiled, applied, limit=10)
     assert groups == [["farm:9", "policy:1", "farm:1"], ["farm:2", "farm:3", "policy:9"]]
-    assert dataplane.bulk_transactions(["farm:1"], compiled, {}, limit=1) == [["farm:1"]]  # too big: alone
+    assert batching.bulk_transactions(["farm:1"], compiled, {}, limit=1) == [["farm:1"]]  # too big: alone
 
 
 def test_a_burst_of_writes_costs_one_apply_and_the_requests_it_covered_are_skipped(kernel, monkeypatch, settings):
@@ -380,10 +385,10 @@ def test_a_refused_farm_is_found_by_bisection_isolated_and_the_others_applied(ke
     attempts = kernel.writes()[1:]
     assert len(attempts) <= 2 + 2 * math.ceil(math.log2(len(farms)))  # the whole, halves, the retry alone
     assert (run.kind, run.ok, run.farms_changed) == (ApplyKindChoices.INCREMENTAL, False, len(farms) - 1)
-    assert run.error.startswith(f"farm {bad.pk}: {dataplane.ISOLATED}Error: Could not process rule: Operation not")
+    assert run.error.startswith(f"farm {bad.pk}: {isolation.ISOLATED}Error: Could not process rule: Operation not")
     assert applied(*[f for f in farms if f != bad])
     bad.refresh_from_db()
-    assert bad.apply_error.startswith(dataplane.ISOLATED) and bad.failed_generation == run.generation
+    assert bad.apply_error.startswith(isolation.ISOLATED) and bad.failed_generation == run.generation
     assert rules(kernel, f"farm-{bad.name}") == before  # what the kernel held of it stays as it was
     for f in farms:
         if f != bad:
@@ -393,7 +398,7 @@ def test_a_refused_farm_is_found_by_bisection_isolated_and_the_others_applied(ke
     writes = len(kernel.writes())
     assert applier(kernel).reconcile() is None
     assert applier(kernel).apply_pending() is not None and len(kernel.writes()) == writes
-    assert not dataplane.pending_farms()
+    assert not isolation.pending_farms()
 
     # until it is retried (refused again: isolated again), or fixed
     services.farm_retry(farm=bad)
@@ -412,14 +417,15 @@ def test_a_crash_of_the_kernel_writer_isolates_the_farm_without_trying_it_alone(
     services.backend_create(farm=api, address="198.18.2.66")
     run = applier(kernel).apply_pending()
     api.refresh_from_db()
-    assert api.apply_error.startswith(dataplane.ISOLATED + "crashed: the kernel writer died by SIGABRT")
+    assert api.apply_error.startswith(isolation.ISOLATED + "crashed: the kernel writer died by SIGABRT")
     assert applied(web) and not run.ok
     assert [c.ok for c in kernel.writes()[1:]] == [False, True, False]  # both, web alone, api alone: no retry
     assert not any(c.method == "capabilities" for c in kernel.calls)  # a crash needs no explanation
+    assert not any(c.method == "check" for c in kernel.calls)  # nor a probe of the kernel's capabilities
 
 
 def test_a_refusal_is_explained_when_the_kernel_lacks_the_capability(kernel, monkeypatch):
-    monkeypatch.setattr(dataplane.links, "forwarding_devices", lambda: ["eth0"])  # read from the kernel: links.py
+    monkeypatch.setattr(links, "forwarding_devices", lambda: ["eth0"])  # read from the kernel: links.py
     kernel._capabilities["flowtable"] = False
     web = farm("web", 1)
     applier(kernel).apply_pending()
@@ -517,7 +523,7 @@ def test_one_farms_change_compiles_that_farm_alone_and_reads_no_row_of_the_other
         versions.record_applied(run)
     assert run.farms_changed == 1 and compiled == ["f5"] and versions.PARTS.exported == 1
     assert set(hashed) == {f"farm:{farms[5].pk}"}
-    assert run.digest == units.combined_digest(dict(dataplane.CACHE.units))
+    assert run.digest == units.combined_digest(dict(CACHE.units))
     assert not [q["sql"] for q in queries if '"config_generation" FROM "farms_farm"' in q["sql"]]
 
 
@@ -539,7 +545,7 @@ def test_a_change_compares_only_the_units_that_changed_and_a_refused_policy_is_t
     services.policy_create(name="office", type="deny", elements="198.18.9.0/24")
     run = applier(kernel).apply_pending()
     assert not run.ok and "policy:" in run.error
-    assert compared[0] is not None and len(compared[0]) < len(dataplane.CACHE.units)
+    assert compared[0] is not None and len(compared[0]) < len(CACHE.units)
     kernel._refusals.clear()  # the kernel takes it now: the next change, of one farm, brings the policy too
     services.backend_create(farm=farms[3], address="198.18.4.99")
     compared.clear()
@@ -576,3 +582,41 @@ def test_the_kernel_writer_is_ended_after_a_big_libnftables_transaction(monkeypa
     sandbox.IsolatedKernel().apply(big)
     assert (len(stub.calls), stub.closed) == (2, 1) and stub.calls[1][1] > 1000
     assert stub.waited is False  # ended without waiting for it to exit (reaped at the next call)
+
+
+def test_the_unit_cache_is_the_appliers_and_lives_as_long_as_whoever_keeps_it(kernel, monkeypatch):
+    """The compile cache is no module global: an Applier made without one starts cold (it compiles every
+    farm again, as after a worker restart, and still writes only what changed), the next one given that
+    cache compiles the changed farm alone, and the worker keeps one cache a process across its tasks."""
+    import compiler
+    from dataplane import tasks
+
+    farms = [farm(f"f{i}", i + 1, backends=1) for i in range(4)]
+    applier(kernel).apply_pending()
+    compiled = []
+    real = compiler.compile_farm
+    monkeypatch.setattr(compiler, "compile_farm", lambda spec: compiled.append(spec.name) or real(spec))
+    services.backend_update(backend=farms[1].backends.get(), weight=3)
+    cold = dataplane.Applier(kernel)  # a cache of its own, empty
+    assert cold.cache is not CACHE
+    run = cold.apply_pending()
+    assert sorted(compiled) == ["f0", "f1", "f2", "f3"] and run.farms_changed == 1 and applied(*farms)
+    compiled.clear()
+    services.backend_update(backend=farms[2].backends.get(), weight=4)
+    run = dataplane.Applier(kernel, cache=cold.cache).apply_pending()
+    assert (run.ok, run.farms_changed, compiled) == (True, 1, ["f2"]) and applied(*farms)
+    assert tasks.worker_cache() is tasks.worker_cache()
+
+
+def test_what_the_kernel_can_do_is_found_by_dry_runs_above_the_interface():
+    """``capabilities.probe`` asks any Interface by ``check`` alone: the fake made without flowtables refuses
+    what needs them, as such a kernel does, and commits nothing while probed."""
+    from dataplane.kernel import capabilities
+
+    lacking = FakeKernel(capabilities={"flowtable": False, "helper-ftp": False})
+    probed = capabilities.probe(lacking)
+    assert probed["flowtable"] is False and probed["helper-ftp"] is False
+    assert probed["reject-nat"] is True and all(v for k, v in probed.items() if k not in ("flowtable", "helper-ftp"))
+    assert capabilities.probe(FakeKernel()) == dict.fromkeys(probed, True)
+    assert not lacking.tables and {c.method for c in lacking.calls} == {"check"}
+    assert not hasattr(Interface, "capabilities") and not hasattr(Interface, "observe")

@@ -67,15 +67,14 @@ def test_writes_in_their_own_transactions_queue_one_apply_until_the_worker_takes
 
 def test_a_starting_worker_releases_a_claim_left_behind(broker, monkeypatch):
     """A task queued for a worker that died (or lost with the broker's data) must not hold back later writes."""
-    from dataplane import applier as dataplane
-    from dataplane import tasks
+    from dataplane import boot, tasks
 
     farm = services.farm_create(name="web", vip="198.18.100.1", ports="80", mode="dnat")
     broker.delete(QUEUE)  # the queued task is lost; its claim stays
     services.farm_update(farm=farm, ports="81")
     assert queued(broker) == 0
     for name in ("ensure_forwarding", "publish_capabilities"):
-        monkeypatch.setattr(dataplane, name, lambda: None)
+        monkeypatch.setattr(boot, name, lambda: None)
     monkeypatch.setattr(tasks.heartbeat, "start_publisher", lambda _name: None)
     tasks.restore_at_boot()  # queues its reconcile, which applies what is pending
     broker.delete(QUEUE)

@@ -1,4 +1,4 @@
-"""What a full rebuild carries over (compiler/carry.py) and how refused units are found (dataplane.bisect):
+"""What a full rebuild carries over (compiler/carry.py) and how refused units are found (dataplane.isolation.bisect):
 pure logic, no kernel."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import compiler
 import compiler.names
 from compiler import carry
 from compiler.spec import BackendSpec, FarmSpec
-from dataplane.applier import bisect
+from dataplane.isolation import bisect
 from dataplane.kernel.applier import ApplyError
 
 STICKY = FarmSpec(

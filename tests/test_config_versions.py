@@ -71,6 +71,9 @@ def test_the_worker_task_keeps_a_version(admin_user, monkeypatch):
     services.farm_create(name="web", vip="198.18.100.1", ports="80", mode="dnat")
 
     class FakeApplier:
+        def __init__(self, kernel=None, cache=None):
+            pass
+
         def apply_pending(self, requested=None, reason="change"):
             return applied()
 

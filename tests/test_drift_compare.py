@@ -1,4 +1,4 @@
-"""How drift is put in words (dataplane/kernel/drift.py): pure, no kernel (real kernel: tests/test_drift.py)."""
+"""How drift is put in words (dataplane/kernel/drift/repair.py): pure, no kernel (real kernel: tests/test_drift.py)."""
 
 import compiler
 import compiler.hooks

@@ -106,3 +106,19 @@ def test_server_line_states():
         "server b1 198.18.1.11:80 weight 0"
     )
     assert " disabled" in config.server_line(ServerSpec(1, "198.18.1.11", 80, healthy=False), service)
+
+
+def test_ports_beyond_what_a_farm_binds_are_said_not_bound():
+    """Issue 39, item 6: the first MAX_PORTS ports are bound, the rest are named in the configuration (and the farm's
+    status, ``dataplane.l7.applier.unserved``), never silently dropped."""
+    from l7.specs import MAX_PORTS, _not_bound, _ports
+
+    bound, beyond = _ports("80,9001-9100")
+    assert len(bound) == MAX_PORTS and bound[:2] == (80, 9001) and bound[-1] == 9063
+    assert beyond == "9064-9100"
+    assert _ports("1-65535")[1] == "65-65535" and _ports("80,443") == ((80, 443), "")
+    assert _not_bound("9064-9100", "8001") == "ports 9064-9100 and redirect ports 8001"
+    farm = dataclasses.replace(l7_specs.http_farm(), ports=bound, unbound_ports=_not_bound(beyond))
+    text = config.render(EngineSpec((farm,)), BASE).config
+    assert "    bind 198.18.100.1:9063\n    # not bound, beyond the ports an HTTP farm binds: ports 9064-9100\n" in text
+    check(EngineSpec((farm,)))

@@ -107,8 +107,9 @@ def test_http_farm_from_api_to_traffic_with_live_changes(haproxy, l7_worker, api
         what="capacity 7 in HAProxy",
     )
     assert haproxy.engine.cli.processes().current_worker == worker_pid  # never reloaded
-    kinds = [r["kind"] for r in haproxy_runs(client)]
-    assert kinds[:4] == ["incremental"] * 4, kinds
+    # The runtime commands reach HAProxy before the apply records its run (and what HAProxy serves): wait for it.
+    live = ["incremental"] * 4
+    wait_for(lambda: [r["kind"] for r in haproxy_runs(client)][:4] == live, timeout=30, what="four live applies")
 
     # A structural change (a header) reloads; the kernel's and HAProxy's applies share one history.
     response = client.patch(

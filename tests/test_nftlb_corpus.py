@@ -19,9 +19,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from compiler import full_document
-from dataplane.applier import farm_spec, policy_spec
 from farms import services
 from farms.models import Farm, Policy
+from farms.specs import farm_spec, policy_spec
 
 CORPUS = Path(__file__).parent / "fixtures" / "nftlb" / "corpus"
 DOCUMENTS = sorted(p.stem for p in CORPUS.glob("*.json"))

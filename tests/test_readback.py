@@ -1,7 +1,7 @@
 """The whole-table read (after a full or bulk apply, and at each reconcile) makes the same records as
 reading each unit back by name (after a small change), on the real kernel.
 
-The whole-table read hashes objects as they arrive instead of keeping the table (``drift.TableHashes``);
+The whole-table read hashes objects as they arrive instead of keeping the table (``drift.read.TableHashes``);
 the read by name keeps each object until it is hashed. If the two disagreed, every reconcile after a small
 change would find drift where there is none, or miss some.
 """
@@ -89,6 +89,7 @@ def test_counters_read_by_name_are_those_the_dump_reads(throwaway_netns):  # noq
 READ_OBJECTS = """
 import json, subprocess, sys
 from dataplane.kernel import drift
+from dataplane.kernel.drift import read as drift_read
 from dataplane.kernel.applier import Kernel
 from compiler.units import UnitObjects
 job = json.load(sys.stdin)
@@ -96,18 +97,18 @@ Kernel().apply(job["full"])
 owners = drift.owners_of({k: UnitObjects.from_json(v) for k, v in job["units"].items()})
 
 def objects(by_name):
-    drift.OBJECTS_BY_DUMP = 0 if by_name else 10**9
+    drift_read.OBJECTS_BY_DUMP = 0 if by_name else 10**9
     read = drift.read_table_hashes(owners)
     return read, {name: [kind.hex(), digest] for name, (kind, digest) in read.objects.items()}
 
 read, by_name = objects(True)
-named = drift._owned_objects(owners, "inet", "lbweb", read, None)  # None: it dumped them after all
+named = drift_read._owned_objects(owners, "inet", "lbweb", read, None)  # None: it dumped them after all
 _, dumped = objects(False)
 subprocess.run(["nft", "add", "counter", "inet", "lbweb", "put-there-by-hand"], check=True)
 read, with_extra = objects(True)
 print(json.dumps({
     "by_name": by_name, "dumped": dumped, "named": named is not None, "owned": len(owners.objects),
-    "with_extra": with_extra, "extra_named": drift._owned_objects(owners, "inet", "lbweb", read, None) is not None,
+    "with_extra": with_extra, "extra_named": drift_read._owned_objects(owners, "inet", "lbweb", read, None) is not None,
 }))
 """
 

@@ -450,6 +450,20 @@ def test_state_files_are_lbwebs_alone(appliance):
         assert other.returncode != 0, f"another local user read {path}"
 
 
+def test_runtime_paths_are_the_state_directorys_own(appliance):
+    """Issue 39, item 11: the clone runs from a private directory, so in a mount namespace where it is seen at
+    /run/lbweb-app, as every other clone would be; HAProxy's directory and the prober's socket are named after
+    its state directory as the host sees it (lbweb/paths.py), so two clones started at once never share them."""
+    import hashlib
+
+    real = (appliance.checkout / "var").resolve()
+    assert not str(real).startswith("/run/lbweb-app")
+    key = hashlib.sha256(str(real).encode()).hexdigest()[:8]
+    programs = appliance.programs()
+    assert f" -S /run/lbweb-haproxy-{key}/sock/master.sock," in programs["haproxy"].cmdline
+    assert f" --socket /run/lbweb-prober/prober-{key}.sock" in programs["prober"].cmdline
+
+
 def test_a_killed_process_is_restarted_alone_while_the_api_keeps_answering(appliance):
     """Item 2: SIGKILL each program in turn; it comes back, the others keep their pids, the API answers.
 

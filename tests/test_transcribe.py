@@ -83,7 +83,7 @@ def ruleset(netns: str) -> list[dict]:
 def both_ways(
     namespaces, old_farms, new_farms, old_policies=(), new_policies=(), new_units_in_context=True
 ) -> tuple[str, list[dict]]:
-    """``new_units_in_context=False``: the context of a bulk transaction (``Applier._write_bulk``), where
+    """``new_units_in_context=False``: the context of a bulk transaction (``ChangeWriter._write_bulk``), where
     the units the change adds are not loaded first: their own commands define them."""
     old = compiler.compile_units(list(old_farms), list(old_policies))
     new = compiler.compile_units(list(new_farms), list(new_policies))
@@ -232,7 +232,7 @@ def test_a_refused_batch_changes_nothing_and_names_the_command(two_namespaces, w
 def test_only_a_big_drift_is_repaired_by_a_rebuild():
     """Repairing a unit reads it back and removes it by itself; when most of the table drifted, one
     rebuild costs less. Any everyday drift (even several hundred units out of thousands) is repaired."""
-    from dataplane.applier import is_bulk
+    from dataplane.batching import is_bulk
 
     assert not is_bulk(1, 10_000) and not is_bulk(1, 1) and not is_bulk(100, 100)
     assert not is_bulk(200, 10_000) and not is_bulk(101, 405)

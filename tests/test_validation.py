@@ -76,7 +76,7 @@ def test_a_log_prefix_of_60_emoji_is_refused_by_every_path_with_the_same_words(c
 
 
 def test_flow_offload_is_refused_when_the_worker_published_flowtable_false(client, redis_server):
-    """The capabilities travel as the worker publishes them (``dataplane.publish_capabilities``)."""
+    """The capabilities travel as the worker publishes them (``dataplane.boot.publish_capabilities``)."""
     from lbweb.redis_client import get_redis
 
     body = farm_data(mode="dnat", flow_offload=True)

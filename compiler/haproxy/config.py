@@ -120,6 +120,8 @@ def _frontend(farm: FarmSpec, base: str, files: dict[str, str], secret: set[str]
     else:
         for port in farm.ports:
             out.append(f"    bind {address(farm.vip, port)}")
+    if farm.unbound_ports:
+        out.append(f"    # not bound, beyond the ports an HTTP farm binds: {farm.unbound_ports}")
     out += [
         f"    timeout client {farm.timeout_client}s",
         f"    timeout http-request {farm.timeout_http_request}s",

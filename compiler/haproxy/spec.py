@@ -7,6 +7,9 @@ nftables compiler is (docs/how-a-change-reaches-the-kernel.md).
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass
 
 
@@ -102,6 +105,9 @@ class FarmSpec:
     services: tuple[ServiceSpec, ...] = ()
     certificates: tuple[CertificateSpec, ...] = ()  # the first one is the default (no SNI match)
     redirect_ports: tuple[int, ...] = ()  # plain HTTP ports of an https farm that redirect to HTTPS
+    # Ports the farm declares beyond those it binds (``l7/specs.py`` MAX_PORTS), said in words ("ports
+    # 9065-9100"): not served, and said so (the configuration's comment, the farm's status).
+    unbound_ports: str = ""
     http2: bool = True  # ALPN h2 on TLS ports
     hsts_max_age: int = 0  # seconds; 0: no Strict-Transport-Security
     forwarded_headers: bool = True  # X-Forwarded-For/Proto/Host
@@ -129,3 +135,35 @@ class EngineSpec:
     # ACME HTTP-01: /.well-known/acme-challenge/ on every farm goes to certbot's own server on this local port
     # (dataplane/l7/acme.py), so certificates are issued and renewed while HAProxy keeps ports 80 and 443.
     acme_port: int | None = 8402
+
+
+def as_json(spec: EngineSpec) -> dict:
+    """``spec`` as plain JSON data (the worker remembers what HAProxy serves across its own restarts)."""
+    return dataclasses.asdict(spec)
+
+
+def from_json(data: dict) -> EngineSpec:
+    """The ``EngineSpec`` :func:`as_json` gave; ``TypeError``/``KeyError``/``ValueError`` for anything else."""
+    return _decode(EngineSpec, data)
+
+
+def _decode(kind, value):
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, dict) or set(value) != {f.name for f in dataclasses.fields(kind)}:
+            raise ValueError(f"not a {kind.__name__}: {str(value)[:80]}")
+        hints = typing.get_type_hints(kind)
+        return kind(**{name: _decode(hints[name], item) for name, item in value.items()})
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is tuple:
+        kinds = [args[0]] * len(value) if args[1:] == (Ellipsis,) else list(args)
+        if len(kinds) != len(value):
+            raise ValueError(f"expected {len(kinds)} items: {value!r}")
+        return tuple(_decode(k, item) for k, item in zip(kinds, value, strict=True))
+    if origin in (types.UnionType, typing.Union):
+        if value is None:
+            return None
+        (kind,) = [a for a in args if a is not type(None)]
+        return _decode(kind, value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"not a {kind.__name__}: {value!r}")
+    return value

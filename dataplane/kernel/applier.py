@@ -1,8 +1,9 @@
-"""The only code in lbweb that talks to the kernel's nftables.
+"""The real Kernel (``interface.Interface``): libnftables and lbweb's own netlink, in this process.
 
-It loads Debian's libnftables through python-nftables, checks a document
-with a dry run, commits it as one transaction, and reads lbweb's own table
-back so the control plane can compare the kernel with the database.
+It loads Debian's libnftables through python-nftables, checks a document with a dry run, commits it
+as one transaction or as lbweb's own netlink batch (``transcribe``, ``nfmsg``), and reads lbweb's
+table back (``drift``) so the control plane can compare the kernel with the database. The worker
+runs its libnftables calls and batches in the kernel writer instead (``sandbox``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from typing import Any
 
 import nftables
 
-from compiler import canonical, merge_elements
+from compiler import merge_elements
 from compiler.fragments import TABLE_FAMILY, TABLE_NAME
-from compiler.hooks import BASE_CHAIN, BASE_DIGEST_PREFIX, shared_maps
-from compiler.spec import HELPER_PROTOCOL
-from compiler.units import DIGEST_PREFIX, UnitObjects
+from compiler.hooks import BASE_CHAIN, BASE_DIGEST_PREFIX
+from compiler.units import UnitObjects
 
 from . import drift, netlink, nfmsg, steps
 from .interface import ApplyError, CounterValue, KernelState  # noqa: F401 (their home was here)
@@ -266,29 +266,6 @@ class Kernel:
         tables = [i["table"] for i in json.loads(out)["nftables"] if "table" in i]
         return [(t["family"], t["name"]) for t in tables if t["family"] == "netdev" and t["name"].startswith("lbweb-")]
 
-    def capabilities(self) -> dict[str, bool]:
-        """What this kernel can do, probed with dry runs on a scratch table (nothing is committed)."""
-        probes = {
-            "flowtable": [{"add": {"flowtable": {"family": "inet", "table": "lbweb-probe", "name": "ft",
-                                                  "hook": "ingress", "prio": 0, "dev": []}}}],
-        }  # fmt: skip
-        for helper, proto in HELPER_PROTOCOL.items():
-            body = {"family": "inet", "table": "lbweb-probe", "name": "h", "type": helper, "protocol": proto}
-            probes[f"helper-{helper}"] = [{"add": {"ct helper": body}}]
-        # A farm without an active backend, and limit verdict 'reject', reject in the nat prerouting hook.
-        nat = {"family": "inet", "table": "lbweb-probe", "name": "n", "type": "nat", "hook": "prerouting", "prio": -100}
-        rule = {"family": "inet", "table": "lbweb-probe", "chain": "n", "expr": [{"reject": {"type": "tcp reset"}}]}
-        probes["reject-nat"] = [{"add": {"chain": nat}}, {"add": {"rule": rule}}]
-        result = {}
-        for name, commands in probes.items():
-            doc = {"nftables": [{"add": {"table": {"family": "inet", "name": "lbweb-probe"}}}, *commands]}
-            try:
-                self.check(doc)
-                result[name] = True
-            except ApplyError:
-                result[name] = False
-        return result
-
     def read_counters(self, names: Collection[str] | None = None) -> dict[str, CounterValue]:
         """The named counters of lbweb's table ({} without the table): every one, or those of ``names``
         that exist. Read-only netlink, no libnftables.
@@ -356,38 +333,7 @@ class Kernel:
             raise
         return None
 
-    def observe(self) -> KernelState:
-        items = self.list_table()
-        state = KernelState()
-        if items is None:
-            return state
-        state.table_present = True
-        shared = shared_maps()
-        for item in items:
-            if "chain" in item:
-                state.chains.add(item["chain"]["name"])
-            elif "set" in item:
-                state.sets.add(item["set"]["name"])
-            elif "map" in item and item["map"]["name"] in shared:
-                for key, _verdict in item["map"].get("elem", []):
-                    state.shared_elements.add((item["map"]["name"], canonical(key)))
-            elif "rule" in item:
-                self._read_digest(item["rule"], item["rule"]["chain"], state)
-        for family, name in self.dsr_tables():
-            for item in self.list_table(family, name) or []:
-                if "rule" in item:
-                    self._read_digest(item["rule"], f"{family} {name}", state)
-        return state
-
-    @staticmethod
-    def _read_digest(rule: dict, where: str, state: KernelState) -> None:
-        comment = rule.get("comment", "")
-        if comment.startswith(BASE_DIGEST_PREFIX):
-            state.base_digest = comment.removeprefix(BASE_DIGEST_PREFIX)
-        elif comment.startswith(DIGEST_PREFIX):
-            state.farm_digests[where] = comment.removeprefix(DIGEST_PREFIX)
-
-    # -- drift: reading lbweb's tables back as netlink messages (``drift.py``), in this process --
+    # -- drift: reading lbweb's tables back as netlink messages (``drift/read.py``), in this process --
 
     def read_units(self, units: Mapping[str, UnitObjects]) -> drift.Reading:
         return drift.read_kernel(units)
@@ -400,12 +346,3 @@ class Kernel:
         previous: Mapping[str, drift.Record],
     ) -> dict[str, drift.Record]:
         return drift.probe_records(owners, units, maps, previous)
-
-    def removals(
-        self,
-        reading: drift.Reading,
-        rewrite: set[str],
-        wanted: Mapping[str, UnitObjects],
-        expected: Mapping[str, drift.Record],
-    ) -> tuple[list[nfmsg.Message], set[tuple[str, str]]]:
-        return drift.removal_messages(reading, reading.owners, rewrite, wanted, expected)

@@ -1,4 +1,4 @@
-"""The Kernel interface: everything the worker's Applier asks of the kernel, and nothing else.
+"""The Kernel interface: what the worker's Applier needs of the kernel, and nothing it can derive.
 
 Two implementations: the real one (``applier.Kernel`` in this process, ``sandbox.IsolatedKernel`` in the
 worker, whose libnftables calls and netlink batches run in the kernel writer) and ``fake.FakeKernel``, an
@@ -6,12 +6,27 @@ in-memory nf_tables table that the Applier's own logic (coalescing, incremental 
 refused unit, the ApplyRun bookkeeping, drift repair) is tested against without root and without a
 kernel (``tests/test_applier_fake.py``), beside the real-kernel tests that stay.
 
-Documents are libnftables JSON (``{"nftables": [...]}``) made by the pure compiler. Drift is read and
-repaired through the same interface: :meth:`Interface.read_units` reads lbweb's tables whole and makes
-a record (a fingerprint) of every unit, :meth:`Interface.probe_records` reads a few units back by name,
-:meth:`Interface.removals` says how to remove what the kernel holds of some units, for :meth:`repair`,
-and :meth:`Interface.written_records` gives the records made as units announced whole were committed.
-What a removal is (netlink messages for the real kernel) is the implementation's own business.
+In the spirit of knftables' ``Run``/``Check``/``List``/``Present``, three kinds of operation:
+
+- run a transaction: :meth:`Interface.check` (a dry run), :meth:`Interface.apply` (libnftables),
+  :meth:`Interface.apply_incremental` (lbweb's own batch) and :meth:`Interface.repair` (removals and
+  writes in one batch), with :meth:`Interface.prefetch`, :meth:`Interface.written_records` and
+  :meth:`Interface.release` around the transactions of a bulk change;
+- say what is present: :meth:`Interface.generation_id`, :meth:`Interface.base_digest`;
+- list what the table holds: :meth:`Interface.list_table`, :meth:`Interface.dsr_tables`,
+  :meth:`Interface.read_counters`, and as drift records (fingerprints) :meth:`Interface.read_units` (the
+  tables whole) and :meth:`Interface.probe_records` (a few units by name).
+
+Derived above it, from these: what the kernel can do (``capabilities.probe``, dry runs of probes), the
+digests and names of a table written before fingerprints (``dataplane.fingerprints.observe``, from the
+listing), and what removes a drifted unit (``Reading.removals``: a question about what was read, not
+the kernel's). Each method that stays costs the fake an implementation; why each cannot go:
+``base_digest`` is asked before every change and must not cost what a listing costs (16 s at 10,000
+farms); ``read_counters`` carries the counters of a rebuild even when libnftables cannot list the
+table; ``read_units``/``probe_records`` read netlink, whose records the real kernel must make from its
+own messages, by name for a small change (its cost, not the table's).
+
+Documents are libnftables JSON (``{"nftables": [...]}``) made by the pure compiler.
 
 No libnftables and no socket here: importing this module costs nothing and needs no privilege.
 """
@@ -40,7 +55,7 @@ class ApplyError(Exception):
 
 @dataclass
 class KernelState:
-    """What lbweb's table holds right now, as read back from the kernel."""
+    """What lbweb's table holds right now, as read back from the kernel (``fingerprints.observe``)."""
 
     table_present: bool = False
     base_digest: str | None = None
@@ -85,7 +100,8 @@ class Interface(Protocol):
         unit announced but missing here is not recorded, and must be read back (:meth:`read_units`)."""
 
     def repair(self, removals: list[Any], document: Json, context: list[Json]) -> str:
-        """Remove (``removals``, from :meth:`removals`) and write again (``document``) in one transaction."""
+        """Remove (``removals``, from ``Reading.removals`` of :meth:`read_units`' reading) and write again
+        (``document``) in one transaction."""
 
     def release(self) -> None:
         """Let go of what writing a big change left behind (the memory of the processes that wrote it); the
@@ -106,22 +122,11 @@ class Interface(Protocol):
     def dsr_tables(self) -> list[tuple[str, str]]:
         """lbweb's netdev tables (one per DSR farm) present in the kernel."""
 
-    def capabilities(self) -> dict[str, bool]:
-        """What this kernel can do (flowtables, each conntrack helper, reject in nat prerouting)."""
-
-    def observe(self) -> KernelState:
-        """Digests, names and dispatch entries of lbweb's tables (the comparison before fingerprints)."""
-
     def read_units(self, units: Mapping[str, Any]) -> Any:
-        """lbweb's tables read whole: a ``drift.Reading`` (``present``, ``owners``, ``records``)."""
+        """lbweb's tables read whole: a ``drift.Reading`` (``present``, ``owners``, ``records``; its
+        ``removals`` says how to remove what was read of some units)."""
 
     def probe_records(
         self, owners: Any, units: Mapping[str, Any], maps: Iterable[str], previous: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The records of a few units just written, read back by name."""
-
-    def removals(
-        self, reading: Any, rewrite: set[str], wanted: Mapping[str, Any], expected: Mapping[str, Any]
-    ) -> tuple[list[Any], set[tuple[str, str]]]:
-        """What removes the kernel's version of the units in ``rewrite``, and the objects kept as they are
-        (raises ``drift.CannotRepair`` when only a full rebuild can do)."""

@@ -17,11 +17,13 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from compiler.haproxy.config import CONFIG_NAME
+from compiler.haproxy.spec import EngineSpec
 from farms.choices import L7_MODES, ApplyKindChoices
 from farms.models import ApplyRun, Farm
-from l7.specs import l7_farms, snapshot
+from l7.specs import MAX_PORTS, l7_farms, snapshot
 
-from .engine import Engine, EngineError
+from ..isolation import ISOLATED, isolated_farms
+from .engine import Engine, EngineError, merge
 
 log = logging.getLogger("lbweb.l7")
 _ENGINE: Engine | None = None
@@ -36,20 +38,27 @@ def engine() -> Engine:
 
 def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
     """Bring HAProxy to the database; no ApplyRun when it already serves exactly this (its farms are marked
-    applied all the same, :func:`_served`)."""
+    applied all the same, :func:`_served`).
+
+    A farm HAProxy refuses is isolated as the kernel's are (``dataplane.isolation.isolated_farms``): every other farm
+    applies, the refused one keeps what the running worker serves of it and is failed with HAProxy's words, and
+    it is tried again when it changes (or is retried)."""
     eng = engine()
-    generation, spec, farms = snapshot()
+    generation, wanted, farms = snapshot()
+    held = {fid: message for fid, message in isolated_farms(http=True).items() if fid in farms}
+    spec = merge(wanted, eng.recall(), held)
     if not spec.farms and not force and not (eng.running and eng.running.farms) and not _farms_on_disk(eng):
         return None  # no HTTP farm, none served: nothing to write (an L4-only appliance never sees HAProxy)
+    notes = unserved(spec)
     if not force and eng.running == spec and eng.cli.alive():
-        _served(generation, farms)
+        _served(generation, farms, notes, held)
         return None
     if spec.farms:
         ensure_nonlocal_bind()
     started = time.monotonic()
-    error, kind, commands = "", ApplyKindChoices.FULL, 0
+    error, kind, commands, refused = "", ApplyKindChoices.FULL, 0, {}
     try:
-        outcome = eng.apply(spec)
+        outcome, refused = eng.apply_isolating(spec)
         if not outcome.engine_running:
             error = "HAProxy is not running: its configuration is written and loads when it starts."
         elif not outcome.reloaded:
@@ -59,10 +68,22 @@ def apply(reason: str = "change", force: bool = False) -> ApplyRun | None:
         digest = outcome.digest
     except EngineError as exc:
         error, digest = str(exc), ""
-    # An HTTPS farm without a certificate cannot listen: it is left out, and says why.
-    idle = {f.id: "An HTTPS farm needs a certificate: none is set, so it does not listen." for f in spec.farms
-            if f.mode == "https" and not f.certificates and f.ports}  # fmt: skip
-    return _record(generation, kind, reason, started, error, digest, commands, farms, idle)
+    return _record(generation, kind, reason, started, error, digest, commands, farms, notes, held, refused)
+
+
+def unserved(spec: EngineSpec) -> dict[int, str]:
+    """Farms HAProxy serves otherwise than they are stated, or not at all, and why (farm id -> the words shown):
+    their status says so instead of "applied"."""
+    notes = {}
+    for farm in spec.farms:
+        if farm.mode == "https" and not farm.certificates and farm.ports:
+            notes[farm.id] = "An HTTPS farm needs a certificate: none is set, so it does not listen."
+        elif farm.unbound_ports:
+            notes[farm.id] = (
+                f"HAProxy binds at most {MAX_PORTS} ports of an HTTP farm: its {farm.unbound_ports} are not bound "
+                f"(the others serve). Give the farm at most {MAX_PORTS} ports."
+            )
+    return notes
 
 
 def ensure_nonlocal_bind() -> None:
@@ -88,19 +109,37 @@ def _farms_on_disk(eng: Engine) -> bool:
         return False
 
 
-def _served(generation: int, farms: dict[int, int]) -> None:
-    """HAProxy already serves exactly the database's farms at ``generation``: those not marked applied yet are.
+def _served(generation: int, farms: dict[int, int], notes: dict[int, str], held: dict[int, str]) -> None:
+    """HAProxy already serves exactly the database's farms at ``generation``: each is marked as it is served.
 
     Why: an apply that wrote this very spec may have marked them at an older generation than the one they
     were read at (seen in CI: HAProxy's apply at the worker's start served a new farm with its backends,
     the farm stayed at applied_generation 0, and every later apply found nothing to write, so it stayed
-    pending for good). A farm with an error (an HTTPS farm without a certificate) keeps it."""
-    behind = Farm.objects.filter(id__in=list(farms), config_generation__lte=generation, apply_error="")
-    behind.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
+    pending for good). A farm that failed before and is now served as it is stated (a bad change reverted to
+    what HAProxy runs) is applied, its error gone (issue 39: it stayed pending or failed until another change)."""
+    with transaction.atomic():
+        _mark(generation, farms, notes, held, {})
 
 
-def _record(generation, kind, reason, started, error, digest, commands, farms, idle) -> ApplyRun:
+def _mark(
+    generation: int, farms: dict[int, int], notes: dict[int, str], held: dict[int, str], refused: dict[int, str]
+) -> None:
+    """Each farm's status at ``generation`` (rows saved later wait for their own apply): refused farms failed and
+    isolated with HAProxy's words, farms served otherwise than stated failed with why (``notes``), farms isolated
+    before (``held``) left as they are, every other one applied."""
+    rows = Farm.objects.filter(id__in=list(farms), config_generation__lte=generation)
+    failed = {fid: ISOLATED + message for fid, message in refused.items()}
+    failed.update({fid: message for fid, message in notes.items() if fid not in failed and fid not in held})
+    served = rows.exclude(id__in=[*failed, *held])
+    served.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
+    served.exclude(apply_error="").update(apply_error="")
+    for farm_id, message in failed.items():
+        rows.filter(id=farm_id).update(apply_error=message, failed_generation=generation, applied_generation=0)
+
+
+def _record(generation, kind, reason, started, error, digest, commands, farms, notes, held, refused) -> ApplyRun:
     duration_ms = (time.monotonic() - started) * 1000
+    lines = [f"farm {fid}: {message}" for fid, message in sorted(refused.items())]
     with transaction.atomic():
         # The kernel's apply counts generations up to the newest ApplyRun: never claim one it has not seen.
         handled = ApplyRun.objects.exclude(writer="haproxy").aggregate(g=Max("generation"))["g"] or 0
@@ -110,21 +149,15 @@ def _record(generation, kind, reason, started, error, digest, commands, farms, i
             reason=f"haproxy: {reason}"[:40],
             started=timezone.now() - timezone.timedelta(milliseconds=duration_ms),
             duration_ms=duration_ms,
-            ok=not error,
-            error=error,
+            ok=not error and not refused,
+            error="\n".join([error, *lines] if error else lines),
             digest=digest[:32],
             farms_changed=len(farms),
             commands=commands,
             writer="haproxy",
         )
-        rows = Farm.objects.filter(id__in=list(farms), config_generation__lte=generation)
-        if error:
-            rows.update(apply_error=error, failed_generation=generation, applied_generation=0)
-        else:
-            rows.filter(applied_generation__lt=F("config_generation")).update(applied_generation=generation)
-            rows.update(apply_error="")
-            for farm_id, message in idle.items():
-                rows.filter(id=farm_id).update(apply_error=message, failed_generation=generation, applied_generation=0)
+        # HAProxy not reached, or not running: no farm is known to be served, each says why.
+        _mark(generation, farms, dict.fromkeys(farms, error) if error else notes, held, refused)
     log.info("%s", run)
     return run
 

@@ -7,7 +7,9 @@ only client that changes anything.
 A reload re-executes the master with the same arguments; the new worker takes the listening sockets from the old
 one over the master's socket pair, so no connection is refused, and the old worker finishes its requests. HAProxy
 2.6 answers ``reload`` with nothing, so success is read from ``show proc``: the master's reload count moves and
-its ``failed`` count does not (a configuration it cannot load leaves the old worker serving).
+its ``failed`` count does not (a configuration it cannot load leaves the old worker serving, and the master
+counts the failure until a reload succeeds). A refused reload costs nothing but itself: the master takes the
+next ``reload`` as usual, so the worker simply reloads again once the configuration is one HAProxy loads.
 """
 
 from __future__ import annotations
@@ -25,17 +27,24 @@ class EngineError(Exception):
     """HAProxy refused a command or could not be reached."""
 
 
+class ReloadRefused(EngineError):
+    """HAProxy could not load a configuration ``haproxy -c`` had passed (a listener it cannot bind, most often):
+    the worker that served before still serves, with the configuration it had."""
+
+
 @dataclass(frozen=True)
 class Processes:
     master_pid: int
     reloads: int
     failed: int
-    workers: tuple[tuple[int, int], ...]  # (pid, reloads the worker has seen: 0 is the newest)
+    workers: tuple[tuple[int, int], ...]  # (pid, reloads the worker has seen: the fewest is the newest)
 
     @property
     def current_worker(self) -> int | None:
-        newest = [pid for pid, reloads in self.workers if reloads == 0]
-        return newest[0] if newest else None
+        """The newest worker, the one that serves: the one that has seen the fewest reloads. Not "the one at 0":
+        after a reload HAProxy refused, no worker is at 0 and the one still serving is at 1 or more (issue 39:
+        a worker at 0 sought there made HAProxy look stopped for good after one refused reload)."""
+        return min(self.workers, key=lambda worker: worker[1])[0] if self.workers else None
 
 
 _MASTER = re.compile(r"^(\d+)\s+master\s+(\d+)\s+\[failed:\s*(\d+)\]", re.M)
@@ -94,8 +103,11 @@ class MasterCLI:
             except EngineError:
                 after = None  # the new master is not listening yet
             if after is not None:
-                if after.failed > before.failed:
-                    raise EngineError("HAProxy could not load the new configuration; the previous one still serves")
+                if after.reloads > before.reloads and after.failed > before.failed:
+                    raise ReloadRefused(
+                        "HAProxy could not load the configuration, which its check (haproxy -c) passes: most often a "
+                        "port another process holds; the previous configuration still serves"
+                    )
                 new = after.reloads > before.reloads and after.current_worker not in (None, before.current_worker)
                 # Listed once forked; serving once its own loop answers the CLI (listeners are set by then).
                 if new and self._answers(after.current_worker):

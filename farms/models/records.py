@@ -38,7 +38,7 @@ class KernelUnit(models.Model):
 
 class KernelFingerprint(models.Model):
     """What the kernel held of one unit (a farm, a policy, or "skeleton") right after lbweb wrote it, as
-    normalised hashes of its objects (``dataplane/kernel/drift.py``): the reference a reconcile compares with."""
+    normalised hashes of its objects (``dataplane/kernel/drift/record.py``): the reference a reconcile compares with."""
 
     key = models.CharField(max_length=40, primary_key=True)
     record = models.JSONField(default=dict)

@@ -12,10 +12,13 @@ from django.core.management.base import BaseCommand, CommandError
 
 import compiler
 from compiler.units import UnitObjects
-from dataplane import applier as dataplane
+from dataplane import fingerprints, isolation
 from dataplane.kernel import drift
 from dataplane.kernel.applier import Kernel
+from dataplane.localise import localise
+from dataplane.unit_cache import hold
 from farms.models import KernelUnit
+from farms.specs import snapshot
 
 
 class Command(BaseCommand):
@@ -25,20 +28,20 @@ class Command(BaseCommand):
         parser.add_argument("--check", action="store_true", help="exit with status 1 when they differ")
 
     def handle(self, *args, check: bool, **options):
-        snap = dataplane.localise(dataplane.snapshot())  # DSR farms compile with the MACs seen from here
+        snap = localise(snapshot())  # DSR farms compile with the MACs seen from here
         rows = list(KernelUnit.objects.all())
         applied = {u.key: UnitObjects.from_json(u.objects_json) for u in rows}
-        isolated = dataplane.isolated_farms()  # the kernel keeps what it held of them: that is what is expected
-        compiled = dataplane.hold(snap.compiled(), isolated, applied)
+        isolated = isolation.isolated_farms()  # the kernel keeps what it held of them: that is what is expected
+        compiled = hold(snap.compiled(), isolated, applied)
         names = {u.key: u.name for u in rows} | {k: u.name for k, u in compiled.items()}
-        expected = dataplane.load_fingerprints()
+        expected = fingerprints.load_fingerprints()
         if drift.SKELETON in expected:
-            report = dataplane.find_drift(applied, expected)
+            report = fingerprints.find_drift(applied, expected)
             present, found = report.present, report.units
         else:  # a table written before fingerprints were kept: digests and names only
-            state = Kernel().observe()
+            state = fingerprints.observe(Kernel())
             present = state.table_present
-            found = {} if dataplane.kernel_matches(state, compiled) else {"table": ["digests or names differ"]}
+            found = {} if fingerprints.kernel_matches(state, compiled) else {"table": ["digests or names differ"]}
         pending = compiler.changed_units(applied, compiled)
         failed = {names.get(compiler.farm_key(fid), fid): message for fid, message in snap.failures.items()}
         matches = present and not found and not pending and not failed

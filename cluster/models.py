@@ -3,6 +3,10 @@
 
 The settings are the same on both nodes (the master pushes them with the farms, ``cluster.sync``); which
 node *this* one is comes from ``LBWEB_NODE_NAME`` (default: the host name), never from the database.
+
+Every value that reaches keepalived's or conntrackd's file is checked here against that engine's grammar
+(``compiler.cluster.grammar``, the rules the generators hold to as well); :func:`pair_errors` checks what only the
+two nodes together can say (one address family per link).
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from .choices import RoleChoices, VrrpVersionChoices
+from compiler.cluster import grammar
 
-IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")  # IFNAMSIZ - 1, no spaces or slashes
+from .choices import RoleChoices, VrrpVersionChoices
 
 
 def _interfaces(text: str) -> list[str]:
@@ -29,10 +33,19 @@ def _floating(line: str) -> tuple[str, str]:
     parts = line.split()
     if len(parts) != 2:
         raise ValueError(f"{line!r}: write ADDRESS/PREFIX INTERFACE")
-    address = ipaddress.ip_interface(parts[0])
-    if not IFNAME.match(parts[1]):
+    problem = grammar.interface_address_problem(parts[0])
+    if problem:
+        raise ValueError(f"{parts[0]!r}: {problem}")
+    if grammar.interface_problem(parts[1]):
         raise ValueError(f"{parts[1]!r} is not an interface name")
-    return str(address), parts[1]
+    return str(ipaddress.ip_interface(parts[0])), parts[1]
+
+
+def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(value)
+    except ValueError:
+        return None
 
 
 class Cluster(models.Model):
@@ -100,27 +113,24 @@ class Cluster(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
-        if self.vrrp_version == VrrpVersionChoices.V2:
-            if self.advert_interval < 1 or self.advert_interval != int(self.advert_interval):
-                errors["advert_interval"] = "VRRPv2 adverts are whole seconds (1-255): use VRRPv3 for less."
-        elif not 0.01 <= self.advert_interval <= 40.95:
-            errors["advert_interval"] = "VRRPv3 adverts are 0.01 to 40.95 seconds apart."
+        advert = grammar.advert_problem(self.vrrp_version, self.advert_interval)
+        if advert:
+            errors["advert_interval"] = advert
         if self.auth_pass and self.vrrp_version != VrrpVersionChoices.V2:
             errors["auth_pass"] = "VRRPv3 has no authentication (RFC 5798): leave it empty or use VRRPv2."
-        for name in ("interface", "sync_interface"):
-            if not IFNAME.match(getattr(self, name) or ""):
-                errors[name] = "An interface name: up to 15 letters, digits, '.', '-' or '_'."
+        elif self.auth_pass and grammar.auth_pass_problem(self.auth_pass):
+            errors["auth_pass"] = grammar.auth_pass_problem(self.auth_pass)
+        problems = {
+            "interface": grammar.vrrp_interface_problem(self.interface or ""),
+            "sync_interface": grammar.conntrackd_word_problem(self.sync_interface or ""),  # conntrackd's too
+            "management_address": grammar.interface_address_problem(self.management_address or ""),
+        }
+        errors.update({name: problem for name, problem in problems.items() if problem})
         if self.interface == self.sync_interface:
             errors["sync_interface"] = "The sync link must be a dedicated interface, not the VRRP one."
-        bad = [i for i in _interfaces(self.track_interfaces) if not IFNAME.match(i)]
+        bad = [i for i in _interfaces(self.track_interfaces) if grammar.interface_problem(i)]
         if bad:
             errors["track_interfaces"] = f"Not interface names: {', '.join(bad)}."
-        try:
-            ipaddress.ip_interface(self.management_address)
-            if "/" not in self.management_address:
-                raise ValueError
-        except ValueError:
-            errors["management_address"] = "An address with its prefix length, e.g. 198.18.2.100/24."
         try:
             self.floating_extra()
         except ValueError as exc:
@@ -181,8 +191,29 @@ class Node(models.Model):
     def is_local(self) -> bool:
         return self.name == settings.LBWEB_NODE_NAME
 
+    def clean_fields(self, exclude=None) -> None:
+        """Django's address field drops an IPv6 scope id without a word ('fe80::1%eth0' becomes 'fe80::1'): it is
+        refused here, before the field sees it, so what is saved is what was typed."""
+        scoped = {
+            name: grammar.address_problem(value)
+            for name in ("address", "sync_address")
+            if isinstance(value := getattr(self, name), str) and "%" in value and name not in (exclude or ())
+        }
+        try:
+            super().clean_fields(exclude=[*(exclude or ()), *scoped])
+        except ValidationError as exc:
+            raise ValidationError({**exc.message_dict, **scoped}) from exc
+        if scoped:
+            raise ValidationError(scoped)
+
     def clean(self) -> None:
         errors = {}
+        if grammar.node_name_problem(self.name or ""):
+            errors["name"] = grammar.node_name_problem(self.name or "")
+        for name in ("address", "sync_address"):
+            value = getattr(self, name) or ""
+            if "%" not in value and _ip(value) is not None and grammar.address_problem(value):  # else: clean_fields
+                errors[name] = grammar.address_problem(value)
         fingerprint = self.tls_fingerprint.replace(":", "").lower()
         if fingerprint and not re.fullmatch(r"[0-9a-f]{64}", fingerprint):
             errors["tls_fingerprint"] = "A SHA-256 fingerprint: 64 hexadecimal digits (colons allowed)."
@@ -192,6 +223,35 @@ class Node(models.Model):
             errors["sync_address"] = "The sync link has its own address."
         if errors:
             raise ValidationError(errors)
+
+
+def pair_errors(cluster: Cluster, first: Node, second: Node) -> dict[tuple[str | None, str], str]:
+    """What the two nodes together must hold to: one family per link (keepalived refuses a peer of the other
+    family; conntrackd reads an IPv4 destination as a bad IPv6 address and cannot sync), their own addresses
+    each, and keepalived's management address in the nodes' family. Keyed by (node name or None, field)."""
+    errors = {}
+    for field, what in (("address", "VRRP"), ("sync_address", "sync")):
+        mine, theirs = _ip(getattr(second, field)), _ip(getattr(first, field))
+        if mine is None or theirs is None:
+            continue
+        if mine.version != theirs.version:
+            errors[(second.name, field)] = (
+                f"IPv{mine.version}, and {first.name}'s is IPv{theirs.version} ({theirs}): the two nodes' {what} "
+                "addresses are one family."
+            )
+        elif mine == theirs:
+            errors[(second.name, field)] = f"{first.name} has this {what} address: each node has its own."
+    node = _ip(first.address)
+    try:
+        management = ipaddress.ip_interface(cluster.management_address)
+    except ValueError:
+        management = None
+    if node is not None and management is not None and management.version != node.version:
+        errors[(None, "management_address")] = (
+            f"IPv{management.version}, and the nodes' VRRP addresses are IPv{node.version}: keepalived takes a "
+            "floating address of its instance's family only."
+        )
+    return errors
 
 
 class Transition(models.Model):

@@ -1,6 +1,7 @@
 """The only writers of the cluster's tables; each write is audited in its own transaction (``farms.audit.record``).
 
-- :func:`cluster_update`: the operator's settings and the two nodes (validated by the models' ``clean()``).
+- :func:`cluster_update`: the operator's settings and the two nodes (validated by the models' ``clean()``, then,
+  for an enabled cluster, refused if this node's keepalived or conntrackd would refuse the files it makes).
 - :func:`ingest_journal`: the transitions this node's handler wrote to its journal become :class:`Transition`
   rows and audit events (the handler itself never touches the database).
 - :func:`apply_sync`: the configuration the master pushed replaces this node's (``cluster.sync``).
@@ -10,15 +11,19 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 
+from compiler.cluster import render
 from farms.audit import record
 from lbweb import enqueue
 
-from .models import Cluster, Node, Transition
+from . import engine_check
+from .models import Cluster, Node, Transition, pair_errors
+from .specs import cluster_spec
 
 CLUSTER_FIELDS = (
     "enabled",
@@ -82,21 +87,64 @@ def cluster_update(*, actor=None, nodes: list[dict] | None = None, **values) -> 
             except ValidationError as exc:
                 raise ValidationError({f"nodes[{i}].{k}": v for k, v in exc.message_dict.items()}) from exc
             node.save()
+    pair = _pair(nodes)
+    if len(pair) == 2:
+        errors = pair_errors(cluster, *pair)
+        if errors:
+            raise ValidationError({_key(name, field, nodes): message for (name, field), message in errors.items()})
     if cluster.enabled:
         local = Node.objects.filter(name=settings.LBWEB_NODE_NAME).exists()
-        if Node.objects.count() != 2 or not local:
+        if len(pair) != 2 or not local:
             raise ValidationError(
                 {"nodes": f"An enabled cluster has two nodes, one of them this one ({settings.LBWEB_NODE_NAME})."}
             )
-        a, b = Node.objects.all()
+        a, b = pair
         if a.priority == b.priority:
             raise ValidationError({"nodes": "Give the nodes different priorities: the higher one is preferred."})
+        refused = engine_refusals(cluster)
+        if refused:
+            raise ValidationError(refused)
     record(
         actor=actor, action="update", object_type="cluster", object_id=1, object_name=str(cluster),
         before=before, after=cluster_state(cluster),
     )  # fmt: skip
     request_deploy()
     return cluster
+
+
+def _pair(nodes: list[dict] | None) -> list[Node]:
+    """The saved nodes, in the order the caller gave them (errors name ``nodes[i]`` as in its body)."""
+    saved = list(Node.objects.all())
+    order = [n.get("name") for n in nodes or ()]
+    return sorted(saved, key=lambda n: order.index(n.name) if n.name in order else len(order))
+
+
+def _key(name: str | None, field: str, nodes: list[dict] | None) -> str:
+    if name is None:
+        return field
+    order = [n.get("name") for n in nodes or ()]
+    return f"nodes[{order.index(name)}].{field}" if name in order else "nodes"
+
+
+def engine_refusals(cluster: Cluster) -> dict[str, str | list[str]]:
+    """What this node's worker would refuse of an enabled cluster, found the way it finds it: the interfaces it
+    does not have (by field), then the same generators and the engines' own parsers on the very files it would
+    write (``cluster.engine_check``). ``clean()`` refuses every value the engines cannot take, so the second part
+    finding anything is a gap in the grammar: the change is refused all the same, with the engine's words."""
+    missing = engine_check.missing_interfaces(cluster)
+    if missing:
+        return missing
+    local = Node.objects.get(name=settings.LBWEB_NODE_NAME)
+    peer = Node.objects.exclude(name=settings.LBWEB_NODE_NAME).get()
+    spec = cluster_spec(cluster, local, peer, Path(settings.LBWEB_CLUSTER_DIR), Path(settings.BASE_DIR))
+    try:
+        texts = render.keepalived_conf(spec), render.conntrackd_conf(spec)
+    except ValueError as exc:
+        return {NON_FIELD_ERRORS: [f"The cluster's files cannot be written: {exc}"]}
+    failures = engine_check.check_texts(*texts)
+    if failures:
+        return {NON_FIELD_ERRORS: [f"This node's {f.engine} refused {f.name}: {f.detail}" for f in failures]}
+    return {}
 
 
 def _state_word(state: str) -> str:

@@ -69,6 +69,21 @@ def enter_netns(ns: str) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def inside_netns(ns: str):
+    """The calling thread in namespace ``ns`` for the block (what it starts runs there too), then back."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        enter_netns(ns)
+        yield
+    finally:
+        try:
+            if _libc.setns(home, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back failed")
+        finally:
+            os.close(home)
+
+
 def wait_listening(ns: str, address: str, port: int, timeout: float = 10) -> None:
     """Until a TCP connection from namespace ``ns`` to ``address``:``port`` succeeds (a server has started)."""
     deadline = time.monotonic() + timeout

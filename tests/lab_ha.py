@@ -49,6 +49,27 @@ PRIVDROP_KEEPALIVED = (str(ROOT / "deploy" / "privdrop"), "lbweb", "net_admin,ne
 GATEWAY, SNAT_SOURCE, MANAGEMENT = "198.18.1.1", "198.18.1.100", "198.18.2.100"
 
 
+NODE_LINKS = ("eth0", "back0", "sync0")  # the interfaces tests/test_cluster_api.py's body() names
+
+
+@contextlib.contextmanager
+def node_links(tag: str):
+    """A namespace with one node's interfaces (NODE_LINKS, each one end of a veth pair, up), as keepalived -t and
+    conntrackd want them to exist; yields its name, removed afterwards."""
+    if os.geteuid() != 0:
+        raise RuntimeError("needs root (a network namespace)")
+    name = f"lbt-{tag}-{os.getpid()}"
+    sh("ip", "netns", "add", name)
+    try:
+        sh("ip", "-n", name, "link", "set", "lo", "up")
+        for dev in NODE_LINKS:
+            sh("ip", "-n", name, "link", "add", "name", dev, "type", "veth", "peer", "name", f"{dev}p")
+            sh("ip", "-n", name, "link", "set", "dev", dev, "up")
+        yield name
+    finally:
+        sh("ip", "netns", "del", name, check=False)
+
+
 @contextlib.contextmanager
 def reachable_dir(prefix: str):
     """A directory lbweb can enter, removed afterwards. Not under pytest's tmp_path: a pytest session starting

@@ -18,6 +18,8 @@ import requests
 from cluster.models import Cluster, Node, Transition
 from farms.models import AuditEvent, Backend, Farm
 from tests.conftest import new_token
+from tests.lab import inside_netns
+from tests.lab_ha import node_links
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,11 +43,14 @@ def body(**extra) -> dict:
 
 @pytest.fixture
 def node(settings, tmp_path):
-    """This test process is node n1; its cluster directory (the handler's role file) is a temporary one."""
+    """This test process is node n1; its cluster directory (the handler's role file) is a temporary one. The test
+    runs in a namespace with the node's interfaces (``body()`` names them): a cluster PUT is refused when this
+    node's keepalived or conntrackd would refuse it, and both want them to exist."""
     settings.LBWEB_NODE_NAME = "n1"
     settings.LBWEB_CLUSTER_DIR = tmp_path / "cluster"
     settings.LBWEB_CLUSTER_DIR.mkdir()
-    return settings.LBWEB_CLUSTER_DIR
+    with node_links("api") as ns, inside_netns(ns):
+        yield settings.LBWEB_CLUSTER_DIR
 
 
 def set_role(directory: Path, state: str) -> None:

@@ -12,6 +12,8 @@ import pytest
 from cluster.services import cluster_update, ingest_journal
 from tests import axe
 from tests.conftest import OUTPUT, ROLE_PASSWORD
+from tests.lab import inside_netns
+from tests.lab_ha import node_links
 from tests.test_cluster_api import body
 from tests.test_ui_browser import log_in
 
@@ -25,7 +27,8 @@ def cluster_data(settings, tmp_path):
     settings.LBWEB_CLUSTER_DIR = tmp_path
     values = body()
     nodes = values.pop("nodes")
-    cluster_update(nodes=nodes, **values)
+    with node_links("browser") as ns, inside_netns(ns):  # this node's interfaces, as its engines want them
+        cluster_update(nodes=nodes, **values)
     now = time.time()
     entries = [
         {"node": "n1", "state": "BACKUP", "from": "INIT", "at": now - 60, "reason": "started; following the master",

@@ -1,7 +1,7 @@
 """The worker's side of the cluster (``dataplane.cluster.applier.deploy``), run inside a throw-away network namespace
-that has the node's interfaces: the files are written (keepalived's only once ``keepalived -t`` accepts it, a refused
-one leaves the file in use as it was), the node's conntrack tunable is set there, and while this node is master a
-farm added or deleted adds or removes its VIP at once; a backup adds nothing."""
+that has the node's interfaces: the files are written as one set (each checked by its engine, a refusal leaves
+every file in use as it was), the node's conntrack tunable is set there, and while this node is master a farm
+added or deleted adds or removes its VIP at once; a backup adds nothing."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from cluster.engine_check import CheckFailed
+from cluster.models import Cluster
 from cluster.services import cluster_update
 from dataplane.cluster import applier as engine
-from dataplane.cluster.applier import CheckFailed
 from farms import services
-from tests.lab import run_in_netns
-from tests.lab_ha import reachable_dir
+from tests.lab import inside_netns, run_in_netns
+from tests.lab_ha import node_links, reachable_dir
 from tests.test_cluster_api import body
 
 pytestmark = pytest.mark.django_db(transaction=True)  # deploy runs in a thread (in the namespace): its own connection
@@ -28,19 +29,8 @@ pytestmark = pytest.mark.django_db(transaction=True)  # deploy runs in a thread 
 def node_ns():
     if os.geteuid() != 0:
         pytest.fail("needs root (a network namespace)")
-    name = f"lbt-cle-{os.getpid()}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        _interfaces(name)
+    with node_links("cle") as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
-
-
-def _interfaces(name: str) -> None:
-    for dev in ("eth0", "back0", "sync0"):
-        subprocess.run(["ip", "-n", name, "link", "add", dev, "type", "veth", "peer", "name", f"{dev}p"], check=True)
-        subprocess.run(["ip", "-n", name, "link", "set", dev, "up"], check=True)
 
 
 @pytest.fixture
@@ -63,7 +53,8 @@ def role(directory: Path, state: str) -> None:
 def test_deploy_writes_checked_files_and_follows_the_farms_while_master(node_ns, cluster_dir):
     values = body()
     nodes = values.pop("nodes")
-    cluster_update(nodes=nodes, **values)
+    with inside_netns(node_ns):  # the web checks the engines' files on this node too
+        cluster_update(nodes=nodes, **values)
     web = services.farm_create(name="web", vip="198.18.2.101", protocol="tcp", ports="80", mode="dnat", scheduler="rr")
     services.backend_create(farm=web, address="198.18.1.11")
     cluster_dir.mkdir(mode=0o700)
@@ -92,12 +83,14 @@ def test_deploy_writes_checked_files_and_follows_the_farms_while_master(node_ns,
     run_in_netns(node_ns, engine.deploy)
     assert "198.18.2.103" not in addresses(node_ns)
 
-    before = (cluster_dir / "keepalived.conf").read_text()
-    cluster_update(**{**values, "track_interfaces": "eth9"})  # not on this node: keepalived -t refuses it
+    # A row the web could no longer save (an interface gone since, or a row from before the check): the worker's
+    # engines refuse it, and no file of the set is replaced, though conntrackd's and the plan change too.
+    before = {name: (cluster_dir / name).read_text() for name in ("keepalived.conf", "conntrackd.conf", "plan.json")}
+    Cluster.objects.filter(pk=1).update(track_interfaces="eth9", sync_interface="back0")  # eth9: not on this node
     with pytest.raises(CheckFailed, match="eth9"):
         run_in_netns(node_ns, engine.deploy)
-    assert (cluster_dir / "keepalived.conf").read_text() == before
-    assert not (cluster_dir / "keepalived.conf.new").exists()
+    assert {name: (cluster_dir / name).read_text() for name in before} == before
+    assert sorted(p.name for p in cluster_dir.glob("*.new")) == []
 
     cluster_update(**{**values, "enabled": False})
     assert run_in_netns(node_ns, engine.deploy) == {

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
+from cluster.engine_check import CheckFailed, check_conntrackd, check_keepalived
 from cluster.models import Cluster, Node
 from compiler.cluster import render
 from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
 from dataplane.cluster import transition
-from dataplane.cluster.applier import CheckFailed, build_spec, check_keepalived
+from dataplane.cluster.applier import build_spec
 from tests.lab import run_in_netns
-from tests.lab_ha import reachable_dir
+from tests.lab_ha import node_links, reachable_dir
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("LBWEB_UPDATE_GOLDEN") == "1"
@@ -80,18 +81,8 @@ def node_netns():
     """A namespace with the interfaces the spec names (keepalived -t checks that they exist), as on the node."""
     if os.geteuid() != 0:
         pytest.fail("needs root (a network namespace)")
-    name = f"lbt-ka-{os.getpid()}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        _interfaces(name)
+    with node_links("ka") as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
-
-
-def _interfaces(name: str) -> None:
-    for dev in ("eth0", "back0", "sync0"):
-        subprocess.run(["ip", "-n", name, "link", "add", dev, "type", "veth", "peer", "name", f"{dev}p"], check=True)
 
 
 @pytest.fixture
@@ -102,21 +93,49 @@ def readable():
 
 
 @pytest.mark.parametrize("spec", [SPEC, V2], ids=["v3", "v2"])
-def test_keepalived_accepts_what_lbweb_writes(readable, node_netns, spec):
+def test_keepalived_and_conntrackd_accept_what_lbweb_writes(readable, node_netns, spec):
     path = readable / "keepalived.conf"
     path.write_text(render.keepalived_conf(spec))
     run_in_netns(node_netns, lambda: check_keepalived(path))  # raises on refusal
+    path = readable / "conntrackd.conf"
+    path.write_text(render.conntrackd_conf(spec))
+    run_in_netns(node_netns, lambda: check_conntrackd(path))
 
 
 @pytest.mark.parametrize(
-    ("spec", "complaint"),
-    [(replace(SPEC, vrid=300), "VRID"), (replace(SPEC, track_interfaces=("eth9",)), "eth9 doesn't exist")],
+    ("text", "complaint"),
+    [
+        (render.keepalived_conf(SPEC).replace("virtual_router_id 51", "virtual_router_id 300"), "VRID"),
+        (render.keepalived_conf(replace(SPEC, track_interfaces=("eth9",))), "eth9 doesn't exist"),
+    ],
 )
-def test_keepalived_check_refuses_a_broken_file(readable, node_netns, spec, complaint):
+def test_keepalived_check_refuses_a_broken_file(readable, node_netns, text, complaint):
     path = readable / "keepalived.conf"
-    path.write_text(render.keepalived_conf(spec))
+    path.write_text(text)
     with pytest.raises(CheckFailed, match=complaint):
         run_in_netns(node_netns, lambda: check_keepalived(path))
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        (render.conntrackd_conf(SPEC).replace("Interface sync0", "Interface beef"), "symbol 'beef': syntax error"),
+        (render.conntrackd_conf(SPEC).replace("Interface sync0", "Interface eth9"), "eth9 is an invalid interface"),
+        (  # the file of issue 39: conntrackd only warns, then cannot sync
+            render.conntrackd_conf(SPEC)
+            .replace("IPv4_address 198.18.3.1", "IPv6_address 2001:2:0:3::1", 1)
+            .replace("IPv4_Destination_Address", "IPv6_Destination_Address"),
+            "198.18.3.2 is not a valid IPv6 address",
+        ),
+    ],
+)
+def test_conntrackd_check_refuses_a_broken_file(readable, node_netns, text, complaint):
+    """conntrackd has no test mode: its parser runs, a statistics request finds no daemon, and every warning or
+    error but that one is a refusal."""
+    path = readable / "conntrackd.conf"
+    path.write_text(text)
+    with pytest.raises(CheckFailed, match=complaint):
+        run_in_netns(node_netns, lambda: check_conntrackd(path))
 
 
 def test_an_unreadable_file_is_no_pass(tmp_path):
@@ -126,9 +145,10 @@ def test_an_unreadable_file_is_no_pass(tmp_path):
 
 
 def _absent_as_lbweb(tmp_path):
-    from dataplane.cluster.applier import _keepalived_test
+    from cluster.engine_check import _keepalived_test
 
-    _keepalived_test(["/usr/sbin/keepalived", "-t", "-f", str(tmp_path / "absent.conf")], tmp_path / "absent.conf")
+    absent = tmp_path / "absent.conf"
+    _keepalived_test(["/usr/sbin/keepalived", "-t", "-f", str(absent)], absent, str(absent))
 
 
 def test_farm_addresses_are_never_keepalived_s():

@@ -7,6 +7,10 @@ from ..services import CLUSTER_FIELDS, NODE_FIELDS
 
 
 class NodeSerializer(serializers.ModelSerializer):
+    # As typed: DRF's address field, as Django's, drops an IPv6 scope id silently; the model refuses one instead.
+    address = serializers.CharField(max_length=64, help_text="its own address on the VRRP interface")
+    sync_address = serializers.CharField(max_length=64, help_text="its own address on the sync link")
+
     class Meta:
         model = Node
         fields = NODE_FIELDS
@@ -22,7 +26,9 @@ class ClusterSerializer(serializers.ModelSerializer):
     class Meta:
         model = Cluster
         fields = (*CLUSTER_FIELDS, "nodes", "token_set")
-        extra_kwargs = {"token": {"write_only": True}}
+        # The password as typed: trimmed here but not by ``manage.py cluster configure``, the two nodes could
+        # differ; clean() refuses spaces at either end instead, with a message.
+        extra_kwargs = {"token": {"write_only": True}, "auth_pass": {"trim_whitespace": False}}
 
     def get_token_set(self, obj) -> bool:
         return bool(obj.token)

@@ -1,8 +1,10 @@
 """Worker side: the cluster's files from the database, checked before use, and the addresses kept current.
 
 :func:`build_spec` turns the database into a :class:`~compiler.cluster.spec.ClusterSpec`; :func:`deploy` writes
-keepalived's and conntrackd's configuration and the handler's plan into ``LBWEB_CLUSTER_DIR`` (each file
-replaced in one rename, keepalived's only after ``keepalived -t -f`` accepted it). The supervised wrappers
+keepalived's and conntrackd's configuration and the handler's plan into ``LBWEB_CLUSTER_DIR`` as one set: every
+changed file is written beside the one in use and checked (``keepalived -t``, conntrackd's parser, the plan read
+back), and only when all of them pass is each renamed into place; a refusal leaves every file in use as it was.
+The web runs the same checks before it saves a change (``cluster.engine_check``). The supervised wrappers
 (``dataplane.cluster.run``) start the daemons once the files exist and reload keepalived when its file changes. While
 this node is master, a farm added or removed adds or removes its VIP at once (the handler does it at each
 transition).
@@ -14,36 +16,23 @@ import ipaddress
 import json
 import logging
 import os
-import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 
 import compiler
 import compiler.names
+from cluster.engine_check import CheckFailed, check_conntrackd, check_keepalived
 from cluster.models import Cluster, Node
+from cluster.specs import cluster_spec
 from compiler.cluster import render
-from compiler.cluster.spec import ClusterSpec, FloatingAddress, NodeSpec, PersistenceSpec
+from compiler.cluster.spec import ClusterSpec, FloatingAddress, PersistenceSpec
 from farms.specs import farm_spec, farms_queryset
 
 log = logging.getLogger("lbweb.cluster")
-KEEPALIVED = "/usr/sbin/keepalived"
 SNAT_RANGE_LIMIT = 64  # a SNAT source range floats address by address; larger ones are refused here
-
-
-def handler_argv(app: Path, plan: Path) -> tuple[str, ...]:
-    """keepalived runs as lbweb with CAP_NET_ADMIN and CAP_NET_RAW (deploy/PROCESSES.md); the handler inherits
-    them: addresses, conntrack and nft (NET_ADMIN), gratuitous ARP (NET_RAW). Through ``env``: keepalived resolves
-    the script's symlinks, and the venv's python is one (its real file would not see the venv)."""
-    return (
-        "/usr/bin/env",
-        f"PYTHONPATH={app}",
-        f"{app}/.venv/bin/python",
-        "-m",
-        "dataplane.cluster.transition",
-        "--plan",
-        str(plan),
-    )
+FILES = ("conntrackd.conf", "plan.json", "keepalived.conf")  # renamed in this order: keepalived reloads last
 
 
 def _host(address: str) -> str:
@@ -94,73 +83,58 @@ def build_spec(cluster: Cluster, local: Node, peer: Node, state_dir: Path, app: 
     for address, interface in cluster.floating_extra():
         ip = str(ipaddress.ip_interface(address).ip)
         floating.setdefault(ip, FloatingAddress(address, interface))
-    m = ipaddress.ip_interface(cluster.management_address)
-    plan = state_dir / "plan.json"
-    return ClusterSpec(
-        local=NodeSpec(local.name, local.priority, local.address, local.sync_address),
-        peer=NodeSpec(peer.name, peer.priority, peer.address, peer.sync_address),
-        vrid=cluster.vrid,
-        interface=cluster.interface,
-        sync_interface=cluster.sync_interface,
-        state_dir=str(state_dir),
-        handler=handler_argv(app, plan),
-        management=FloatingAddress(str(m), cluster.interface),
-        vrrp_version=cluster.vrrp_version,
-        advert_interval=cluster.advert_interval,
-        auth_pass=cluster.auth_pass,
-        preempt_delay=cluster.preempt_delay,
-        track_interfaces=tuple(dict.fromkeys([cluster.interface, *cluster.track_interfaces.split()])),
-        track_processes=("conntrackd",) if cluster.track_conntrackd else (),
+    return cluster_spec(
+        cluster, local, peer, state_dir, app,
         addresses=tuple(sorted(floating.values(), key=lambda a: (a.version, ipaddress.ip_interface(a.address)))),
         persistence=tuple(persistence),
-        ignore_addresses=tuple(sorted({local.address, peer.address, local.sync_address, peer.sync_address})),
-    )
+    )  # fmt: skip
 
 
-class CheckFailed(Exception):
-    pass
-
-
-def check_keepalived(path: Path) -> None:
-    """``keepalived -t -f``: refuse a file keepalived would refuse, before it replaces the one in use.
-
-    As keepalived's user (lbweb, the worker's too): keepalived 2.2.7 run as root with a ``vrrp_script`` in its file
-    ends its own test run with SIGTERM, so root (the test suite) checks a copy lbweb can read, as lbweb. keepalived
-    -t also exits 0 on a file it cannot read ("Config files missing"): that is a refusal here.
-    """
-    if os.geteuid() != 0:
-        return _keepalived_test([KEEPALIVED, "-t", "-f", str(path)], path)
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", prefix="lbweb-keepalived-", suffix=".conf") as copy:
-        copy.write(path.read_text())
-        copy.flush()
-        os.chmod(copy.name, 0o644)
-        privdrop = str(Path(settings.BASE_DIR) / "deploy" / "privdrop")
-        _keepalived_test([privdrop, "lbweb", "", KEEPALIVED, "-t", "-f", copy.name], path)
-
-
-def _keepalived_test(argv: list[str], path: Path) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    output = (result.stdout + result.stderr).strip()
-    if result.returncode or "missing" in output.lower():
-        raise CheckFailed(f"keepalived -t refused {path.name}: {output[-800:] or f'exit status {result.returncode}'}")
-
-
-def _replace(path: Path, text: str, check=None) -> bool:
-    if path.exists() and path.read_text() == text:
-        return False
-    tmp = path.with_name(path.name + ".new")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o600)
+def render_files(spec: ClusterSpec) -> dict[str, str]:
+    """The set of files, or CheckFailed if a value cannot be written (a row saved before its field was checked)."""
     try:
-        if check:
-            check(tmp)
-    except Exception:
-        tmp.unlink(missing_ok=True)
+        texts = {
+            "keepalived.conf": render.keepalived_conf(spec),
+            "conntrackd.conf": render.conntrackd_conf(spec),
+            "plan.json": render.plan(spec),
+        }
+    except ValueError as exc:
+        raise CheckFailed("lbweb", "the cluster's files", str(exc)) from exc
+    return {name: texts[name] for name in FILES}
+
+
+def _check_plan(spec: ClusterSpec) -> Callable[[Path], None]:
+    def check(path: Path) -> None:
+        if ClusterSpec.from_dict(json.loads(path.read_text())) != spec:
+            raise CheckFailed("lbweb", path.name, "the plan does not read back as the spec it was written from")
+
+    return check
+
+
+def replace_all(directory: Path, texts: dict[str, str], checks: dict[str, Callable[[Path], None]]) -> list[str]:
+    """Every file that differs is written to ``NAME.new`` and checked; only when all pass is each renamed into
+    place (in ``texts``' order). Any refusal removes the new files and raises: every file in use stays as it was."""
+    changed = [name for name, text in texts.items() if not _same(directory / name, text)]
+    staged = []
+    try:
+        for name in changed:
+            tmp = directory / f"{name}.new"
+            staged.append(tmp)
+            tmp.write_text(texts[name])
+            os.chmod(tmp, 0o600)
+            if name in checks:
+                checks[name](tmp)
+    except BaseException:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
         raise
-    os.replace(tmp, path)
-    return True
+    for name in changed:
+        os.replace(directory / f"{name}.new", directory / name)
+    return changed
+
+
+def _same(path: Path, text: str) -> bool:
+    return path.exists() and path.read_text() == text
 
 
 def current_spec() -> ClusterSpec | None:
@@ -208,13 +182,8 @@ def deploy() -> dict:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     ensure_sysctls()
     old = _load_plan(directory / "plan.json")
-    changed = []
-    if _replace(directory / "conntrackd.conf", render.conntrackd_conf(spec)):
-        changed.append("conntrackd.conf")
-    if _replace(directory / "plan.json", render.plan(spec)):
-        changed.append("plan.json")
-    if _replace(directory / "keepalived.conf", render.keepalived_conf(spec), check_keepalived):
-        changed.append("keepalived.conf")
+    checks = {"keepalived.conf": check_keepalived, "conntrackd.conf": check_conntrackd, "plan.json": _check_plan(spec)}
+    changed = replace_all(directory, render_files(spec), checks)
     moved = follow_addresses(old, spec) if "plan.json" in changed else {}
     return {"enabled": True, "changed": changed, **moved}
 

@@ -162,7 +162,7 @@ class Cluster(models.Model):
         errors: dict[str, str] = {}
         for field in ("interface", "sync_interface", "track_interfaces", "extra_addresses"):
             for name in sorted(names(self, field) - names(stored, field)):
-                problem = IFNAME.match(name) and missing_interface(name)
+                problem = not grammar.interface_problem(name) and missing_interface(name)
                 if problem:
                     errors.setdefault(field, problem)
         return errors

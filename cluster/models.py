@@ -135,10 +135,37 @@ class Cluster(models.Model):
             self.floating_extra()
         except ValueError as exc:
             errors["extra_addresses"] = str(exc)
+        for name, message in self._missing_interfaces().items():
+            errors.setdefault(name, message)
         if self.enabled and len(self.token) < 32:
             errors["token"] = "At least 32 characters: the nodes trust each other's configuration with it."
         if errors:
             raise ValidationError(errors)
+
+    def _missing_interfaces(self) -> dict[str, str]:
+        """The interfaces named here that the appliance has not (network/appliance.py), among those new or
+        changed: an edit elsewhere is never refused because an interface went away."""
+        from network.appliance import missing_interface
+
+        stored = Cluster.objects.filter(pk=self.pk).first() if self.pk else None
+
+        def names(cluster, field: str) -> set[str]:
+            if cluster is None:
+                return set()
+            if field == "extra_addresses":
+                try:
+                    return {interface for _, interface in cluster.floating_extra()}
+                except ValueError:
+                    return set()
+            return set(_interfaces(getattr(cluster, field)))
+
+        errors: dict[str, str] = {}
+        for field in ("interface", "sync_interface", "track_interfaces", "extra_addresses"):
+            for name in sorted(names(self, field) - names(stored, field)):
+                problem = not grammar.interface_problem(name) and missing_interface(name)
+                if problem:
+                    errors.setdefault(field, problem)
+        return errors
 
 
 class Node(models.Model):

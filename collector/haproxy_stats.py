@@ -32,53 +32,79 @@ def _sum(values: list[float | None]) -> float | None:
     return round(sum(known), 1) if known else None
 
 
-def farm_entries(now: Rows, before: Rows, seconds: float, service_farm: dict[str, int]) -> dict[int, dict[str, Any]]:
-    """One entry per HTTP farm (frontend ``f<id>``); ``service_farm`` maps HAProxy backend names to farm ids."""
+def farm_entries(
+    now: Rows, before: Rows, seconds: float, service_farm: dict[str, int]
+) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """One entry per HTTP farm (frontend ``f<id>``); ``service_farm`` maps HAProxy backend names to farm ids.
+
+    Each farm is built on its own: one whose rows cannot be read (a field HAProxy spells differently) gets no
+    entry but an error (farm id -> why, the second result), and every other farm its entry."""
+    by_proxy: dict[str, list[tuple[str, dict[str, str]]]] = {}
+    for (px, sv), row in now.items():
+        by_proxy.setdefault(px, []).append((sv, row))
+    farm_proxies: dict[int, list[str]] = {}
+    for px, farm_id in service_farm.items():
+        farm_proxies.setdefault(farm_id, []).append(px)
     entries: dict[int, dict[str, Any]] = {}
-    for (px, sv), row in now.items():
-        if sv != "FRONTEND" or not px[1:].isdigit() or px[0] != "f":
+    errors: dict[int, str] = {}
+    for px in by_proxy:
+        if px[:1] != "f" or not px[1:].isdigit() or (px, "FRONTEND") not in now:
             continue
-        old = before.get((px, sv))
-        entry: dict[str, Any] = {
-            "bytes_in": _rate(row, old, "bin", seconds),
-            "bytes_out": _rate(row, old, "bout", seconds),
-            "new_conns": _rate(row, old, "stot", seconds),
-            "requests": _rate(row, old, "req_tot", seconds),
-            "sessions": _int(row, "scur"),
-            "active_conns": _int(row, "scur"),
-            "backends": {},
-        }
-        for klass in range(1, 6):
-            entry[f"responses_{klass}xx"] = _rate(row, old, f"hrsp_{klass}xx", seconds)
-        entries[int(px[1:])] = entry
-    queues: dict[int, list] = {}
-    latencies: dict[int, list] = {}
-    for (px, sv), row in now.items():
-        farm_id = service_farm.get(px)
-        if farm_id is None or farm_id not in entries:
-            continue
-        if sv == "BACKEND":
-            queues.setdefault(farm_id, []).append(_int(row, "qcur"))
-            latencies.setdefault(farm_id, []).append(_int(row, "rtime"))
-            continue
-        if not sv.startswith("b") or not sv[1:].isdigit():
-            continue
-        old = before.get((px, sv))
-        limit = _int(row, "slim")
-        entries[farm_id]["backends"][sv[1:]] = {
-            "sessions": _int(row, "scur"),
-            "active_conns": _int(row, "scur"),
-            "capacity": limit if limit else None,
-            "queue": _int(row, "qcur"),
-            "queue_time_ms": _int(row, "qtime"),
-            "latency_ms": _int(row, "rtime"),
-            "new_conns": _rate(row, old, "stot", seconds),
-            "bytes": _sum([_rate(row, old, "bin", seconds), _rate(row, old, "bout", seconds)]),
-            "enabled": row.get("status", "").split(" ")[0] in ("UP", "no", "DRAIN", "OPEN"),
-        }
-    for farm_id, entry in entries.items():
-        server_queue = [b["queue"] for b in entry["backends"].values()]
-        entry["queue"] = _sum(queues.get(farm_id, []) + server_queue)
-        known = [v for v in latencies.get(farm_id, []) if v]
-        entry["latency_ms"] = max(known) if known else None
-    return entries
+        farm_id = int(px[1:])
+        try:
+            entries[farm_id] = farm_entry(px, by_proxy, farm_proxies.get(farm_id, []), now, before, seconds)
+        except Exception as exc:  # this farm says why it has no figures; the others go on
+            errors[farm_id] = f"HAProxy's statistics not read: {type(exc).__name__}: {exc}"
+    return entries, errors
+
+
+def farm_entry(
+    frontend: str,
+    by_proxy: dict[str, list[tuple[str, dict[str, str]]]],
+    proxies: list[str],
+    now: Rows,
+    before: Rows,
+    seconds: float,
+) -> dict[str, Any]:
+    """The entry of the farm whose frontend is ``frontend``, from its rows and those of its HAProxy backends
+    (``proxies``)."""
+    row, old = now[(frontend, "FRONTEND")], before.get((frontend, "FRONTEND"))
+    entry: dict[str, Any] = {
+        "bytes_in": _rate(row, old, "bin", seconds),
+        "bytes_out": _rate(row, old, "bout", seconds),
+        "new_conns": _rate(row, old, "stot", seconds),
+        "requests": _rate(row, old, "req_tot", seconds),
+        "sessions": _int(row, "scur"),
+        "active_conns": _int(row, "scur"),
+        "backends": {},
+    }
+    for klass in range(1, 6):
+        entry[f"responses_{klass}xx"] = _rate(row, old, f"hrsp_{klass}xx", seconds)
+    queues: list[int | None] = []
+    latencies: list[int | None] = []
+    for px in proxies:
+        for sv, server in by_proxy.get(px, []):
+            if sv == "BACKEND":
+                queues.append(_int(server, "qcur"))
+                latencies.append(_int(server, "rtime"))
+                continue
+            if not sv.startswith("b") or not sv[1:].isdigit():
+                continue
+            previous = before.get((px, sv))
+            limit = _int(server, "slim")
+            entry["backends"][sv[1:]] = {
+                "sessions": _int(server, "scur"),
+                "active_conns": _int(server, "scur"),
+                "capacity": limit if limit else None,
+                "queue": _int(server, "qcur"),
+                "queue_time_ms": _int(server, "qtime"),
+                "latency_ms": _int(server, "rtime"),
+                "new_conns": _rate(server, previous, "stot", seconds),
+                "bytes": _sum([_rate(server, previous, "bin", seconds), _rate(server, previous, "bout", seconds)]),
+                "enabled": server.get("status", "").split(" ")[0] in ("UP", "no", "DRAIN", "OPEN"),
+            }
+    server_queue = [b["queue"] for b in entry["backends"].values()]
+    entry["queue"] = _sum(queues + server_queue)
+    known = [v for v in latencies if v]
+    entry["latency_ms"] = max(known) if known else None
+    return entry

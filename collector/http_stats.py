@@ -2,7 +2,8 @@
 into farm entries by ``collector/haproxy_stats.py`` and stored with the kernel's farms (same streams, same
 charts and API).
 
-HAProxy not running, or no HTTP farm: no entry, and nothing else changes."""
+No HTTP farm: no entry, and nothing else changes. HTTP farms while HAProxy's statistics cannot be read (HAProxy
+not running, its socket refusing): no entry and, for each HTTP farm, the reason as its error, which its row shows."""
 
 from __future__ import annotations
 
@@ -38,17 +39,22 @@ class HttpFarmStats:
             self._service_farm, self._generation = mapping, generation
         return self._service_farm
 
-    def sample(self, monotonic: float) -> dict[int, dict]:
+    def farm_ids(self) -> set[int]:
+        """The HTTP farms as last read from the database."""
+        return set(self._service_farm.values())
+
+    def sample(self, monotonic: float) -> tuple[dict[int, dict], dict[int, str]]:
+        """Each HTTP farm's entry, and for those without one the reason (farm id -> error)."""
         services = self._services()
         if not services:
             self.previous = None
-            return {}
+            return {}, {}
         try:
             rows = stats.index(self.cli.stats())
-        except EngineError as exc:
+        except (EngineError, KeyError) as exc:  # not running, or rows without their names
             log.debug("HAProxy statistics unavailable: %s", exc)
             self.previous = None
-            return {}
+            return {}, dict.fromkeys(self.farm_ids(), f"HAProxy's statistics unavailable: {exc}")
         seconds, before = (monotonic - self.previous[0], self.previous[1]) if self.previous else (0.0, {})
         self.previous = (monotonic, rows)
         return stats.farm_entries(rows, before, seconds, services)

@@ -9,6 +9,11 @@ walk of the whole table). Its cost grows with the table, so censuses are
 spaced out to stay within ``census_budget`` of one core: every sample for a
 small table, every ~30 s at 100,000 entries. Samples without a census carry
 no active-connection figures (not stale ones).
+
+A farm whose figures cannot be built (an unexpected counter, HAProxy's statistics unreadable) gets an entry
+that holds only the reason (``{"error": ...}``, see :func:`error_entry`): the store keeps it where the figures
+would be, so the farm's series has nulls there (never the zeros of an idle farm) and its row in the summary and
+on the dashboard says why. One farm's bad reading never stops the others', nor the collector.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ class Sample:
 
     ``idle`` farms had no packet and no new connection since the previous sample (every
     rate a known zero): no entry is built for them. ``totals`` has every farm's
-    cumulative (bytes in, bytes out, connections), None where its counters are missing.
+    cumulative (bytes in, bytes out, connections), None where its counters are missing. A farm whose figures
+    could not be read has an :func:`error_entry`.
     """
 
     t: float
@@ -60,6 +66,16 @@ class Sample:
     census: bool = False
     idle: frozenset[int] = frozenset()
     totals: dict[int, tuple[int | None, int | None, int | None]] = field(default_factory=dict)
+
+
+def reading_error(exc: BaseException) -> str:
+    """What a farm's row says when its figures could not be built: the exception's kind and words."""
+    return f"figures not read: {type(exc).__name__}: {exc}" if str(exc) else f"figures not read: {type(exc).__name__}"
+
+
+def error_entry(error: str) -> Json:
+    """The entry of a farm whose figures could not be read: the reason and no figure (unknown, not zero)."""
+    return {"error": error, "backends": {}}
 
 
 def rate(current: int | None, previous: int | None, seconds: float) -> float | None:
@@ -151,6 +167,7 @@ class Sampler:
         self.previous: Reading | None = None
         self._generation: int | None = None
         self.http = HttpFarmStats()
+        self._errors: dict[int, str] = {}  # farm id -> the error last logged
 
     def close(self) -> None:
         self.ipr.close()
@@ -207,8 +224,14 @@ class Sampler:
         for counters in (now, before):  # a farm idle at the last reading has no backend sums in it yet
             add_sums(counters, busy, backends=True)
         rates = counter_rates(now, before, seconds, names=[n for farm in busy for n in farm.counters])
-        farms = {farm.id: self._farm(farm, now, rates, by_mark, index) for farm in busy}
-        farms.update(self.http.sample(current.monotonic))
+        farms: dict[int, Json] = {}
+        for farm in busy:
+            try:
+                farms[farm.id] = self._farm(farm, now, rates, by_mark, index)
+            except Exception as exc:  # this farm's figures are missing and say why; the others go on
+                farms[farm.id] = error_entry(reading_error(exc))
+        farms.update(self._http(current.monotonic))
+        self._log_errors(farms)
         system = self._system(current, previous, seconds, farms, idle_farms=bool(idle))
         if census is not None:
             system["census"] = {
@@ -228,6 +251,25 @@ class Sampler:
         )
 
     # -- internals -------------------------------------------------------------------
+
+    def _http(self, monotonic: float) -> dict[int, Json]:
+        """HTTP farms' entries from HAProxy's statistics, an :func:`error_entry` for each one without figures;
+        should reading them fail as a whole (the database or the socket answering something unexpected),
+        every HTTP farm known says why, and the L4 farms' figures are kept."""
+        try:
+            entries, errors = self.http.sample(monotonic)
+        except Exception as exc:
+            self.http.previous = None
+            entries, errors = {}, dict.fromkeys(self.http.farm_ids(), reading_error(exc))
+        return {**entries, **{farm_id: error_entry(error) for farm_id, error in errors.items()}}
+
+    def _log_errors(self, farms: dict[int, Json]) -> None:
+        """Log each farm's error when it appears or changes, not at every sample (its row shows it meanwhile)."""
+        errors = {farm_id: entry["error"] for farm_id, entry in farms.items() if "error" in entry}
+        for farm_id, error in errors.items():
+            if self._errors.get(farm_id) != error:
+                log.warning("farm %s: %s", farm_id, error)
+        self._errors = {**{k: v for k, v in self._errors.items() if k not in farms}, **errors}
 
     def _census_if_due(self, now: float) -> tuple[conntrack.Census, float] | None:
         if now < self.next_census:
@@ -303,8 +345,9 @@ class Sampler:
     ) -> Json:
         values = list(farms.values())
         idle = [0.0] if idle_farms else []  # idle farms add a known zero
+        # An HTTP farm's entry (HAProxy's figures) has no packets: it adds nothing to the packet rates.
         system: Json = {
-            key: total([f[key] for f in values] + idle)
+            key: total([f.get(key) for f in values] + idle)
             for key in ("new_conns", "bytes_in", "bytes_out", "packets_in", "packets_out")
         }
         if previous and len(previous.cpu) == len(current.cpu):

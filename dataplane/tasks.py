@@ -8,6 +8,7 @@ from celery import shared_task
 from celery.signals import beat_init, worker_ready
 
 from dataplane.l7 import applier as l7_dataplane
+from dataplane.network import applier as network_dataplane
 from farms import apply_queue, audit, versions
 from farms.models import ApplyRun, ConfigGeneration
 from lbweb import heartbeat
@@ -40,9 +41,12 @@ def apply_config(generation: int | None = None) -> int | None:
 
 @shared_task(name="farms.tasks.reconcile")
 def reconcile(reason: str = "reconcile") -> int | None:
-    """Compare the kernel with the database and repair any drift."""
+    """Compare the kernel with the database and repair any drift; read the interfaces and addresses again for the
+    web (its page, and the validation of farms on the appliance's own addresses: network/appliance.py), since
+    DHCP, keepalived's handler or an operator change them without lbweb's network apply."""
     run = dataplane.Applier(cache=worker_cache()).reconcile(reason=reason)
     l7_dataplane.apply(reason=reason)
+    network_dataplane.publish()
     keep_version_later(run)
     return run.pk if run else None
 

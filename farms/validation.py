@@ -75,6 +75,68 @@ def vip_problem(address) -> str | None:
     return None
 
 
+def management_errors(farm) -> dict[str, str]:
+    """Why ``farm`` (its VIP valid) would cut the appliance's own management off, keyed by the field to change.
+
+    As a loopback VIP with intra-connect takes over the appliance's local services, a farm on one of the
+    appliance's own addresses (network/appliance.py: its interfaces' as the worker read them, a cluster's
+    management and node addresses) takes what reaches that address on its ports: on a port lbweb's UI and
+    API listen on (settings.LBWEB_MANAGEMENT_PORTS, TCP, every address) the UI at that address would be gone,
+    and with intra-connect the appliance's own connections to that address (its UI and API among them) would
+    be balanced to the backends. Both are refused; a farm on an address that is not the appliance's own, or
+    on other ports without intra-connect, is not concerned."""
+    from django.conf import settings
+
+    from network import appliance
+
+    tcp = farm.protocol in (Proto.TCP, Proto.ALL)
+    try:
+        ranges = parse_ports(farm.ports) if farm.ports else [(1, 65535)]
+    except PortSyntaxError:
+        return {}  # reported on the field itself
+    taken = [p for p in settings.LBWEB_MANAGEMENT_PORTS if tcp and any(lo <= p <= hi for lo, hi in ranges)]
+    if not taken and not farm.intra_connect:
+        return {}
+    where = appliance.own_addresses().get(farm.vip)
+    if where is None:
+        return {}
+    own = f"{farm.vip} is one of this appliance's own addresses ({where})"
+    if taken:
+        ports = " and ".join(str(p) for p in taken)
+        return {
+            "ports": f"{own}, and lbweb's UI and API listen on TCP port {ports} of every address: this farm would "
+            f"take their connections to {farm.vip}, and whoever manages the appliance through it would be cut "
+            "off. Use other ports, or an address that is not the appliance's own."
+        }
+    return {
+        "intra_connect": f"{own}: with intra-connect, the appliance's own connections to it (its UI and API among "
+        "them) would be balanced to the backends. Turn intra-connect off, or use an address that is not the "
+        "appliance's own."
+    }
+
+
+def interface_errors(values: dict[str, str], before: dict[str, str]) -> dict[str, str]:
+    """Interface names (field -> name; empty: none) that are not names Linux takes (checked always) or that the
+    appliance has not (checked when the name is new or changed, so an edit elsewhere is never refused because
+    an interface went away; network/appliance.py says what is known, and what is done while nothing is)."""
+    from network import appliance
+
+    errors: dict[str, str] = {}
+    for field, name in values.items():
+        if not name:
+            continue
+        if not INTERFACE_RE.fullmatch(name) or name in (".", ".."):
+            errors[field] = (
+                f"'{name}' is not an interface name: 1-15 letters, digits or _.@- (no '/', no white space; not "
+                "'.' or '..')."
+            )
+        elif name != before.get(field):
+            problem = appliance.missing_interface(name)
+            if problem:
+                errors[field] = problem
+    return errors
+
+
 def target_problem(address) -> str | None:
     """Why new connections cannot be sent (DNAT) to ``address`` (a backend, a fallback), or None."""
     reason = _special(address)

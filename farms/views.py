@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView, ListView
 
-from lbweb import heartbeat
+from lbweb import api_parsers, heartbeat
 from lbweb.views import ObjectDeleteView, ObjectEditView, add_errors
 from monitoring.store import metric_store
 
@@ -629,8 +629,8 @@ class DocumentImportView(RoleRequiredMixin, View):
         result = None
         if form.is_valid():
             try:
-                document = json.loads(form.document_text())
-            except json.JSONDecodeError as exc:
+                document = api_parsers.loads(form.document_text())
+            except ValueError as exc:  # malformed, or nested deeper than any document lbweb takes
                 form.add_error(None, f"Not JSON: {exc}")
             else:
                 result = self.import_document(document, form.cleaned_data, request.user)

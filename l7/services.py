@@ -21,6 +21,7 @@ from farms.services import mark_farms_changed
 from lbweb.writes import validated_save
 
 from . import certificates as certs
+from . import hostnames
 from .choices import CertificateSourceChoices
 from .field_lists import BACKEND_OPTION_FIELDS, CERTIFICATE_FIELDS, L7FARM_FIELDS, SERVICE_FIELDS
 from .models import CapacityToken, Certificate, HttpService, L7Backend, L7Farm
@@ -170,9 +171,14 @@ def certificate_update(*, target: Certificate, **values) -> Certificate:
 
 
 def certificate_self_signed(*, name: str, names: list[str], days: int = 365, actor=None) -> Certificate:
-    """Generate a key and a self-signed certificate for ``names``."""
+    """Generate a key and a self-signed certificate for ``names`` (host names, internationalised ones as their
+    A-labels, or addresses: l7/hostnames.py)."""
     if not names:
         raise ValidationError({"names": "At least one host name."})
+    try:
+        names = hostnames.certificate_names(names)
+    except ValueError as exc:
+        raise ValidationError({"names": str(exc)}) from None
     cert, key = certs.self_signed(names, days)
     return certificate_create(
         actor=actor, source=CertificateSourceChoices.SELF_SIGNED, name=name, certificate=cert, private_key=key

@@ -264,6 +264,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("LBWEB_RECONCILE_SECONDS", "30")),
     },
     "acme-renew": {"task": "l7.tasks.acme_renew", "schedule": 12 * 3600.0},  # when 30 days or fewer are left
+    # leastconn farms: weights from live conntrack counts (one query and nothing else when no farm uses it).
+    "least-connections": {
+        "task": "farms.tasks.balance_least_connections",
+        "schedule": float(os.environ.get("LBWEB_LEASTCONN_SECONDS", "5")),
+    },
     # HA pair: record this node's transitions, tell the peer our role, push the configuration if it missed some.
     "cluster-heartbeat": {"task": "cluster.tasks.heartbeat", "schedule": 2.0},
 }
@@ -297,7 +302,33 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "lbweb.api_schema.AutoSchema",
     "EXCEPTION_HANDLER": "farms.api.exceptions.exception_handler",
+    # JSON bodies with a depth and a size limit, answered in JSON (lbweb/api_parsers.py); forms as DRF's.
+    "DEFAULT_PARSER_CLASSES": [
+        "lbweb.api_parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
+
+
+def _management_ports() -> tuple[int, ...]:
+    """The TCP ports lbweb's own UI and API (and its redirect to them) listen on, on every address of the
+    appliance: a farm may not take them on one of the appliance's own addresses (farms/validation.py,
+    ``management_errors``). Where lbweb binds itself (deploy/run.sh, the tests) they are LBWEB_BIND's and
+    LBWEB_HTTP_BIND's; the appliance's sockets are systemd's, whose unit says them
+    (deploy/systemd/lbweb-web.service: LBWEB_MANAGEMENT_PORTS)."""
+    listed = os.environ.get("LBWEB_MANAGEMENT_PORTS")
+    if listed:
+        return tuple(sorted({int(port) for port in listed.replace(",", " ").split()}))
+    binds = (os.environ.get("LBWEB_BIND", "0.0.0.0:8000"), os.environ.get("LBWEB_HTTP_BIND", "0.0.0.0:8080"))
+    return tuple(sorted({int(bind.rsplit(":", 1)[-1]) for bind in binds}))
+
+
+LBWEB_MANAGEMENT_PORTS = _management_ports()
+
+# The largest body the endpoints that take whole documents accept (the configuration and nftlb imports, the
+# cluster's sync: lbweb/api_parsers.py); every other endpoint takes Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB).
+LBWEB_IMPORT_MAX_BYTES = int(os.environ.get("LBWEB_IMPORT_MAX_BYTES", str(64 * 1024 * 1024)))
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "lbweb API",

@@ -301,7 +301,8 @@ def summary(store: MetricStore, now: float | None = None) -> Json:
     """The latest sample: system figures and one row per farm, with how old it is.
 
     A farm absent from the newest sample's moved farms was idle then (zero rates);
-    its open connections come from the newest census.
+    its open connections come from the newest census. A farm whose figures the collector could not read
+    then has ``error`` (why) and null rates.
     """
     now = now or time.time()
     latest = store.latest() or {}
@@ -322,7 +323,10 @@ def summary(store: MetricStore, now: float | None = None) -> Json:
             row.update(dict.fromkeys(RATE_FIELDS, 0.0))
             row.update(zip(("total_bytes_in", "total_bytes_out", "total_conns"), totals[key], strict=True))
         if key in moved:
-            row.update({k: v for k, v in decode_farm_fields(moved[key]).items() if k != "backends"})
+            figures = decode_farm_fields(moved[key])
+            if "error" in figures:  # not read at the newest sample: unknown, not the zeros of an idle farm
+                row.update(dict.fromkeys(RATE_FIELDS))
+            row.update({k: v for k, v in figures.items() if k != "backends"})
         if key in counted:
             row.update({k: v for k, v in decode_farm_fields(counted[key]).items() if k != "backends"})
         rows.append(row if bytes_counted or key not in totals else _bytes_not_counted(row))

@@ -9,7 +9,8 @@ Layout (``P`` = ``lbweb:metrics``):
   A farm that was idle for a sample (every rate exactly 0, no active connection,
   backends unchanged) gets no entry: at an instant the system stream has, a farm
   without an entry was idle (zeros); where the system stream has nothing, the
-  collector was not running (a gap, null). Memory grows with busy farms only.
+  collector was not running (a gap, null). Memory grows with busy farms only. A farm whose figures could not
+  be read has an entry with only ``e``, the reason: null figures there, not an idle farm's zeros.
 * ``P:latest`` -- the last sample (system, farms that moved, every farm's totals)
   and ``P:census`` -- the last conntrack census, both for the summary.
 * ``P:totals`` -- a hash, one field per farm: its counters' cumulative values and its
@@ -69,6 +70,8 @@ FARM_FIELDS = {
     "latency_ms": "lt",
     "sessions": "ss",
     "queue": "q",
+    # A farm whose figures could not be read (collector/sampler.py error_entry): why, and no figure at that instant
+    "error": "e",
 }
 BACKEND_FIELDS = {
     "bytes": "b",
@@ -104,7 +107,8 @@ def _number(value: float | int | bool) -> int | float:
 
 
 def encode_farm(entry: Json) -> Json:
-    """Short keys, numbers only; None is left out (unknown). Backends under "b" by id."""
+    """Short keys, numbers only (and an unread farm's error, its words); None is left out (unknown). Backends
+    under "b" by id."""
     fields: Json = {short: _number(entry[name]) for name, short in FARM_FIELDS.items() if entry.get(name) is not None}
     backends = {
         backend_id: {short: _number(b[name]) for name, short in BACKEND_FIELDS.items() if b.get(name) is not None}
@@ -201,7 +205,9 @@ class MetricStore:
             moved[farm_id] = fields
             key = farm_key(farm_id, RAW)
             pipe.xadd(key, {"v": pack(fields)}, id=entry_id, maxlen=self.raw_length, approximate=True)
-        totals = {farm_id: pack(totals_of(entry)) for farm_id, entry in sample.farms.items()}
+        totals = {  # a farm whose figures failed keeps the totals it had
+            farm_id: pack(totals_of(entry)) for farm_id, entry in sample.farms.items() if "error" not in entry
+        }
         if totals:
             pipe.hset(TOTALS, mapping=totals)
         latest = {"t": ms / 1000, "system": system, "farms": moved, "totals": sample.totals}

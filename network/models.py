@@ -121,8 +121,21 @@ class Interface(models.Model):
                 errors["bond"] = "A bond member carries no VLAN: move its VLANs to the bond first."
         if self.pk and self.kind != InterfaceKindChoices.BOND and self.members.exists():
             errors["kind"] = "This bond has members: take them out first."
+        if self.kind == InterfaceKindChoices.ETHERNET and "name" not in errors:
+            errors.update(self._missing_device())
         if errors:
             raise ValidationError(errors)
+
+    def _missing_device(self) -> dict[str, str]:
+        """An Ethernet interface is a device the machine has (lbweb makes only VLANs and bonds): checked when
+        it is new or renamed, against what the worker read (network/appliance.py)."""
+        from .appliance import missing_interface
+
+        before = Interface.objects.filter(pk=self.pk).values_list("name", "kind").first() if self.pk else None
+        if before == (self.name, InterfaceKindChoices.ETHERNET) or not IFNAME.match(self.name or ""):
+            return {}
+        problem = missing_interface(self.name)
+        return {"name": problem} if problem else {}
 
 
 class Address(models.Model):

@@ -40,6 +40,21 @@ def forget_config_parts():
     worker_cache.cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def forget_what_workers_published(request):
+    """A worker's publications (its kernel's capabilities, interfaces and addresses) end with the test that
+    started it, whichever fixture started it: validation reads them. Only the tests' own Redis is touched."""
+    yield
+    if "redis_server" in request.fixturenames:
+        forget_capabilities()
+    else:
+        from farms import capabilities
+        from network import appliance
+
+        capabilities.forget()
+        appliance.forget()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def cookies_over_plain_http():
     """Django's live server speaks plain HTTP: Secure cookies would never come back from a client.
@@ -109,13 +124,17 @@ def worker(lab, worker_env, request):
 
 
 def forget_capabilities() -> None:
-    """What a test's worker published about its kernel stays with that test (validation reads it)."""
+    """What a test's worker published about its kernel (its capabilities, its interfaces and addresses) stays
+    with that test (validation reads it)."""
     from farms import capabilities
+    from lbweb import redis_keys
     from lbweb.redis_client import get_redis
+    from network import appliance
 
     with contextlib.suppress(Exception):  # no Redis: nothing was published
-        get_redis().delete(capabilities.REDIS_KEY)
+        get_redis().delete(capabilities.REDIS_KEY, redis_keys.NETWORK_OBSERVED)
     capabilities.forget()
+    appliance.forget()
 
 
 @pytest.fixture

@@ -109,3 +109,86 @@ def test_an_unexpected_error_is_logged_with_its_traceback_where_the_journal_gets
         handler.setStream(previous)
     assert "Internal Server Error: /api/v1/farms/" in stream.getvalue()
     assert "RuntimeError: broken on purpose" in stream.getvalue()
+
+
+DEEP = {"arrays": "[" * 50_000, "objects": '{"a":' * 50_000}
+BODY_ENDPOINTS = [
+    ("post", "/api/v1/farms/"),
+    ("post", "/api/v1/config/import/"),
+    ("post", "/api/v1/nftlb/import/"),
+    ("put", "/api/v1/cluster/"),
+]
+
+
+@pytest.mark.parametrize("method, url", BODY_ENDPOINTS)
+@pytest.mark.parametrize("kind", list(DEEP))
+def test_a_body_nested_50000_deep_is_a_json_400_that_says_so(client, method, url, kind):
+    response = getattr(client, method)(url, DEEP[kind], content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response["Content-Type"] == "application/json"
+    assert "nested deeper than 64" in response.json()["detail"], response.json()
+
+
+def test_a_document_64_levels_deep_is_parsed_and_65_is_refused(client):
+    def nested(depth: int) -> str:
+        return "[" * (depth - 1) + "{}" + "]" * (depth - 1)
+
+    taken = client.post("/api/v1/config/import/", nested(64), content_type="application/json")
+    assert taken.status_code == 400 and "nested" not in taken.content.decode(), taken.content  # the import's own
+    refused = client.post("/api/v1/config/import/", nested(65), content_type="application/json")
+    assert refused.status_code == 400 and "nested deeper than 64" in refused.json()["detail"]
+
+
+def test_a_3_mb_body_is_a_json_413_and_an_import_of_3_mb_is_read(client, settings):
+    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE < 3_000_000 < settings.LBWEB_IMPORT_MAX_BYTES
+    padding = "x" * 3_000_000
+    response = client.post("/api/v1/farms/", {**farm_data(), "description": padding}, format="json")
+    assert response.status_code == 413 and response["Content-Type"] == "application/json", response.content[:300]
+    assert "at most 2,621,440" in response.json()["detail"]
+    # A form body past Django's own limit: its check, answered in JSON too.
+    form = client.post("/api/v1/farms/", {"name": "web", "description": padding})
+    assert form.status_code == 413 and form["Content-Type"] == "application/json", form.content[:300]
+    # The document endpoints read a large document (here one with 3 MB of description): an export of a large
+    # appliance is imported again.
+    document = {"lbweb_config": 1, "farms": [{**farm_data(), "description": padding}]}
+    imported = client.post("/api/v1/config/import/?dry_run=1", document, format="json")
+    assert imported.status_code == 400, imported.content[:300]
+    assert imported.json()["errors"][0]["field"] == "description"  # read, then refused for its length
+
+
+def test_a_body_larger_than_the_document_limit_is_a_json_413(client, settings):
+    settings.LBWEB_IMPORT_MAX_BYTES = 1_000_000
+    body = {"lbweb_config": 1, "farms": [], "pad": "x" * 1_000_000}
+    for url in ("/api/v1/config/import/", "/api/v1/nftlb/import/"):
+        response = client.post(url, body, format="json")
+        assert response.status_code == 413 and "at most 1,000,000" in response.json()["detail"], url
+
+
+def test_self_signed_names_in_unicode_become_a_labels(client):
+    response = client.post(
+        "/api/v1/certificates/self-signed/", {"name": "idn", "names": ["été.test", "*.Bücher.test"]}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert sorted(response.json()["names"]) == ["*.xn--bcher-kva.test", "xn--t-9fab.test"]
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("bad name", "U+0020"),
+        ("*.*", "U+002A"),
+        ("a" * 253, "Label too long"),
+        ("a..test", "Empty Label"),
+        (".test", "Empty Label"),
+        ("", "blank"),  # DRF's own field error
+        ("-a.test", "hyphen"),
+        ("é" * 60 + ".test", "Label too long"),  # short as typed, 64 characters as the DNS writes it
+    ],
+)
+def test_self_signed_names_that_are_not_host_names_are_a_field_error(client, name, words):
+    response = client.post("/api/v1/certificates/self-signed/", {"name": "bad", "names": [name]}, format="json")
+    assert response.status_code == 400, response.content
+    assert words in str(response.json()["names"]), response.json()
+    from l7.models import Certificate
+
+    assert not Certificate.objects.exists()

@@ -126,3 +126,33 @@ def test_dashboard_draws_live_charts_and_says_when_data_is_stale(
     finally:
         for sock in held:
             sock.close()
+
+
+@pytest.fixture
+def unread_farm(live_server, admin_user, redis_server, settings):
+    """A sample where the collector could not read one farm's figures (made before the browser starts)."""
+    from collector.sampler import Sample, error_entry
+    from farms import services
+    from monitoring.store import MetricStore, client
+
+    settings.REDIS_URL = redis_server.url
+    redis.Redis.from_url(redis_server.url).flushdb()
+    farm = services.farm_create(name="shop", vip="198.18.100.1", protocol="tcp", ports="80", mode="http")
+    why = "HAProxy's statistics unavailable: the master socket does not answer"
+    MetricStore(client(redis_server.url)).write(Sample(t=time.time(), system={}, farms={farm.id: error_entry(why)}))
+    return farm, why
+
+
+def test_a_farm_whose_figures_the_collector_could_not_read_says_why_on_its_row(
+    unread_farm, live_server, browser_page, csp_violations
+):
+    from tests.test_ui_browser import log_in
+
+    farm, why = unread_farm
+    page = browser_page
+    log_in(page, live_server.url, "admin", "admin-password")
+    page.goto(f"{live_server.url}/monitoring/")
+    page.wait_for_selector("#farm-rows .farm-metrics-error")
+    row = page.text_content("#farm-rows tr:has(a:text('shop'))")
+    assert why in row and "0 b/s" not in row, row
+    assert csp_violations == []

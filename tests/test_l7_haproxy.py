@@ -330,14 +330,16 @@ def test_statistics_for_the_collector(haproxy):
     assert haproxy.get(VIP, "/old/a", headers={"Host": "x"}).status == 301
     now = stats.index(haproxy.engine.cli.stats())
     seconds = time.monotonic() - started
-    entry = stats.farm_entries(now, before, seconds, {"s70": 1})[1]
+    entries, errors = stats.farm_entries(now, before, seconds, {"s70": 1})
+    assert errors == {}
+    entry = entries[1]
     assert entry["requests"] == round(11 / seconds, 1)
     assert entry["responses_2xx"] == round(10 / seconds, 1) and entry["responses_3xx"] == round(1 / seconds, 1)
     assert entry["responses_5xx"] == 0 and entry["queue"] == 0
     b1, b2 = entry["backends"]["1"], entry["backends"]["2"]
     assert b1["capacity"] == 3 and b2["capacity"] is None and b1["sessions"] == 0 and b1["enabled"]
     assert b1["new_conns"] + b2["new_conns"] > 0
-    assert stats.farm_entries(now, {}, 0, {"s70": 1})[1]["requests"] is None  # first reading: no rate
+    assert stats.farm_entries(now, {}, 0, {"s70": 1})[0][1]["requests"] is None  # first reading: no rate
 
 
 def test_source_and_header_persistence_and_hash_schedulers(haproxy):

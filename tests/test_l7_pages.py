@@ -111,3 +111,21 @@ def test_an_l4_farm_has_no_http_pages(admin_client):
     farm = farm_services.farm_create(name="tcp", vip="198.18.100.11", ports="22", mode="dnat")
     assert admin_client.get(f"/http/farms/{farm.pk}/options/").status_code == 404
     assert admin_client.get(f"/http/farms/{farm.pk}/services/add/").status_code == 404
+
+
+def test_the_http_farms_page_says_why_a_farm_has_no_figures(admin_client, shop, redis_server, settings):
+    """The collector could not read HAProxy's statistics: the farm's figures are unknown (—) and say why."""
+    import html
+    import time
+
+    import redis
+
+    from collector.sampler import Sample, error_entry
+    from monitoring.store import MetricStore, client
+
+    settings.REDIS_URL = redis_server.url
+    redis.Redis.from_url(redis_server.url).flushdb()
+    why = "HAProxy's statistics unavailable: the master socket does not answer"
+    MetricStore(client(redis_server.url)).write(Sample(t=time.time(), system={}, farms={shop.id: error_entry(why)}))
+    page = admin_client.get("/http/").content.decode()
+    assert html.escape(why) in page and "Requests/s: —" in page

@@ -172,6 +172,12 @@ def test_redirect_points_to_the_web_sockets_port():
     assert f"LBWEB_HTTPS_PORT={socket_ports()['web']}" in service("redirect")["Environment"]
 
 
+def test_the_web_knows_the_ports_of_both_sockets_as_its_management_ports():
+    """farms/validation.py refuses a farm that takes them on one of the appliance's own addresses."""
+    ports = socket_ports()
+    assert f"LBWEB_MANAGEMENT_PORTS={ports['web']},{ports['redirect']}" in service("web")["Environment"]
+
+
 def test_redis_starts_only_without_redis_url():
     unit = service("redis")
     assert unit["ExecCondition"] == ["/bin/sh -c 'test -z \"$${REDIS_URL:-}\"'"]

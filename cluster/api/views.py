@@ -62,6 +62,7 @@ class ClusterSyncView(APIView):
 
     authentication_classes = []
     permission_classes = [AllowAny]
+    takes_documents = True  # the master's whole configuration (lbweb/api_parsers.py)
 
     @extend_schema(
         request=SyncSerializer,

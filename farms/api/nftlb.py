@@ -101,6 +101,8 @@ EXAMPLE = {
 class NftlbImportView(APIView):
     """Import an nftlb (or SKUDONET L4xNAT) JSON document."""
 
+    takes_documents = True  # a whole nftlb configuration (lbweb/api_parsers.py)
+
     @extend_schema(
         operation_id="nftlb_import",
         summary="Import an nftlb JSON document",

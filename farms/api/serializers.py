@@ -249,7 +249,10 @@ class HealthStatusSerializer(serializers.Serializer):
 
 
 class ProcessStateSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=["running", "stopped", "never_seen", "unknown"])
+    state = serializers.ChoiceField(
+        choices=["running", "impaired", "stopped", "never_seen", "unknown"],
+        help_text="impaired: it lives (fresh heartbeat) but its work stopped, e.g. a collector that samples nothing.",
+    )
     detail = serializers.CharField()
     age_seconds = serializers.FloatField(required=False, help_text="Seconds since its last heartbeat.")
 

@@ -303,6 +303,8 @@ class ConfigImportView(APIView):
     error with its location. ``?dry_run=1`` only validates.
     """
 
+    takes_documents = True  # the export of a large appliance, sent back (lbweb/api_parsers.py)
+
     @extend_schema(
         request=OpenApiTypes.OBJECT,
         parameters=[OpenApiParameter("dry_run", bool, description="Validate only; change nothing.")],

@@ -21,13 +21,14 @@ from ..choices import (
 )
 from ..fields import AddressField
 from ..validation import (
+    interface_errors,
     parse_address,
     parse_address_range,
     parse_mac,
     stateless_reply_clash,
     target_problem,
 )
-from .configuration import KERNEL_MAX, Farm
+from .configuration import KERNEL_MAX, Farm, stored_beside
 
 
 class Backend(models.Model):
@@ -88,7 +89,7 @@ class Backend(models.Model):
         return f"{self.address}:{self.port}"
 
     def clean(self) -> None:
-        errors: dict[str, str] = {}
+        errors: dict[str, str] = interface_errors(*stored_beside(self, ("oface",)))
         farm = getattr(self, "farm", None) if self.farm_id else None
         try:
             address = parse_address(self.address) if self.address else None

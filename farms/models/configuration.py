@@ -36,6 +36,8 @@ from ..choices import (
 from ..fields import AddressField
 from ..validation import (
     farm_option_errors,
+    interface_errors,
+    management_errors,
     parse_address,
     parse_networks,
     stateless_reply_clash,
@@ -44,6 +46,15 @@ from ..validation import (
 )
 
 KERNEL_MAX = MaxValueValidator(KERNEL_INT_MAX)  # rates, bursts, connection counts: see compiler.limits
+
+
+def stored_beside(row: models.Model, fields: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str]]:
+    """``fields`` of ``row`` as they are now, and as the database holds them (empty for a new row, and no
+    query when every one is empty)."""
+    values = {name: getattr(row, name) or "" for name in fields}
+    if row.pk is None or not any(values.values()):
+        return values, {}
+    return values, type(row).objects.filter(pk=row.pk).values(*fields).first() or {}
 
 
 class ConfigGeneration(models.Model):
@@ -259,6 +270,8 @@ class Farm(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, str] = farm_option_errors(self)
+        for field, message in interface_errors(*stored_beside(self, ("interface", "oface"))).items():
+            errors.setdefault(field, message)
         if self.scheduler == FarmSchedulerChoices.MAGLEV and self.pk and self.backends.count() > maglev.MAX_BACKENDS:
             errors["scheduler"] = f"A maglev farm takes at most {maglev.MAX_BACKENDS} backends (its table's size)."
         if self.ports:  # empty: every port (nftlb's empty virtual-ports), for any protocol
@@ -280,6 +293,8 @@ class Farm(models.Model):
                 else:
                     vip_valid = True
                     errors.update(self._fallback_errors())
+                    for field, message in management_errors(self).items():
+                        errors.setdefault(field, message)
         if self.mode == FarmModeChoices.LOCAL and self.pk and self.backends.exists():
             errors.setdefault(
                 "mode", "A local farm has no backends (the service on the appliance answers): remove them."

@@ -38,7 +38,8 @@ class SeriesSerializer(StalenessSerializer):
             "towards the busiest backend), and for the system cpu (% per core), "
             "conntrack_count/max, conntrack_insert_failed/drop/early_drop (per second) and links (per-interface "
             "rates). A point {'t', 'gap': true} marks a hole where the collector did not sample: "
-            "null, never zero."
+            "null, never zero. A farm's point with 'error' is one where the collector sampled but could not read "
+            "that farm's figures (null), and says why."
         ),
     )
 
@@ -81,5 +82,8 @@ class SummarySerializer(StalenessSerializer):
     )
     farms = serializers.ListField(
         child=serializers.DictField(),
-        help_text="Per farm: id, name, vip, mode, state, newest rates, totals (total_bytes_in/out, total_conns).",
+        help_text=(
+            "Per farm: id, name, vip, mode, state, newest rates, totals (total_bytes_in/out, total_conns), and "
+            "error (why) when the collector could not read the farm's figures at the newest sample (its rates null)."
+        ),
     )

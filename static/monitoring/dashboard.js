@@ -346,7 +346,15 @@
         const link = document.createElement("a");
         link.href = config.farmUrl.replace("/0/", "/" + f.id + "/");
         link.textContent = f.name;
-        const cells = [link, f.vip, f.mode, bits(f.bytes_in), bits(f.bytes_out), number(f.new_conns),
+        let name = link;
+        if (f.error) {  // the collector sampled but could not read this farm's figures: say why, beside its name
+          name = document.createElement("span");
+          const why = document.createElement("p");
+          why.className = "kernel-error farm-metrics-error";
+          why.textContent = f.error;
+          name.append(link, why);
+        }
+        const cells = [name, f.vip, f.mode, bits(f.bytes_in), bits(f.bytes_out), number(f.new_conns),
           f.active_conns === undefined ? "–" : number(f.active_conns, 0),
           f.snat_ports === undefined || f.mode !== "snat" ? "–" : number(f.snat_ports, 0) + " (" + number(f.snat_port_use, 1) + " %)"];
         for (const c of cells) {

@@ -3,6 +3,12 @@
 Run it where the worker runs (same network namespace, CAP_NET_ADMIN to read
 conntrack and nftables). It only reads the kernel. If Redis is down it keeps
 sampling and writes again once Redis is back; the missed samples are gaps.
+
+Nothing a sample meets ends the process: a farm whose figures cannot be read says why in its entry
+(collector/sampler.py), and a sample that fails as a whole is a gap, logged, whose reason the heartbeat
+carries. The heartbeat also says when the last sample was done, so a collector that lives but does not
+sample (stuck, or crashing before its first sample and restarted) never shows as running
+(lbweb/heartbeat.py).
 """
 
 from __future__ import annotations
@@ -41,16 +47,24 @@ class Command(BaseCommand):
         index = FarmIndex()
         tick = time.monotonic()
         done = 0
-        heartbeat.start_publisher("collector")
+        progress = heartbeat.Progress(every=interval)
+        publisher = heartbeat.start_publisher("collector", progress.info)
         log.info("collector: sampling every %.1f s into %s", interval, settings.REDIS_URL)
         try:
             while not stopping and (not count or done < count):
-                index = self._refresh(index)
-                sample = sampler.sample(index)
                 try:
+                    index = self._refresh(index)
+                    sample = sampler.sample(index)
+                    progress.done()
+                    publisher.beat()  # the heartbeat says so before the figures are stored
                     store.write(sample)
-                except redis.RedisError as exc:
+                except redis.RedisError as exc:  # sampled; only its storing failed (and so does the heartbeat's)
                     log.warning("collector: sample not stored (%s)", exc)
+                except Exception as exc:  # a gap, said in the heartbeat; the next sample tries again
+                    error = f"sample failed: {type(exc).__name__}: {exc}"
+                    if error != progress.error:  # its traceback once, not at every sample
+                        log.exception("collector: %s", error)
+                    progress.failed(error)
                 done += 1
                 tick += interval
                 delay = tick - time.monotonic()

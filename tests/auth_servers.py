@@ -1,0 +1,208 @@
+"""Real directory servers for the login tests, each started by the test on loopback ports of its own: Debian's
+``slapd`` (LDAP, StartTLS and LDAPS with a CA the test makes, users and groups seeded with ``ldapadd``), Debian's
+``freeradius`` (a users file and a client secret the test writes), and an OpenID Connect provider
+(django-oauth-toolkit in a throwaway Django project, ``tests/oidc_provider``, served by gunicorn over HTTPS).
+
+Each one lives in a temporary directory and is stopped by its PID; nothing of the host's own configuration
+(/etc/ldap, /etc/freeradius) is read or changed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests import certs
+from tests.stack import ROOT, VENV_BIN, wait_until
+
+SUFFIX = "dc=lbweb,dc=test"
+PEOPLE = f"ou=people,{SUFFIX}"
+GROUPS = f"ou=groups,{SUFFIX}"
+READER_DN = f"cn=reader,{SUFFIX}"
+USER_PASSWORD = "directory-password-1"
+# One user per role and one in no mapped group; LDAP, RADIUS and the OIDC provider know the same people.
+ROLE_USERS = {"admin": "alice", "operator": "oscar", "viewer": "victor"}
+UNMAPPED_USER = "nora"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@dataclass
+class Tls:
+    """A CA of the test's own and a server certificate it signed for 127.0.0.1; another CA that signed
+    nothing (a client trusting only that one must fail the TLS handshake)."""
+
+    directory: Path
+    ca: certs.Issued = field(init=False)
+    server: certs.Issued = field(init=False)
+    stranger: certs.Issued = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ca = certs.issue("lbweb test directory CA", ca=True)
+        self.server = certs.issue("127.0.0.1", self.ca, names=("127.0.0.1",))
+        self.stranger = certs.issue("some other CA", ca=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.ca_file.write_text(self.ca.pem)
+        self.cert_file.write_text(self.server.pem)
+        self.key_file.write_text(self.server.key_pem)
+        self.key_file.chmod(0o600)
+
+    @property
+    def ca_file(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @property
+    def cert_file(self) -> Path:
+        return self.directory / "server.pem"
+
+    @property
+    def key_file(self) -> Path:
+        return self.directory / "server.key"
+
+
+SLAPD_CONF = """\
+include /etc/ldap/schema/core.schema
+include /etc/ldap/schema/cosine.schema
+include /etc/ldap/schema/inetorgperson.schema
+include /etc/ldap/schema/nis.schema
+pidfile {dir}/slapd.pid
+modulepath /usr/lib/ldap
+moduleload back_mdb
+TLSCACertificateFile {tls.ca_file}
+TLSCertificateFile {tls.cert_file}
+TLSCertificateKeyFile {tls.key_file}
+database mdb
+maxsize 16777216
+suffix "{suffix}"
+rootdn "cn=manager,{suffix}"
+rootpw {rootpw}
+directory {dir}/db
+access to attrs=userPassword by anonymous auth by * none
+access to * by users read by anonymous auth
+"""
+
+
+class Slapd:
+    """Debian's slapd with a database of the test's own: plain LDAP (StartTLS offered) on one port, LDAPS on
+    another, both on 127.0.0.1."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.tls = Tls(self.directory / "tls")
+        self.port, self.ldaps_port = free_port(), free_port()
+        self.rootpw = secrets.token_urlsafe(12)
+        self.reader_password = "reader-password-1"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"ldap://127.0.0.1:{self.port}"
+
+    @property
+    def ldaps_uri(self) -> str:
+        return f"ldaps://127.0.0.1:{self.ldaps_port}"
+
+    def group_dn(self, role: str) -> str:
+        return f"cn=lbweb-{role}s,{GROUPS}"
+
+    def user_dn(self, uid: str) -> str:
+        return f"uid={uid},{PEOPLE}"
+
+    def start(self) -> Slapd:
+        (self.directory / "db").mkdir(parents=True, exist_ok=True)
+        conf = self.directory / "slapd.conf"
+        conf.write_text(SLAPD_CONF.format(dir=self.directory, tls=self.tls, suffix=SUFFIX, rootpw=self.rootpw))
+        listen = f"ldap://127.0.0.1:{self.port}/ ldaps://127.0.0.1:{self.ldaps_port}/"
+        log = open(self.directory / "slapd.log", "wb")  # noqa: SIM115 (kept open for the process' life)
+        self.proc = subprocess.Popen(
+            ["/usr/sbin/slapd", "-d", "0", "-f", str(conf), "-h", listen], stdout=log, stderr=subprocess.STDOUT
+        )
+        wait_until(lambda: _answers(self.port) and _answers(self.ldaps_port), 20, "slapd listening")
+        self.seed()
+        return self
+
+    def ldapadd(self, ldif: str) -> None:
+        subprocess.run(
+            ["ldapadd", "-x", "-H", f"ldap://127.0.0.1:{self.port}", "-D", f"cn=manager,{SUFFIX}", "-w", self.rootpw],
+            input=ldif.encode(),
+            check=True,
+            capture_output=True,
+        )
+
+    def seed(self) -> None:
+        """The tree, the service account lbweb binds as, a user per role and one in no mapped group, and a
+        group per role (groupOfNames: ``member`` holds the user's DN)."""
+        entries = [
+            f"dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: lbweb\no: lbweb test\n",
+            f"dn: {PEOPLE}\nobjectClass: organizationalUnit\nou: people\n",
+            f"dn: {GROUPS}\nobjectClass: organizationalUnit\nou: groups\n",
+            f"dn: {READER_DN}\nobjectClass: simpleSecurityObject\nobjectClass: organizationalRole\ncn: reader\n"
+            f"userPassword: {self.reader_password}\n",
+        ]
+        for uid in (*ROLE_USERS.values(), UNMAPPED_USER):
+            entries.append(
+                f"dn: {self.user_dn(uid)}\nobjectClass: inetOrgPerson\nuid: {uid}\ncn: {uid.title()}\nsn: Test\n"
+                f"mail: {uid}@lbweb.test\nuserPassword: {USER_PASSWORD}\n"
+            )
+        for role, uid in ROLE_USERS.items():
+            entries.append(
+                f"dn: {self.group_dn(role)}\nobjectClass: groupOfNames\ncn: lbweb-{role}s\nmember: {self.user_dn(uid)}\n"
+            )
+        entries.append(
+            f"dn: cn=others,{GROUPS}\nobjectClass: groupOfNames\ncn: others\nmember: {self.user_dn(UNMAPPED_USER)}\n"
+        )
+        self.ldapadd("\n".join(entries))
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+def ldap_settings(slapd: Slapd, *, security: str = "starttls", ca: str | None = None, **overrides) -> dict:
+    """The values of System › Authentication › LDAP for ``slapd`` (``services.ldap_update``'s keywords)."""
+    values = {
+        "enabled": True,
+        "server_uris": slapd.ldaps_uri if security == "ldaps" else slapd.uri,
+        "security": security,
+        "ca_certificate": slapd.tls.ca.pem if ca is None else ca,
+        "bind_dn": READER_DN,
+        "bind_password": slapd.reader_password,
+        "user_search_base": PEOPLE,
+        "user_search_filter": "(uid=%(user)s)",
+        "group_search_base": GROUPS,
+        "group_type": "groupOfNames",
+        "admin_group": slapd.group_dn("admin"),
+        "operator_group": slapd.group_dn("operator"),
+        "viewer_group": slapd.group_dn("viewer"),
+        "timeout": 3,
+    }
+    values.update(overrides)
+    return values

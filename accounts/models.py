@@ -202,6 +202,11 @@ class RadiusSettings(SingletonSettings):
         "timeout (s)", default=3, validators=[MinValueValidator(1), MaxValueValidator(30)]
     )
     retries = models.PositiveSmallIntegerField(default=2, validators=[MinValueValidator(1), MaxValueValidator(5)])
+    require_message_authenticator = models.BooleanField(
+        default=True,
+        help_text="Accept only replies carrying a Message-Authenticator (the BlastRADIUS countermeasure, "
+        "CVE-2024-3596; FreeRADIUS sends one since 3.2.5). Off only for an older server on a trusted network.",
+    )
     nas_identifier = models.CharField(
         "NAS-Identifier", max_length=64, default="lbweb", help_text="How lbweb names itself to the server"
     )

@@ -1,8 +1,9 @@
 """One RADIUS question, asked with pyrad: is this name and password good, and with which attributes?
 
-Every packet carries a Message-Authenticator (pyrad adds it: the BlastRADIUS countermeasure, CVE-2024-3596) and a
-reply is accepted only when it verifies with the shared secret, its Message-Authenticator included
-(``enforce_ma``). The password is sent as RFC 2865's User-Password hides it, the only way PAP sends one.
+Every request carries a Message-Authenticator (pyrad adds it: the BlastRADIUS countermeasure, CVE-2024-3596); a
+reply is accepted only when it verifies with the shared secret, and, unless the settings allow an older server,
+only when it carries a Message-Authenticator too (``enforce_ma``). The password is sent as RFC 2865's
+User-Password hides it, the only way PAP sends one.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def client_for(row: RadiusSettings, server: str) -> Client:
         dict=Dictionary(str(DICTIONARY)),
         retries=row.retries,
         timeout=row.timeout,
-        enforce_ma=True,
+        enforce_ma=row.require_message_authenticator,
     )
     return client
 
@@ -70,15 +71,17 @@ def authenticate(row: RadiusSettings, username: str, password: str) -> RadiusAns
             continue
         finally:
             client._CloseSocket()
-        attributes = {name: [_text(value) for value in reply[name]] for name in reply if isinstance(name, str)}
+        names = [name for name in reply.keys() if isinstance(name, str)]  # noqa: SIM118 (iterating gives codes)
+        attributes = {name: [_text(value) for value in reply[name]] for name in names}
         return RadiusAnswer(accepted=reply.code == packet.AccessAccept, server=server, attributes=attributes)
     raise RadiusUnreachable(", ".join(f"{server}:{row.port}" for server in row.servers()))
 
 
 def probe(row: RadiusSettings, server: str) -> str:
     """What a connected UDP socket learns from one Status-Server (RFC 5997): "refused" (an ICMP port
-    unreachable: nothing listens there), "verified" (a reply that verifies with the secret), "unverified" (a reply
-    that does not: the secret differs), or "silent" (no reply: down, filtered, not a client, or wrong secret)."""
+    unreachable: nothing listens there), "verified" (a reply that verifies with the secret), "no-authenticator" (it
+    verifies, but carries no Message-Authenticator while the settings require one), "unverified" (a reply that
+    does not verify: the secret differs), or "silent" (no reply: down, filtered, not a client, or wrong secret)."""
     client = client_for(row, server)
     status = client.CreateAuthPacket(code=packet.StatusServer)
     raw = status.RequestPacket()
@@ -94,6 +97,8 @@ def probe(row: RadiusSettings, server: str) -> str:
             return "silent"
     try:
         reply = status.CreateReply(packet=data)
-        return "verified" if status.VerifyReply(reply, data, enforce_ma=True) else "unverified"
+        if status.VerifyReply(reply, data, enforce_ma=row.require_message_authenticator):
+            return "verified"
+        return "no-authenticator" if status.VerifyReply(reply, data, enforce_ma=False) else "unverified"
     except packet.PacketError:
         return "unverified"

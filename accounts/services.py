@@ -44,6 +44,7 @@ RADIUS_FIELDS = (
     "secret",
     "timeout",
     "retries",
+    "require_message_authenticator",
     "nas_identifier",
     "role_attribute",
     "admin_value",

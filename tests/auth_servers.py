@@ -186,6 +186,146 @@ class Slapd:
         _stop(self.proc)
 
 
+RADIUSD_CONF = """\
+prefix = /usr
+exec_prefix = /usr
+sysconfdir = /etc
+localstatedir = {dir}
+sbindir = /usr/sbin
+logdir = {dir}
+raddbdir = {dir}
+radacctdir = {dir}
+name = radiusd
+confdir = {dir}
+modconfdir = {dir}
+run_dir = {dir}
+db_dir = {dir}
+libdir = /usr/lib/freeradius
+dictdir = /usr/share/freeradius
+pidfile = {dir}/radiusd.pid
+max_request_time = 10
+cleanup_delay = 1
+max_requests = 256
+hostname_lookups = no
+log {{
+    destination = files
+    file = {dir}/radius.log
+    auth = yes
+}}
+security {{
+    allow_core_dumps = no
+    max_attributes = 200
+    reject_delay = 0
+    status_server = yes
+}}
+thread pool {{
+    start_servers = 1
+    max_servers = 2
+    min_spare_servers = 1
+    max_spare_servers = 2
+}}
+client lbweb {{
+    ipaddr = 127.0.0.1
+    secret = {secret}
+    require_message_authenticator = yes
+}}
+modules {{
+    files {{
+        filename = {dir}/users
+    }}
+    pap {{
+    }}
+}}
+server default {{
+    listen {{
+        type = auth
+        ipaddr = 127.0.0.1
+        port = {port}
+    }}
+    authorize {{
+        files
+        pap
+    }}
+    authenticate {{
+        Auth-Type PAP {{
+            pap
+        }}
+    }}
+}}
+"""
+
+
+class FreeRadius:
+    """Debian's freeradius with a configuration of the test's own: one client (127.0.0.1, a secret the test
+    chose, Message-Authenticator required), a users file giving each role's user its Filter-Id."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.port = free_udp_port()
+        self.secret = secrets.token_urlsafe(16)
+        self.proc: subprocess.Popen | None = None
+
+    def users(self) -> str:
+        lines = []
+        for role, uid in ROLE_USERS.items():
+            lines += [f'{uid} Cleartext-Password := "{USER_PASSWORD}"', f'        Filter-Id = "lbweb-{role}"', ""]
+        lines += [f'{UNMAPPED_USER} Cleartext-Password := "{USER_PASSWORD}"', '        Filter-Id = "staff"', ""]
+        return "\n".join(lines)
+
+    def start(self) -> FreeRadius:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.chmod(0o700)
+        (self.directory / "users").write_text(self.users())
+        conf = RADIUSD_CONF.format(dir=self.directory, secret=self.secret, port=self.port)
+        (self.directory / "radiusd.conf").write_text(conf)
+        log = open(self.directory / "stdout.log", "wb")  # noqa: SIM115 (kept open for the process' life)
+        self.proc = subprocess.Popen(
+            ["/usr/sbin/freeradius", "-f", "-d", str(self.directory), "-n", "radiusd", "-l", "stdout"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(self._listening, 20, "freeradius listening")
+        return self
+
+    def _listening(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"freeradius exited: {(self.directory / 'stdout.log').read_text()[-2000:]}")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", self.port))
+            except OSError:
+                return True  # the port is taken: freeradius holds it
+        return False
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def radius_settings(radius: FreeRadius, **overrides) -> dict:
+    values = {
+        "enabled": True,
+        "server": "127.0.0.1",
+        "port": radius.port,
+        "secret": radius.secret,
+        "timeout": 1,
+        "retries": 1,
+        # Debian 12's freeradius (3.2.1) signs no reply with a Message-Authenticator (3.2.5 does).
+        "require_message_authenticator": False,
+        "role_attribute": "Filter-Id",
+        "admin_value": "lbweb-admin",
+        "operator_value": "lbweb-operator",
+        "viewer_value": "lbweb-viewer",
+    }
+    values.update(overrides)
+    return values
+
+
 def ldap_settings(slapd: Slapd, *, security: str = "starttls", ca: str | None = None, **overrides) -> dict:
     """The values of System › Authentication › LDAP for ``slapd`` (``services.ldap_update``'s keywords)."""
     values = {

@@ -33,6 +33,12 @@ def _reach(row: RadiusSettings, server: str, result: CheckResult) -> bool | None
             "reach", f"{where} answered, but its reply does not verify with the shared secret: the secrets differ"
         )
         return False
+    if outcome == "no-authenticator":
+        result.failed(
+            "reach", f"{where} answers with this secret, but without a Message-Authenticator: upgrade the server "
+            "(BlastRADIUS, CVE-2024-3596) or turn off 'require Message-Authenticator'"
+        )  # fmt: skip
+        return False
     if outcome == "verified":
         result.passed("reach", f"{where} answers Status-Server with this shared secret")
         return True

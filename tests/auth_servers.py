@@ -9,13 +9,13 @@ Each one lives in a temporary directory and is stopped by its PID; nothing of th
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -321,6 +321,80 @@ def radius_settings(radius: FreeRadius, **overrides) -> dict:
         "admin_value": "lbweb-admin",
         "operator_value": "lbweb-operator",
         "viewer_value": "lbweb-viewer",
+    }
+    values.update(overrides)
+    return values
+
+
+class OidcProvider:
+    """The throwaway provider of tests/oidc_provider: django-oauth-toolkit under gunicorn, HTTPS with the test's CA,
+    its database made with the role users (each in its role's group) and lbweb registered as a client whose
+    redirect URI is ``redirect_uri``."""
+
+    def __init__(self, directory: Path, redirect_uri: str):
+        self.directory = Path(directory)
+        self.tls = Tls(self.directory / "tls")
+        self.port = free_port()
+        self.client_id, self.client_secret = "lbweb-test", secrets.token_urlsafe(24)
+        self.redirect_uri = redirect_uri
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def issuer(self) -> str:
+        return f"https://127.0.0.1:{self.port}/o"
+
+    def group(self, role: str) -> str:
+        return f"lbweb-{role}s"
+
+    def env(self) -> dict:
+        users = {uid: [USER_PASSWORD, [self.group(role)]] for role, uid in ROLE_USERS.items()}
+        users[UNMAPPED_USER] = [USER_PASSWORD, ["staff"]]
+        client = {"id": self.client_id, "secret": self.client_secret, "redirect_uri": self.redirect_uri}
+        return dict(
+            os.environ,
+            DJANGO_SETTINGS_MODULE="tests.oidc_provider.settings",
+            OIDC_PROVIDER_DIR=str(self.directory),
+            OIDC_PROVIDER_ISSUER=self.issuer,
+            OIDC_PROVIDER_USERS=json.dumps(users),
+            OIDC_PROVIDER_CLIENT=json.dumps(client),
+            PYTHONPATH=str(ROOT),
+        )
+
+    def start(self) -> OidcProvider:
+        (self.directory / "secret_key").write_text(secrets.token_urlsafe(40))
+        (self.directory / "signing.key").write_text(certs.Issued(None, certs.rsa_key()).key_pem)
+        env = self.env()
+        subprocess.run([sys.executable, "-m", "tests.oidc_provider.make_database"], env=env, cwd=ROOT, check=True)
+        log = open(self.directory / "gunicorn.log", "wb")  # noqa: SIM115 (kept open for the process' life)
+        self.proc = subprocess.Popen(
+            [str(VENV_BIN / "gunicorn"), "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--threads", "4"]
+            + ["--certfile", str(self.tls.cert_file), "--keyfile", str(self.tls.key_file)]
+            + ["tests.oidc_provider.wsgi:application"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(lambda: _answers(self.port), 30, "the OIDC provider listening")
+        return self
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+def oidc_settings(provider: OidcProvider, **overrides) -> dict:
+    values = {
+        "enabled": True,
+        "issuer": provider.issuer,
+        "client_id": provider.client_id,
+        "client_secret": provider.client_secret,
+        "ca_certificate": provider.tls.ca.pem,
+        "scopes": "openid profile email",
+        "username_claim": "preferred_username",
+        "role_claim": "groups",
+        "admin_value": provider.group("admin"),
+        "operator_value": provider.group("operator"),
+        "viewer_value": provider.group("viewer"),
     }
     values.update(overrides)
     return values

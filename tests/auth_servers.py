@@ -175,7 +175,8 @@ class Slapd:
             )
         for role, uid in ROLE_USERS.items():
             entries.append(
-                f"dn: {self.group_dn(role)}\nobjectClass: groupOfNames\ncn: lbweb-{role}s\nmember: {self.user_dn(uid)}\n"
+                f"dn: {self.group_dn(role)}\nobjectClass: groupOfNames\ncn: lbweb-{role}s\n"
+                f"member: {self.user_dn(uid)}\n"
             )
         entries.append(
             f"dn: cn=others,{GROUPS}\nobjectClass: groupOfNames\ncn: others\nmember: {self.user_dn(UNMAPPED_USER)}\n"

@@ -59,7 +59,7 @@ class SingletonSettings(models.Model):
                 changed = getattr(self, self.SECRETS[name])
                 value = getattr(self, name)
                 state[name] = (
-                    f"set (changed {changed:%Y-%m-%d %H:%M:%S} UTC)"
+                    f"set (changed {changed:%Y-%m-%d %H:%M:%S.%f} UTC)"
                     if value and changed
                     else ("set" if value else "not set")
                 )

@@ -5,6 +5,8 @@ fails; the role from the groups; local accounts kept apart; the lockout.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -128,3 +130,20 @@ def test_the_lockout_applies_to_ldap_logins(slapd, state_dir, settings):
     page = locked.post("/accounts/login/", {"username": "alice", "password": USER_PASSWORD})
     assert page.status_code == 429 and "Too many failed logins" in page.content.decode()
     assert logged_in_as(login("alice", USER_PASSWORD, address="198.18.0.72")) == "alice"  # another address
+
+
+def test_no_password_reaches_a_log_or_the_lockout_records(slapd, state_dir, caplog):
+    from axes.models import AccessAttempt, AccessFailureLog
+
+    caplog.set_level(logging.DEBUG)
+    row = configured(slapd, security="ldaps")
+    check_ldap(row, "alice", "wrong-password-5")
+    check_ldap(row, "alice", USER_PASSWORD)
+    login("alice", "wrong-password-5")
+    login("alice", USER_PASSWORD)
+    configured(slapd, bind_password="wrong-bind-6")
+    login("oscar", USER_PASSWORD)
+    kept = caplog.text + repr(list(AccessAttempt.objects.values())) + repr(list(AccessFailureLog.objects.values()))
+    assert "Binding as" in caplog.text or "LDAP" in caplog.text  # the logs were captured
+    for secret in (USER_PASSWORD, "wrong-password-5", slapd.reader_password, "wrong-bind-6"):
+        assert secret not in kept

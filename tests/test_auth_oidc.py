@@ -4,6 +4,8 @@ login per role, a user with no mapped group refused with the reason, the lockout
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.contrib.auth import get_user_model
 
@@ -81,3 +83,14 @@ def test_a_local_account_of_the_same_name_is_not_taken_over(provider, state_dir,
     _, answer = sso_login(live_server.url, "victor", USER_PASSWORD, str(provider.tls.ca_file))
     assert "an account of that name exists that this provider did not make" in answer.text
     assert not DirectoryAccount.objects.exists()
+
+
+def test_no_secret_reaches_a_log(provider, state_dir, live_server, caplog):
+    caplog.set_level(logging.DEBUG)
+    configured(provider)
+    sso_login(live_server.url, "alice", USER_PASSWORD, str(provider.tls.ca_file))
+    check_oidc(configured(provider, client_secret="wrong-secret-9"), redirect_uri=provider.redirect_uri)
+    sso_login(live_server.url, "oscar", USER_PASSWORD, str(provider.tls.ca_file))
+    assert "OIDC" in caplog.text or "oidc" in caplog.text
+    for secret in (provider.client_secret, "wrong-secret-9", USER_PASSWORD):
+        assert secret not in caplog.text

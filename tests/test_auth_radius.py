@@ -4,6 +4,8 @@ from Filter-Id, the lockout."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -89,3 +91,15 @@ def test_the_lockout_applies_to_radius_logins(radius, settings):
     page = Client(REMOTE_ADDR="198.18.0.81").post("/accounts/login/", {"username": "oscar", "password": USER_PASSWORD})
     assert page.status_code == 429
     assert logged_in_as(login("oscar", USER_PASSWORD, address="198.18.0.82")) == "oscar"
+
+
+def test_no_secret_reaches_a_log(radius, caplog):
+    caplog.set_level(logging.DEBUG)
+    row = configured(radius)
+    check_radius(row, "alice", "wrong-password-7")
+    login("alice", "wrong-password-7")
+    login("alice", USER_PASSWORD)
+    check_radius(configured(radius, secret="wrong-secret-8"), "alice", USER_PASSWORD)
+    assert "RADIUS" in caplog.text
+    for secret in (USER_PASSWORD, "wrong-password-7", radius.secret, "wrong-secret-8"):
+        assert secret not in caplog.text

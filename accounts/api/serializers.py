@@ -9,31 +9,24 @@ from ..models import LdapSettings, LoginPolicy, OidcSettings, RadiusSettings
 from ..services import LDAP_FIELDS, OIDC_FIELDS, POLICY_FIELDS, RADIUS_FIELDS
 
 
+def secret_field(max_length: int) -> serializers.CharField:
+    return serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=max_length,
+        help_text="Write-only: never shown again. Omit it to keep the stored one; an empty string clears it.",
+    )
+
+
+def is_set(name: str) -> serializers.SerializerMethodField:
+    return serializers.SerializerMethodField(method_name="secret_is_set", help_text=f"Whether a {name} is stored.")
+
+
 class SettingsSerializer(serializers.ModelSerializer):
-    def get_fields(self):
-        fields = super().get_fields()
-        for secret in self.Meta.model.SECRETS:
-            fields[secret] = serializers.CharField(
-                write_only=True,
-                required=False,
-                allow_blank=True,
-                trim_whitespace=False,
-                max_length=self.Meta.model._meta.get_field(secret).max_length,
-                help_text="Write-only: never shown again. Omit it to keep the stored one; an empty string clears it.",
-            )
-            fields[f"{secret}_set"] = serializers.SerializerMethodField(help_text="Whether one is stored.")
-        return fields
-
-    def to_representation(self, instance):
-        data = super().to_representation(instance)
-        for secret in self.Meta.model.SECRETS:
-            data[f"{secret}_set"] = bool(getattr(instance, secret))
-        return data
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        for secret in cls.Meta.model.SECRETS:
-            setattr(cls, f"get_{secret}_set", lambda self, obj, _s=secret: bool(getattr(obj, _s)))
+    def secret_is_set(self, obj) -> bool:
+        return all(bool(getattr(obj, secret)) for secret in obj.SECRETS)
 
 
 class LoginPolicySerializer(SettingsSerializer):
@@ -43,18 +36,27 @@ class LoginPolicySerializer(SettingsSerializer):
 
 
 class LdapSettingsSerializer(SettingsSerializer):
+    bind_password = secret_field(500)
+    bind_password_set = is_set("bind password")
+
     class Meta:
         model = LdapSettings
         fields = (*LDAP_FIELDS, "bind_password_set")
 
 
 class RadiusSettingsSerializer(SettingsSerializer):
+    secret = secret_field(128)
+    secret_set = is_set("shared secret")
+
     class Meta:
         model = RadiusSettings
         fields = (*RADIUS_FIELDS, "secret_set")
 
 
 class OidcSettingsSerializer(SettingsSerializer):
+    client_secret = secret_field(500)
+    client_secret_set = is_set("client secret")
+
     class Meta:
         model = OidcSettings
         fields = (*OIDC_FIELDS, "client_secret_set")

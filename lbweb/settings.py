@@ -291,6 +291,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("LBWEB_RECONCILE_SECONDS", "30")),
     },
     "acme-renew": {"task": "l7.tasks.acme_renew", "schedule": 12 * 3600.0},  # when 30 days or fewer are left
+    # leastconn farms: weights from live conntrack counts (one query and nothing else when no farm uses it).
+    "least-connections": {
+        "task": "farms.tasks.balance_least_connections",
+        "schedule": float(os.environ.get("LBWEB_LEASTCONN_SECONDS", "5")),
+    },
     # HA pair: record this node's transitions, tell the peer our role, push the configuration if it missed some.
     "cluster-heartbeat": {"task": "cluster.tasks.heartbeat", "schedule": 2.0},
 }

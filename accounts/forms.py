@@ -34,7 +34,9 @@ class SettingsForm(forms.ModelForm):
             field.widget = forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"})
             is_set = bool(getattr(self.instance, secret))
             field.help_text = "Set: leave blank to keep it." if is_set else "Not set."
-            self.fields[f"clear_{secret}"] = forms.BooleanField(required=False, label=f"Clear the {field.label}")
+            self.fields[f"clear_{secret}"] = forms.BooleanField(
+                required=False, label=f"Clear the {field.label.lower()}"
+            )
         for field in self.fields.values():
             if isinstance(field.widget, forms.Textarea):
                 field.widget.attrs.update(PEM_ROWS)

@@ -87,9 +87,11 @@ class AuthenticationView(RoleRequiredMixin, View):
                 add_errors(form, error)
                 return self.render_page(request, forms, status=400, test_form=test_form)
             test_form.is_valid()
-            result = check(
-                row, test_form.cleaned_data.get("test_username", ""), test_form.cleaned_data.get("test_password", "")
-            )
+            if section == "oidc":
+                result = check(row, redirect_uri=request.build_absolute_uri("/oidc/callback/"))
+            else:
+                who = test_form.cleaned_data
+                result = check(row, who.get("test_username", ""), who.get("test_password", ""))
             return self.render_page(request, forms, test=result, tested=section, test_form=test_form)
         try:
             update(actor=request.user, **values)

@@ -4,6 +4,7 @@ decide who reads and who writes, and nobody can lock every login out."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -167,3 +168,14 @@ def test_a_ca_file_is_readable_by_lbweb_alone(tmp_path, monkeypatch):
     path = ca_file(certs.issue("some CA", ca=True).pem)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert path.stat().st_uid == os.geteuid()
+
+
+def test_the_console_switches_local_logins_back_on(client, admin_user):
+    from django.core.management import call_command
+
+    client.put(f"{API}/ldap/", LDAP, format="json")
+    client.patch(f"{API}/policy/", {"local_logins": False}, format="json")
+    out = io.StringIO()
+    call_command("local_logins", "--enable", stdout=out)
+    assert "local logins: on" in out.getvalue() and "directories: LDAP" in out.getvalue()
+    assert AuditEvent.objects.filter(object_type="loginpolicy").latest("id").after["local_logins"] is True

@@ -40,11 +40,8 @@ class LoginView(auth_views.LoginView):
         context = super().get_context_data(**kwargs)
         oidc = OidcSettings.load()
         context["oidc_enabled"], context["oidc_label"] = oidc.enabled, oidc.button_label
-        context["refusal"] = (
-            getattr(self.request, "lbweb_login_refusal", "")
-            if "in no mapped" in getattr(self.request, "lbweb_login_refusal", "")
-            else ""
-        )
+        # Only "no role" is told (the password was right); anything else stays "wrong name or password".
+        context["no_role"] = "in no mapped group" in getattr(self.request, "lbweb_login_refusal", "")
         return context
 
     def form_valid(self, form):

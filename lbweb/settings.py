@@ -8,6 +8,9 @@ DEBUG           1 to enable Django's debug mode
 ALLOWED_HOSTS   comma separated (default: *; see below)
 LBWEB_TOKEN_TTL_HOURS, LBWEB_LOGIN_FAILURE_LIMIT, LBWEB_LOGIN_LOCKOUT_MINUTES, LBWEB_HSTS_SECONDS,
 LBWEB_PROXY_SSL_HEADER: API tokens, login lockout and HTTPS, below.
+LBWEB_OIDC_ALLOW_HTTP_LOCALHOST: an http OpenID Connect issuer on loopback (a test provider), below.
+The directories (LDAP, RADIUS, OpenID Connect) and the second factor's policy are in the database
+(accounts/models.py): System › Authentication.
 """
 
 import os
@@ -37,8 +40,9 @@ SECRET_KEY = _secret_key()
 DEBUG = os.environ.get("DEBUG", "0") == "1"
 # Default "*": an appliance is reached by addresses and names nobody knows at install time (its DHCP
 # address, a VRRP VIP, a NAT in front, a DNS name given later), and a wrong list locks the operator out
-# of the UI. lbweb builds no absolute URL from the Host header (redirects are relative, no mail is sent)
-# and its session cookie is bound to the name the operator logs in under, so a forged Host gains nothing;
+# of the UI. lbweb builds no absolute URL from the Host header (redirects are relative, no mail is sent) but
+# single sign-on's redirect URI, which the provider checks against the one registered, and its session cookie
+# is bound to the name the operator logs in under, so a forged Host gains nothing;
 # set ALLOWED_HOSTS=lb1.example,198.18.0.10 to refuse every other name (defence in depth, e.g. against
 # DNS rebinding).
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
@@ -221,8 +225,9 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
-# What axes keeps of a failed login's form: never the password nor a second factor's code.
-AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
+# What axes keeps of a failed login's form: never the password, a second factor's code, nor the authorization code
+# of a refused single sign-on.
+AXES_SENSITIVE_PARAMETERS = ["password", "otp_token", "code"]
 
 # -- API tokens (django-rest-knox) ---------------------------------------------------------------
 # Stored as SHA-512 digests (a stolen database holds no usable token), each with its own expiry and

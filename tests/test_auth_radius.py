@@ -103,3 +103,11 @@ def test_no_secret_reaches_a_log(radius, caplog):
     assert "RADIUS" in caplog.text
     for secret in (USER_PASSWORD, "wrong-password-7", radius.secret, "wrong-secret-8"):
         assert secret not in caplog.text
+
+
+def test_the_login_page_tells_a_right_password_without_a_role(radius):
+    configured(radius)
+    page = Client().post("/accounts/login/", {"username": UNMAPPED_USER, "password": USER_PASSWORD})
+    assert "accepted the password, but the account is in no group mapped to an lbweb role" in page.content.decode()
+    page = Client().post("/accounts/login/", {"username": "alice", "password": "wrong-password"})
+    assert "Wrong user name or password." in page.content.decode()

@@ -33,6 +33,11 @@ class LdapBackend(LDAPBackend):
             self._settings = library_settings(self.row)
         return self._settings
 
+    def get_user(self, user_id):
+        """The session's account, while it is active (django-auth-ldap's own does not check)."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
+
     def authenticate(self, request, username=None, password=None, **kwargs):
         if username is None or password is None or not self.row.enabled:
             return None

@@ -32,7 +32,7 @@ class RadiusBackend:
             return None
         role = role_from(row, answer.attributes.get(row.role_attribute, []))
         if role is None:
-            refused(request, "RADIUS", username, f"accepted, but its {row.role_attribute} names no mapped role")
+            refused(request, "RADIUS", username, f"in no mapped group: its {row.role_attribute} names no mapped role")
             return None
         return directory_login(username=username, source=SourceChoices.RADIUS, role=role, request=request)
 

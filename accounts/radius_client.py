@@ -85,10 +85,14 @@ def probe(row: RadiusSettings, server: str) -> str:
     client = client_for(row, server)
     status = client.CreateAuthPacket(code=packet.StatusServer)
     raw = status.RequestPacket()
-    with socket.socket(socket.AF_INET6 if ":" in server else socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    try:
+        family, _, _, _, address = socket.getaddrinfo(server, row.port, type=socket.SOCK_DGRAM)[0]
+    except socket.gaierror:
+        return "silent"
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
         sock.settimeout(row.timeout)
         try:
-            sock.connect((server, row.port))
+            sock.connect(address)
             sock.send(raw)
             data = sock.recv(4096)
         except ConnectionRefusedError:

@@ -5,8 +5,10 @@ login per role, a user with no mapped group refused with the reason, the lockout
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
+import requests
 from django.contrib.auth import get_user_model
 
 from accounts import services
@@ -94,3 +96,19 @@ def test_no_secret_reaches_a_log(provider, state_dir, live_server, caplog):
     assert "OIDC" in caplog.text or "oidc" in caplog.text
     for secret in (provider.client_secret, "wrong-secret-9", USER_PASSWORD):
         assert secret not in caplog.text
+
+
+def test_the_lockout_applies_to_single_sign_on(provider, state_dir, live_server, settings):
+    configured(provider)
+    browser = requests.Session()
+    for n in range(settings.AXES_FAILURE_LIMIT):
+        form = browser.get(f"{live_server.url}/accounts/login/", timeout=30)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
+        browser.post(
+            f"{live_server.url}/accounts/login/",
+            data={"csrfmiddlewaretoken": token, "username": "alice", "password": f"guess-{n}"},
+            timeout=30,
+        )
+    _, answer = sso_login(live_server.url, "alice", USER_PASSWORD, str(provider.tls.ca_file))
+    assert "Single sign-on refused: too many failed logins for this name from this address" in answer.text
+    assert not get_user_model().objects.filter(username="alice").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
+
 from ..choices import SourceChoices
 from ..directory import directory_login, may_try, refused, strongest
 from ..models import RadiusSettings
@@ -37,7 +39,4 @@ class RadiusBackend:
         return directory_login(username=username, source=SourceChoices.RADIUS, role=role, request=request)
 
     def get_user(self, user_id):
-        from django.contrib.auth import get_user_model
-
-        user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
-        return user
+        return get_user_model().objects.filter(pk=user_id, is_active=True).first()

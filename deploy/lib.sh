@@ -5,6 +5,10 @@
 # util-linux: setpriv, for deploy/privdrop; certbot: ACME certificates, run by the worker, dataplane/l7/acme.py;
 # libpcre2-8-0: HAProxy's regex library, loaded by l7/pcre2.py to check host regexes as HAProxy does).
 LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy libpcre2-8-0 keepalived conntrackd certbot tzdata)
+# What pip needs to build the virtualenv: python-ldap (django-auth-ldap's LDAP client: LDAP logins) comes from PyPI
+# as source only, compiled against Debian's libldap. Only where a virtualenv is built (setup, install, the .deb's
+# build host); the .deb depends on the libraries the result loads (deploy/deb/build.sh), not on these.
+LBWEB_BUILD_APT_PACKAGES=(gcc python3-dev libldap2-dev libsasl2-dev)
 
 # lbweb_apt_install PACKAGE...: install those that are missing; apt-get runs only when one is.
 lbweb_apt_install() {
@@ -19,10 +23,11 @@ lbweb_apt_install() {
   fi
 }
 
-# lbweb_install_packages: lbweb's packages and LBWEB_EXTRA_APT; nodejs/npm (front-end packages) when npm is missing.
+# lbweb_install_packages: lbweb's packages, what building its virtualenv needs, and LBWEB_EXTRA_APT; nodejs/npm
+# (front-end packages) when npm is missing.
 lbweb_install_packages() {
   # shellcheck disable=SC2086  # LBWEB_EXTRA_APT is a space-separated list
-  lbweb_apt_install "${LBWEB_APT_PACKAGES[@]}" ${LBWEB_EXTRA_APT:-}
+  lbweb_apt_install "${LBWEB_APT_PACKAGES[@]}" "${LBWEB_BUILD_APT_PACKAGES[@]}" ${LBWEB_EXTRA_APT:-}
   command -v npm >/dev/null 2>&1 || lbweb_apt_install nodejs npm
 }
 

@@ -8,7 +8,8 @@
 
 An account in no role group can log in and read, like a viewer. The groups are created by a data
 migration (``farms/migrations/0003_audit_and_roles.py``); put a user in one with the admin site or
-``manage.py shell``.
+``manage.py shell``. A directory's account (LDAP, RADIUS, OpenID Connect) is put in the group its directory
+maps at every login (accounts/directory.py).
 """
 
 from __future__ import annotations

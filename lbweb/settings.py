@@ -8,6 +8,9 @@ DEBUG           1 to enable Django's debug mode
 ALLOWED_HOSTS   comma separated (default: *; see below)
 LBWEB_TOKEN_TTL_HOURS, LBWEB_LOGIN_FAILURE_LIMIT, LBWEB_LOGIN_LOCKOUT_MINUTES, LBWEB_HSTS_SECONDS,
 LBWEB_PROXY_SSL_HEADER: API tokens, login lockout and HTTPS, below.
+LBWEB_OIDC_ALLOW_HTTP_LOCALHOST: an http OpenID Connect issuer on loopback (a test provider), below.
+The directories (LDAP, RADIUS, OpenID Connect) and the second factor's policy are in the database
+(accounts/models.py): System › Authentication.
 """
 
 import os
@@ -37,8 +40,9 @@ SECRET_KEY = _secret_key()
 DEBUG = os.environ.get("DEBUG", "0") == "1"
 # Default "*": an appliance is reached by addresses and names nobody knows at install time (its DHCP
 # address, a VRRP VIP, a NAT in front, a DNS name given later), and a wrong list locks the operator out
-# of the UI. lbweb builds no absolute URL from the Host header (redirects are relative, no mail is sent)
-# and its session cookie is bound to the name the operator logs in under, so a forged Host gains nothing;
+# of the UI. lbweb builds no absolute URL from the Host header (redirects are relative, no mail is sent) but
+# single sign-on's redirect URI, which the provider checks against the one registered, and its session cookie
+# is bound to the name the operator logs in under, so a forged Host gains nothing;
 # set ALLOWED_HOSTS=lb1.example,198.18.0.10 to refuse every other name (defence in depth, e.g. against
 # DNS rebinding).
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
@@ -55,12 +59,17 @@ INSTALLED_APPS = [
     "knox",
     "axes",
     "csp",
+    # Second factors (TOTP, recovery codes): django-otp's models, in the database like every other row.
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "farms",
     "monitoring",
     "system",
+    "accounts",
     "network",
     "l7",
     "cluster",
@@ -78,6 +87,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # request.user.is_verified(): whether this session passed its second factor (django-otp); then an account
+    # that must show one but has not (a password-only login, e.g. the admin site's) reaches nothing else.
+    "django_otp.middleware.OTPMiddleware",
+    "accounts.middleware.SecondFactorRequired",
     # A cluster's backup refuses writes, naming the master (cluster/middleware.py).
     "cluster.middleware.BackupRefusesWrites",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -87,11 +100,26 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-# django-axes first: it refuses a locked-out username+address before the password is even checked.
+# django-axes first: it refuses a locked-out username+address before the password is even checked, whichever
+# backend would check it. Then the directories (each off until System › Authentication enables it; their settings
+# are in the database, accounts/models.py), then local accounts, the fallback an admin can switch off. The OpenID
+# Connect backend answers only the provider's callback (it takes no password).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "accounts.backends.radius.RadiusBackend",
+    "accounts.backends.ldap.LdapBackend",
+    "accounts.backends.local.LocalBackend",
+    "accounts.backends.oidc.OidcBackend",
 ]
+# An OpenID Connect issuer must be https; LBWEB_OIDC_ALLOW_HTTP_LOCALHOST=1 also accepts http on this machine's
+# loopback (a test provider), nothing else.
+LBWEB_OIDC_ALLOW_HTTP_LOCALHOST = os.environ.get("LBWEB_OIDC_ALLOW_HTTP_LOCALHOST", "0") == "1"
+# mozilla-django-oidc's own settings that the database does not hold (accounts/backends/oidc.py supplies the rest).
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATE_CLASS = "accounts.oidc_views.OidcLoginStart"
+OIDC_CALLBACK_CLASS = "accounts.oidc_views.OidcCallback"
 
 ROOT_URLCONF = "lbweb.urls"
 WSGI_APPLICATION = "lbweb.wsgi.application"
@@ -107,6 +135,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "farms.roles.role_context",
+                "accounts.context.account_context",
                 "farms.liveness.liveness_context",
                 "lbweb.navigation.navigation_context",
                 "cluster.views.cluster_context",
@@ -196,6 +225,9 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+# What axes keeps of a failed login's form: never the password, a second factor's code, nor the authorization code
+# of a refused single sign-on.
+AXES_SENSITIVE_PARAMETERS = ["password", "otp_token", "code"]
 
 # -- API tokens (django-rest-knox) ---------------------------------------------------------------
 # Stored as SHA-512 digests (a stolen database holds no usable token), each with its own expiry and

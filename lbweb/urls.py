@@ -12,17 +12,21 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+from accounts import views as accounts_views
 from monitoring import views as monitoring_views
 
 urlpatterns = [
     path("", include("farms.urls")),
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", accounts_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    path("", include("accounts.urls")),
+    path("oidc/", include("mozilla_django_oidc.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/metrics/", include("monitoring.api.urls")),
     path("api/v1/network/", include("network.api.urls")),
+    path("api/v1/system/authentication/", include("accounts.api.urls")),
     path("api/v1/", include("system.api_urls")),
     path("api/v1/", include("cluster.api.urls")),
     path("cluster/", include("cluster.urls")),

@@ -4,7 +4,9 @@ Tokens: ``POST auth/login/`` with the account's name and password (HTTP Basic) g
 once, valid for ``LBWEB_TOKEN_TTL_HOURS``; ``auth/tokens/`` lists the caller's own tokens and revokes one;
 ``auth/logout/`` revokes the token of the request, ``auth/logoutall/`` every token of the caller. A
 password login goes through django-axes like the UI's: too many failures for one name from one address
-lock that pair out (429) for a while, whatever password comes next.
+lock that pair out (429) for a while, whatever password comes next. An account with a second factor (or whose
+role requires one) sends its current code as ``otp_token`` with the password; a wrong code counts as a failed
+login. Tokens themselves stay as they are: a token carries no second factor, it is one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from rest_framework.authentication import BasicAuthentication, SessionAuthentica
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from accounts import second_factor
 
 from . import services, tls
 
@@ -89,9 +93,31 @@ class TokenLoginView(knox_views.LoginView):
     authentication_classes = [LockoutBasicAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(request=None, responses={200: TokenSerializer}, operation_id="auth_login")
+    @extend_schema(
+        request=inline_serializer("TokenLogin", {"otp_token": serializers.CharField(required=False)}),
+        responses={200: TokenSerializer},
+        operation_id="auth_login",
+    )
     def post(self, request, format=None):
+        if isinstance(request.successful_authenticator, LockoutBasicAuthentication):
+            self.check_second_factor(request)
         return super().post(request, format)
+
+    def check_second_factor(self, request) -> None:
+        """A password alone opens no token for an account that must show a second factor."""
+        user = request.user
+        if not second_factor.needed(user):
+            return
+        if not second_factor.enrolled(user):
+            raise exceptions.AuthenticationFailed(
+                "Your role must use a second factor: enrol one in the UI (Second factor) first."
+            )
+        token = str(request.data.get("otp_token", "") or "")
+        if not token:
+            raise exceptions.AuthenticationFailed("This account has a second factor: send its code as otp_token.")
+        if second_factor.verify(user, token) is None:
+            second_factor.failed(request._request, user)
+            raise exceptions.AuthenticationFailed("Wrong second-factor code.")
 
 
 class TokenLogoutView(knox_views.LogoutView):

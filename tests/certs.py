@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import ipaddress
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -37,6 +38,14 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
+def _san(name: str) -> x509.GeneralName:
+    """An address as an IP SAN (a client that connects to 127.0.0.1 checks that), anything else as a DNS name."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 def issue(
     cn: str,
     issuer: Issued | None = None,
@@ -62,7 +71,7 @@ def issue(
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if not ca:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+        builder = builder.add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
     cert = builder.sign(issuer.key if issuer else key, hashes.SHA256())
     return Issued(cert, key)
 

@@ -73,6 +73,8 @@ for entry in "$host_opt"/* "$host_opt"/.[!.]*; do
 done
 mkdir /opt/lbweb
 mount --bind "$app" /opt/lbweb
+# shellcheck disable=SC1091
+(. "$app/deploy/lib.sh" && lbweb_apt_install "${LBWEB_BUILD_APT_PACKAGES[@]}") # python-ldap is compiled here
 $python -m venv /opt/lbweb/.venv
 /opt/lbweb/.venv/bin/pip install -qq --disable-pip-version-check --no-compile -r /opt/lbweb/requirements.txt
 (cd /opt/lbweb && npm ci --omit=dev --no-audit --no-fund --loglevel=error)
@@ -103,6 +105,16 @@ depends=$(
     printf ', %s' "$pkg"
   done
 )
+# And the Debian packages of the system libraries the virtualenv's compiled modules load (python-ldap links libldap,
+# whose package is named by the release: libldap-2.5-0 on Debian 12), as ldd and dpkg name them on this machine.
+for lib in $(find "$app/.venv" -name '*.so' -print0 | xargs -0 ldd 2>/dev/null | awk '$3 ~ /^\// {print $3}' | sort -u); do
+  case $lib in /opt/lbweb/* | "$app"/*) continue ;; esac
+  pkg=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$(realpath "$lib")" 2>/dev/null || true)
+  pkg=${pkg%%:*}
+  [ -n "$pkg" ] || continue
+  case $depends, in *", $pkg,"*) continue ;; esac
+  depends="$depends, $pkg"
+done
 next=${pyver%.*}.$((${pyver#*.} + 1))
 cat >"$root/DEBIAN/control" <<EOF
 Package: lbweb

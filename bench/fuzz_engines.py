@@ -19,8 +19,10 @@ exit status is then 1 too.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -76,7 +78,9 @@ def main() -> int:
     args = parser.parse_args()
     from bench import django_scratch
 
-    django_scratch.setup(Path(tempfile.mkdtemp(prefix="lbweb-fuzz-engines-")))
+    work = Path(tempfile.mkdtemp(prefix="lbweb-fuzz-engines-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
+    django_scratch.setup(work)
     from bench.fuzz import ENGINES
 
     names = args.engines.split(",") if args.engines else list(ENGINES)

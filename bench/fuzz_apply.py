@@ -35,17 +35,9 @@ def main() -> int:
     if os.geteuid() != 0:
         sys.exit("run as root: every example is applied in a throwaway network namespace (unshare -n)")
 
-    work = Path(tempfile.mkdtemp(prefix="lbweb-fuzz-"))
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="lbweb.settings",
-        DATABASE_URL=f"sqlite:///{work / 'fuzz.sqlite3'}",
-        LBWEB_VAR_DIR=str(work),
-        REDIS_URL=f"unix://{work / 'no-redis.sock'}",  # nothing is enqueued: every example is rolled back
-    )
-    import django
+    from bench import django_scratch
 
-    django.setup()
-    from django.core.management import call_command
+    django_scratch.setup(Path(tempfile.mkdtemp(prefix="lbweb-fuzz-")))
     from django.db import transaction
     from hypothesis import HealthCheck, given, seed, settings
     from hypothesis import strategies as st
@@ -54,7 +46,6 @@ def main() -> int:
     from tests.apply_sandbox import Sandbox
     from tests.fuzz_farms import Stats, build_and_apply, dumps_failure
 
-    call_command("migrate", verbosity=0)
     stats = Stats()
     with Sandbox() as sandbox:
         probed = sandbox.capabilities()

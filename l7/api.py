@@ -117,7 +117,7 @@ class CertificateViewSet(viewsets.ModelViewSet):
         if not settings.LBWEB_ACME_SERVER:
             raise serializers.ValidationError({"name": "No ACME server is set (LBWEB_ACME_SERVER)."})
         for domain in params.validated_data["domains"]:
-            if validation.hosts_errors(domain) or domain.startswith("*."):
+            if validation.host_name_errors(domain):
                 raise serializers.ValidationError({"domains": f"'{domain}' is not a host name HTTP-01 can prove."})
         try:
             enqueue.send("l7.tasks.acme_issue", args=[params.validated_data["name"], params.validated_data["domains"]])

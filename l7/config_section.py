@@ -19,6 +19,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db.models import CharField, TextField
 
 from compiler.types import Json
 from farms.choices import L7_MODES
@@ -32,6 +33,21 @@ KEY = "http"
 OPTION_FIELDS = tuple(name for name in services.L7FARM_FIELDS if name != "default_certificate")
 BACKEND_FIELDS = tuple(name for name in services.BACKEND_OPTION_FIELDS if name != "service")
 ENTRY_FIELDS = {"farm", "options", "certificates", "default_certificate", "services", "backends"}
+
+
+def _as_the_api_reads(model, item: Json) -> Json:
+    """``item`` with the surrounding white space of its text fields removed, as the API's serializers and the forms
+    remove it (choices are taken as they are there too): a document refuses and accepts exactly what the API does,
+    and ``cookie_name: "LBX\\n"`` is the API's ``LBX``, not a name HAProxy would refuse."""
+    out = dict(item)
+    for name, value in item.items():
+        try:
+            field_ = model._meta.get_field(name)
+        except Exception:  # not a model field: type_errors and the unknown-field check say so
+            continue
+        if isinstance(value, str) and isinstance(field_, CharField | TextField) and not field_.choices:
+            out[name] = value.strip()
+    return out
 
 
 def _field_defaults(model, fields: tuple[str, ...]) -> Json:
@@ -157,7 +173,11 @@ class _Loader:
         self.result.count(KEY, "updated" if changed else "unchanged", farm.name)
 
     def options(self, location: str, farm: Farm, entry: Json) -> bool:
-        values = {**_field_defaults(L7Farm, OPTION_FIELDS), **(entry.get("options") or {})}
+        given = entry.get("options") or {}
+        if not isinstance(given, dict):
+            self.error(location, "options", "Must be an object of the farm's HTTP options.")
+            return False
+        values = {**_field_defaults(L7Farm, OPTION_FIELDS), **_as_the_api_reads(L7Farm, given)}
         fields_ok = self.fields_ok(f"{location}.options", L7Farm, OPTION_FIELDS, values)
         wanted = [self.certificate(location, "certificates", n) for n in entry.get("certificates") or []]
         default_name = entry.get("default_certificate")
@@ -192,7 +212,7 @@ class _Loader:
                 continue
             if not self.fields_ok(where, HttpService, services.SERVICE_FIELDS, entry):
                 continue
-            values = {**_field_defaults(HttpService, services.SERVICE_FIELDS), **entry}
+            values = {**_field_defaults(HttpService, services.SERVICE_FIELDS), **_as_the_api_reads(HttpService, entry)}
             service = existing.get(entry.get("name"))
             if service is None:
                 changed = self.attempt(where, lambda v=values: services.service_create(farm=farm, **v)) or changed
@@ -215,6 +235,7 @@ class _Loader:
             options = {k: v for k, v in entry.items() if k not in ("address", "port", "service")}
             if not self.fields_ok(where, L7Backend, BACKEND_FIELDS, options):
                 continue
+            entry = _as_the_api_reads(L7Backend, entry)
             if key not in by_key:
                 self.error(where, "address", f"No backend {key[0]}:{key[1]} in farm '{farm.name}'.")
                 continue

@@ -152,6 +152,8 @@ class L7Farm(models.Model):
                     errors["redirect_ports"] = "Only an HTTPS farm redirects plain HTTP ports to itself."
                 elif overlaps(ranges, self.farm.port_ranges):
                     errors["redirect_ports"] = "These ports are the farm's HTTPS ports."
+                elif problem := validation.port_count_errors(ranges):
+                    errors["redirect_ports"] = problem
             except PortSyntaxError as exc:
                 errors["redirect_ports"] = str(exc)
         if errors:
@@ -195,23 +197,30 @@ class HttpService(models.Model):
         return f"{self.farm}/{self.name}"
 
     def clean(self) -> None:
+        """Each value HAProxy reads checked against its grammar (``l7/validation.py``); the persistence header and
+        the cookie name whenever they are set, not only while in use, so switching persistence never brings back a
+        value nobody checked."""
         errors: dict[str, str] = {}
         farm = self.farm if self.farm_id else None
         if farm and farm.mode not in ("http", "https"):
             errors["farm"] = f"Farm '{farm.name}' is not an HTTP farm (mode {farm.mode})."
-        self.hosts = " ".join(self.hosts.lower().split())
+        hosts_problem = validation.hosts_errors(self.hosts)
+        if not hosts_problem:
+            self.hosts = " ".join(self.hosts.lower().split())
+        header_in_use = self.persistence == "header" or self.persistence_header
         for name, problem in (
-            ("hosts", validation.hosts_errors(self.hosts)),
+            ("hosts", hosts_problem),
             ("host_regex", validation.regex_errors(self.host_regex) if self.host_regex else None),
             ("path_prefix", validation.path_prefix_errors(self.path_prefix)),
             ("headers", validation.header_rules_errors(self.headers)),
+            (
+                "persistence_header",
+                validation.persistence_header_errors(self.persistence_header) if header_in_use else None,
+            ),
+            ("cookie_name", validation.cookie_name_errors(self.cookie_name)),
         ):
             if problem:
                 errors[name] = problem
-        if self.persistence == "header" and not validation.TOKEN.match(self.persistence_header or ""):
-            errors["persistence_header"] = "Header persistence needs the header's name."
-        if not validation.TOKEN.match(self.cookie_name or "") or "=" in self.cookie_name:
-            errors["cookie_name"] = "A cookie name: letters, digits and -_."
         if errors:
             raise ValidationError(errors)
 
@@ -247,10 +256,13 @@ class L7Backend(models.Model):
         return f"HTTP options of backend {self.backend}"
 
     def clean(self) -> None:
+        errors: dict[str, str] = {}
         if self.service_id and self.service.farm_id != self.backend.farm_id:
-            raise ValidationError({"service": "The service belongs to another farm."})
-        if self.tls_sni and validation.hosts_errors(self.tls_sni):
-            raise ValidationError({"tls_sni": "A host name."})
+            errors["service"] = "The service belongs to another farm."
+        if self.tls_sni and (problem := validation.host_name_errors(self.tls_sni, "host name to send as SNI")):
+            errors["tls_sni"] = problem
+        if errors:
+            raise ValidationError(errors)
 
 
 class CapacityToken(models.Model):

@@ -18,7 +18,7 @@ from compiler.ports import format_ports, parse_ports
 from farms.choices import L7_MODES, BackendHealthChoices
 from farms.models import ConfigGeneration, Farm
 
-MAX_PORTS = 64  # an HTTP farm binds each port: a range stays small
+from .validation import MAX_PORTS  # one limit: what validation admits is what the generator binds
 
 
 def _ports(text: str) -> tuple[tuple[int, ...], str]:

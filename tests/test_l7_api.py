@@ -234,3 +234,147 @@ def test_previews_of_http_farm_edits_show_haproxys_configuration_not_the_kernel(
     )
     assert response.status_code == 200 and "198.18.1.12:8080" in response.json()["diff"]
     assert response.json()["commands"] == {"nftables": []}
+
+
+# -- issue 39: every value HAProxy reads is held to its grammar at save time --------------------------------------
+
+
+def service(client, farm: dict, **fields):
+    return client.post("/api/v1/http-services/", {"farm": farm["id"], "name": "s", **fields}, format="json")
+
+
+@pytest.mark.parametrize(
+    ("fields", "key", "words"),
+    [
+        ({"cookie_name": "LB'x", "persistence": "cookie"}, "cookie_name", "without a quote (') (character 3)"),
+        ({"cookie_name": "LB#x", "persistence": "cookie"}, "cookie_name", "without '#' (character 3)"),
+        ({"cookie_name": "LB x"}, "cookie_name", "without a space (character 3)"),
+        ({"cookie_name": "$Version"}, "cookie_name", "a '$' first"),
+        ({"host_regex": "(?a)x"}, "host_regex", "PCRE2, HAProxy's regex engine, refuses it: unrecognized character"),
+        ({"host_regex": r"\N{DIGIT ONE}"}, "host_regex", r"PCRE2 does not support \F, \L, \l, \N{name}, \U, or \u"),
+        ({"host_regex": r"(a)\1"}, "host_regex", "reference to non-existent subpattern"),
+        ({"host_regex": "é"}, "host_regex", "printable ASCII"),
+        ({"persistence": "header", "persistence_header": "X-K\nlisten evil"}, "persistence_header", "a line break"),
+        ({"persistence_header": "X K"}, "persistence_header", "without a space"),
+        ({"path_prefix": "/a b"}, "path_prefix", "%20 for a space"),
+        ({"path_prefix": "/é"}, "path_prefix", "%C3%A9 for é"),
+        ({"hosts": "a.test\nlisten evil"}, "hosts", "a line break"),
+        ({"hosts": "a.test\u00a0b.test"}, "hosts", "not U+00A0 (character 7)"),
+        ({"hosts": "\u212a.test"}, "hosts", "not U+212A"),
+    ],
+)
+def test_service_values_haproxy_cannot_take_are_refused_by_field(client, fields, key, words):
+    response = service(client, http_farm(client), **fields)
+    assert response.status_code == 400 and words in response.json()[key][0], response.content
+
+
+@pytest.mark.parametrize(
+    ("rules", "words"),
+    [
+        ([{"direction": "request", "name": "X-A\n", "value": "v"}], "without a line break (character 4)"),
+        ([{"direction": "request", "name": "X-A\r"}], "without a carriage return"),
+        ([{"direction": "request", "name": "X-A", "value": ""}], "cannot set a header to nothing"),
+        ([{"direction": "request", "name": "X-A", "value": "a\nlisten evil"}], "a line break"),
+        ([{"direction": "request", "name": "X-A", "value": " a"}], "spaces around"),
+        ([{"direction": "request", "name": "Content-Length", "value": "5"}], "HAProxy writes Content-Length itself"),
+        ([{"direction": "response", "name": "TE", "value": "trailers"}], "HAProxy writes TE itself"),
+    ],
+)
+def test_header_rules_haproxy_cannot_take_are_refused(client, rules, words):
+    farm = http_farm(client)
+    response = client.patch(f"/api/v1/farms/{farm['id']}/http/", {"headers": rules}, format="json")
+    assert response.status_code == 400 and words in response.json()["headers"][0], response.content
+    response = service(client, farm, headers=rules)
+    assert response.status_code == 400 and words in response.json()["headers"][0], response.content
+
+
+def test_text_that_is_not_utf8_is_refused_with_a_json_answer(client):
+    """A JSON body can carry a lone surrogate (``\\ud800``), which no configuration file can: a field error, which
+    names it escaped (a response holding it raw could not be encoded: a 500)."""
+    farm = http_farm(client)
+    for body in (
+        '{"headers": [{"direction": "request", "name": "X-A", "value": "\\ud800"}]}',
+        '{"error_pages": {"\\ud800": "x"}}',
+        '{"error_pages": {"503": "\\ud800"}}',
+    ):
+        response = client.patch(f"/api/v1/farms/{farm['id']}/http/", body, content_type="application/json")
+        assert response.status_code == 400, (body, response.content)
+
+
+@pytest.mark.parametrize(
+    ("rule", "words"),
+    [
+        ({"path_prefix": "/x", "target": "/a b"}, "%20 for a space"),
+        ({"path_prefix": "/x", "target": "/é"}, "%C3%A9"),
+        ({"path_prefix": "/x", "target": "a\nlisten evil"}, "a URL (https://example.com/new) or a path"),
+        ({"path_prefix": "/x", "target": "/y", "code": 301.0}, "code is one of"),
+        ({"path_prefix": "/x", "target": "/y", "code": True}, "code is one of"),
+        ({"path_prefix": "/x", "target": "/y", "keep_path": "no"}, "keep_path is true or false"),
+        ({"path_prefix": "/x?a", "target": "/y"}, "not '?'"),
+    ],
+)
+def test_redirects_haproxy_cannot_take_are_refused(client, rule, words):
+    farm = http_farm(client)
+    response = client.patch(f"/api/v1/farms/{farm['id']}/http/", {"redirects": [rule]}, format="json")
+    assert response.status_code == 400 and words in response.json()["redirects"][0], response.content
+
+
+@pytest.mark.parametrize(
+    "sni", ["a.test b.test", "a.test\nlisten evil", "*.a.test", "a.test)", "é.test", "-a.test", "\u212a.test"]
+)
+def test_tls_sni_is_one_host_name(client, sni):
+    farm = http_farm(client)
+    one = backend(client, farm)
+    response = client.patch(f"/api/v1/backends/{one['id']}/http/", {"tls": True, "tls_sni": sni}, format="json")
+    assert response.status_code == 400 and "host name to send as SNI" in response.json()["tls_sni"][0], sni
+    response = client.patch(
+        f"/api/v1/backends/{one['id']}/http/", {"tls": True, "tls_sni": "Api.Example"}, format="json"
+    )
+    assert response.status_code == 200 and response.json()["tls_sni"] == "Api.Example"
+
+
+@pytest.mark.parametrize("ports", ["9001-9100", "1-65535", "80,9001-9064"])
+def test_http_farm_ports_beyond_what_haproxy_binds_are_refused(client, ports):
+    data = {"name": "web", "vip": "198.18.100.1", "protocol": "tcp", "ports": ports, "mode": "http"}
+    response = client.post("/api/v1/farms/", data, format="json")
+    assert response.status_code == 400 and "at most 64 ports" in response.json()["ports"][0], response.content
+    response = client.post("/api/v1/farms/preview/", data, format="json")
+    assert response.status_code == 400 and "at most 64 ports" in response.json()["ports"][0], response.content
+
+
+def test_http_farm_binds_every_port_it_accepts_and_needs_one(client):
+    from l7 import specs
+    from l7.models import Farm
+
+    farm = http_farm(client, ports="9001-9064")
+    assert specs.farm_spec(Farm.objects.get(pk=farm["id"])).ports == tuple(range(9001, 9065))
+    response = client.post("/api/v1/farms/", {"name": "any", "vip": "198.18.100.2", "mode": "http"}, format="json")
+    assert response.status_code == 400 and "no 'every port'" in response.json()["ports"][0], response.content
+    https = http_farm(client, name="tls", vip="198.18.100.3", mode="https", ports="443")
+    response = client.patch(f"/api/v1/farms/{https['id']}/http/", {"redirect_ports": "8000-8100"}, format="json")
+    assert response.status_code == 400 and "at most 64 ports" in response.json()["redirect_ports"][0]
+
+
+@pytest.mark.parametrize(("field", "value"), [("cookie_name", "LB#x"), ("host_regex", "(?a)x"), ("hosts", "a\tb")])
+def test_every_path_refuses_with_the_same_words(client, admin_client, admin_user, field, value):
+    """The API's POST and PATCH, the service form and the configuration import all reach ``HttpService.clean()``."""
+    from farms import config_io
+
+    farm = http_farm(client)
+    posted = service(client, farm, **{field: value})
+    assert posted.status_code == 400
+    words = posted.json()[field]
+    made = service(client, farm, name="ok")
+    assert made.status_code == 201, made.content
+    patched = client.patch(f"/api/v1/http-services/{made.json()['id']}/", {field: value}, format="json")
+    assert patched.status_code == 400 and patched.json()[field] == words
+    form = {
+        "name": "f", "position": 1, "scheduler": "roundrobin", "persistence": "", "persistence_ttl": 0,
+        "cookie_name": "LBWEBSRV", "queue_timeout": 5, "reuse": "on", "headers": "[]", "_save": "1", field: value,
+    }  # fmt: skip
+    page = admin_client.post(f"/http/farms/{farm['id']}/services/add/", form)
+    assert page.status_code == 200 and page.context["form"].errors[field] == words
+    document = config_io.export_config()
+    document["http"]["farms"][0]["services"][0][field] = value
+    result = config_io.import_config(document, actor=admin_user)
+    assert [e.message for e in result.errors if e.field == field] == words

@@ -136,3 +136,45 @@ def test_unknown_and_ill_typed_fields_are_refused_where_they_are(shop, admin_use
         ("http.farms[0].backends[1]", "capacity"),
     }
     assert HttpService.objects.get(name="static").hosts == "static.example.com"
+
+
+def test_the_import_trims_and_refuses_what_the_api_does(shop, admin_user, client):
+    """Issue 39: ``cookie_name "LBX\\n"`` came in through the import untrimmed (the API trims it) and HAProxy
+    refused the whole configuration. The document now reads as the API reads a body."""
+    document = config_io.export_config()
+    entry = document["http"]["farms"][0]
+    entry["services"][0]["cookie_name"] = "LBX\n"
+    entry["services"][1]["hosts"] = " static.example.com\n"
+    entry["backends"][0]["tls_sni"] = "api.example.com\n"
+    result = config_io.import_config(document, actor=admin_user)
+    assert result.ok, result.to_json()
+    assert HttpService.objects.get(name="api").cookie_name == "LBX"
+    assert HttpService.objects.get(name="static").hosts == "static.example.com"
+    assert L7Backend.objects.get(backend__address="198.18.1.11").tls_sni == "api.example.com"
+    api = client.patch(f"/api/v1/backends/{L7Backend.objects.get(tls=True).backend_id}/http/",
+                       {"tls_sni": "api.example.com\n"}, format="json")  # fmt: skip
+    assert api.status_code == 200 and api.json()["tls_sni"] == "api.example.com"
+
+
+@pytest.mark.parametrize(
+    ("where", "field", "value"),
+    [
+        ("services", "cookie_name", "LB#x"),
+        ("services", "cookie_name", "LB'x"),
+        ("services", "host_regex", "(?a)x"),
+        ("services", "host_regex", r"\N{DIGIT ONE}"),
+        ("services", "headers", [{"direction": "request", "name": "X-A\n", "value": "v"}]),
+        ("services", "persistence_header", "X K"),
+        ("backends", "tls_sni", "a.test b.test"),
+        ("backends", "tls_sni", "a.test\nlisten evil"),
+        ("options", "redirects", [{"path_prefix": "/x", "target": "/a b"}]),
+        ("options", "redirect_ports", "8000-8100"),
+    ],
+)
+def test_the_import_refuses_what_haproxy_cannot_take_where_it_is(shop, admin_user, where, field, value):
+    document = config_io.export_config()
+    entry = document["http"]["farms"][0]
+    location = "http.farms[0].options" if where == "options" else f"http.farms[0].{where}[0]"
+    (entry["options"] if where == "options" else entry[where][0])[field] = value
+    result = config_io.import_config(document, actor=admin_user)
+    assert not result.ok and (location, field) in {(e.location, e.field) for e in result.errors}, result.to_json()

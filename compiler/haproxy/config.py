@@ -7,18 +7,29 @@ farm, one ``backend`` per service), the certificate lists, certificates and erro
 database ids (``f<farm>``, ``s<service>``, ``b<backend>``) so the runtime API and the stats socket map back to rows
 whatever an operator renames.
 
-Every value an operator typed reaches HAProxy quoted (``quote``): a header value is a log-format string, so ``%``
-is doubled, and validation (``l7/validation.py``) keeps control characters out.
+No value an operator typed can become a directive or change meaning on its way (HAProxy's configuration manual,
+section 2.2, "Quoting and escaping"): text is written in double quotes with backslash, quote and ``$`` escaped
+(``quote``), so a ``#`` or a ``'`` inside is a character, not a comment or a quote; where HAProxy reads a log-format
+string (header values, redirect targets) ``%`` is doubled (``log_format``), so ``%[...]`` is text, not a sample
+expression; a name (header, cookie, host) is bare when it holds only letters, digits and ``-_.`` and quoted
+otherwise (``word``); a sample fetch's argument (a persistence header, an SNI) gets its own level of quotes
+(``fetch``); a regex comes after ``--``, so one starting with ``-`` is not read as an ACL flag. Validation
+(``l7/validation.py``) keeps what HAProxy cannot take out of every value (control characters among them); the
+escaping holds on its own, so a row written past validation still cannot break a line or add a word.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from .spec import EngineSpec, FarmSpec, HeaderRule, ServerSpec, ServiceSpec
 
 CONFIG_NAME = "lbweb.cfg"
+BARE = re.compile(r"[A-Za-z0-9_.-]+")  # characters HAProxy's parser gives no meaning to, outside quotes
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+PATTERNS_PER_LINE = 32  # HAProxy reads at most 64 words a line: longer host lists go on more acl lines (an OR)
 ACME_BACKEND = "lbweb-acme"
 ERROR_REASONS = {
     400: "Bad Request",
@@ -57,13 +68,30 @@ class Bundle:
 
 def quote(text: str) -> str:
     """``text`` as one HAProxy word in double quotes (backslash, quote and ``$``, which names a variable there,
-    escaped)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+    escaped; a control character as ``\\xNN``: validation refuses them, and even a row written past it stays on
+    its line)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return '"' + CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", escaped) + '"'
 
 
 def log_format(text: str) -> str:
     """A literal string where HAProxy expects a log-format expression (``%`` starts a variable there)."""
     return quote(text.replace("%", "%%"))
+
+
+def word(text: str) -> str:
+    """``text`` as one word: bare when nothing in it means anything to HAProxy, quoted otherwise."""
+    return text if BARE.fullmatch(text) else quote(text)
+
+
+def fetch(name: str, argument: str) -> str:
+    """A sample fetch with one literal argument, ``req.hdr(X-Session)``. HAProxy reads the word twice: the
+    argument's own double quotes (backslash and quote escaped in them) keep ``,`` and ``)`` in it, and the whole word
+    goes in quotes when the argument holds anything but letters, digits and ``-_.``."""
+    if BARE.fullmatch(argument):
+        return f"{name}({argument})"
+    inner = argument.replace("\\", "\\\\").replace('"', '\\"')
+    return quote(f'{name}("{inner}")')
 
 
 def address(host: str, port: int) -> str:
@@ -140,7 +168,7 @@ def _frontend(farm: FarmSpec, base: str, files: dict[str, str], secret: set[str]
         # "prefix" puts the request's whole path after the target; "location" answers the target as it is.
         kind = "prefix" if rule.keep_path else "location"
         cond = f"if {{ path -m beg {quote(rule.path_prefix)} }}"
-        out.append(f"    http-request redirect {kind} {quote(rule.target)} code {rule.code} {cond}")
+        out.append(f"    http-request redirect {kind} {log_format(rule.target)} code {rule.code} {cond}")
     if farm.forwarded_headers:
         out += [
             "    option forwardfor",
@@ -177,12 +205,12 @@ def _service_acls(service: ServiceSpec, i: int) -> list[str]:
     exact = sorted(h.lower() for h in service.hosts if not h.startswith("*."))
     wild = sorted(h[1:].lower() for h in service.hosts if h.startswith("*."))
     n = service.backend_name
-    if exact:
-        out.append(f"    acl {n}_host req.hdr(host),host_only,lower -m str {' '.join(exact)}")
-    if wild:
-        out.append(f"    acl {n}_host req.hdr(host),host_only,lower -m end {' '.join(wild)}")
+    for match, names in (("str", exact), ("end", wild)):
+        for start in range(0, len(names), PATTERNS_PER_LINE):
+            chunk = " ".join(word(name) for name in names[start : start + PATTERNS_PER_LINE])
+            out.append(f"    acl {n}_host req.hdr(host),host_only,lower -m {match} {chunk}")
     if service.host_regex:
-        out.append(f"    acl {n}_host req.hdr(host),host_only -m reg -i {quote(service.host_regex)}")
+        out.append(f"    acl {n}_host req.hdr(host),host_only -m reg -i -- {quote(service.host_regex)}")
     if service.path_prefix and service.path_prefix != "/":
         out.append(f"    acl {n}_path path -m beg {quote(service.path_prefix)}")
     return out
@@ -203,9 +231,9 @@ def _headers(rules: tuple[HeaderRule, ...]) -> list[str]:
     for rule in rules:
         side = "http-request" if rule.direction == "request" else "http-response"
         if rule.value is None:
-            out.append(f"    {side} del-header {rule.name}")
+            out.append(f"    {side} del-header {word(rule.name)}")
         else:
-            out.append(f"    {side} set-header {rule.name} {log_format(rule.value)}")
+            out.append(f"    {side} set-header {word(rule.name)} {log_format(rule.value)}")
     return out
 
 
@@ -231,13 +259,13 @@ def _backend(farm: FarmSpec, service: ServiceSpec, base: str) -> list[str]:
     ttl = service.persistence_ttl
     if service.persistence == "cookie":
         idle = f" maxidle {ttl}s" if ttl else ""
-        out.append(f"    cookie {service.cookie_name} insert indirect nocache httponly{idle}")
+        out.append(f"    cookie {word(service.cookie_name)} insert indirect nocache httponly{idle}")
     elif service.persistence == "source":
         out += [f"    stick-table type ipv6 size 1m expire {ttl or 1800}s", "    stick on src"]
     elif service.persistence == "header":
         out += [
             f"    stick-table type string len 128 size 1m expire {ttl or 1800}s",
-            f"    stick on req.hdr({service.persistence_header})",
+            f"    stick on {fetch('req.hdr', service.persistence_header)}",
         ]
     out += _headers(service.headers)
     for server in service.servers:
@@ -261,7 +289,7 @@ def server_line(server: ServerSpec, service: ServiceSpec) -> str:
     if server.tls:
         parts.append("ssl " + ("verify required ca-file @system-ca" if server.tls_verify else "verify none"))
         if server.tls_sni:
-            parts.append(f"sni str({server.tls_sni})")
+            parts.append(f"sni {fetch('str', server.tls_sni)}")
     return " ".join(parts)
 
 

@@ -21,11 +21,6 @@ def verdict(engine: str, values: dict) -> Verdict:
     return shared_lab().run(lambda lab: getattr(lab, f"{engine}_verdict")(values))
 
 
-def engine_check(engine: str, values: dict) -> tuple[bool, str]:
-    result = verdict(engine, values)
-    return result.ok, result.message
-
-
 def available(engine: str) -> str | None:
     if os.geteuid() != 0:
         return "needs root (the engines are asked in a throwaway network namespace)"
@@ -51,10 +46,7 @@ def outcome(engine: str, values: dict):
 
 
 def functions(engine: str, fields: dict):
-    """A plug-in's functions for ``engine``: ``clean``, ``engine_check``, ``available``, ``values``, ``check``."""
-
-    def engine_check_(values: dict) -> tuple[bool, str]:
-        return engine_check(engine, values)
+    """A plug-in's functions for ``engine``: ``available``, ``values``, ``check`` (``bench/fuzz/__init__.py``)."""
 
     def available_() -> str | None:
         return available(engine)
@@ -65,4 +57,4 @@ def functions(engine: str, fields: dict):
     def check_(values: dict):
         return outcome(engine, values)
 
-    return validation_errors, engine_check_, available_, values_, check_
+    return available_, values_, check_

@@ -3,9 +3,7 @@ addresses and priorities, the management address, the interfaces, the virtual ro
 version, the preemption delay, conntrackd tracking). Its verdict runs ``keepalived -t`` on lbweb's file, then
 keepalived itself, and compares its dump (``-d``) with the values given (``tests/cluster_engines.py``).
 
-Two interfaces: the one of issue 39's brief (``FIELDS`` name -> strategy, ``clean``, ``engine_check``; run by
-``bench/fuzz/run.py``), and that of the engines' fuzz runner, ``fuzz_engines`` (``NAME``, ``available``,
-``values``, ``check``).
+Run by the engines' fuzz runner, ``bench/fuzz_engines.py``, through the interface of ``bench/fuzz/__init__.py``.
 """
 
 from __future__ import annotations
@@ -14,5 +12,5 @@ from bench.fuzz import cluster_common
 from tests.cluster_engines import KEEPALIVED_FIELDS as FIELDS
 
 NAME = "keepalived"
-clean, engine_check, available, values, check = cluster_common.functions(NAME, FIELDS)
-__all__ = ["FIELDS", "NAME", "available", "check", "clean", "engine_check", "values"]
+available, values, check = cluster_common.functions(NAME, FIELDS)
+__all__ = ["FIELDS", "NAME", "available", "check", "values"]

@@ -1,0 +1,74 @@
+"""The system app's one table: the schedule of backups written to a directory (``system/backup``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+
+class BackupSchedule(models.Model):
+    """Row 1: whether the worker writes an encrypted backup to ``directory`` every ``interval_hours``, and the
+    newest ``keep`` it leaves there. The passphrase is stored so the worker can use it; it is never shown again
+    (the API says only whether one is set, the audit trail when it changed)."""
+
+    SECRETS = {"passphrase": "passphrase_changed"}
+
+    enabled = models.BooleanField(default=False)
+    directory = models.CharField(
+        max_length=300, blank=True, help_text="An absolute path; made 0700 if missing. Each backup is a 0600 file."
+    )
+    interval_hours = models.PositiveIntegerField(default=24, validators=[MinValueValidator(1), MaxValueValidator(720)])
+    keep = models.PositiveIntegerField(
+        default=14, validators=[MinValueValidator(1), MaxValueValidator(1000)], help_text="Older backups are deleted."
+    )
+    passphrase = models.CharField(max_length=500, blank=True)
+    passphrase_changed = models.DateTimeField(null=True, blank=True, editable=False)
+    last_run = models.DateTimeField(null=True, blank=True, editable=False)
+    last_file = models.CharField(max_length=400, blank=True, editable=False)
+    last_error = models.TextField(blank=True, editable=False)
+
+    def __str__(self) -> str:
+        return "backup schedule"
+
+    @classmethod
+    def load(cls) -> BackupSchedule:
+        return cls.objects.filter(pk=1).first() or cls(pk=1)
+
+    def audit_state(self) -> dict:
+        return {
+            "enabled": self.enabled,
+            "directory": self.directory,
+            "interval_hours": self.interval_hours,
+            "keep": self.keep,
+            "passphrase": f"set (changed {self.passphrase_changed:%Y-%m-%d %H:%M:%S} UTC)"
+            if self.passphrase and self.passphrase_changed
+            else ("set" if self.passphrase else "not set"),
+        }
+
+    def clean(self) -> None:
+        from .backup.archive import passphrase_problem
+
+        errors = {}
+        if self.directory:
+            path = Path(self.directory)
+            if not path.is_absolute() or ".." in path.parts or any(c in self.directory for c in "\n\r\0"):
+                errors["directory"] = "Give an absolute path, without '..'."
+            elif path.exists() and not path.is_dir():
+                errors["directory"] = f"{self.directory} exists and is not a directory."
+            elif path.exists() and not os.access(path, os.W_OK | os.X_OK):
+                errors["directory"] = f"{self.directory} is not writable by lbweb."
+        if self.passphrase:
+            problem = passphrase_problem(self.passphrase)
+            if problem:
+                errors["passphrase"] = problem
+        if self.enabled:
+            if not self.directory:
+                errors.setdefault("directory", "Give the directory the backups go to.")
+            if not self.passphrase:
+                errors.setdefault("passphrase", "Give the passphrase the backups are encrypted with.")
+        if errors:
+            raise ValidationError(errors)

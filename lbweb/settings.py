@@ -279,6 +279,7 @@ CELERY_TASK_ROUTES = {
     "network.tasks.*": {"queue": "dataplane"},
     "l7.tasks.*": {"queue": "dataplane"},
     "cluster.tasks.*": {"queue": "dataplane"},
+    "system.tasks.*": {"queue": "dataplane"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
@@ -303,6 +304,11 @@ CELERY_BEAT_SCHEDULE = {
     },
     # HA pair: record this node's transitions, tell the peer our role, push the configuration if it missed some.
     "cluster-heartbeat": {"task": "cluster.tasks.heartbeat", "schedule": 2.0},
+    # Scheduled backups (System › Backup): written when the last one is the schedule's interval old.
+    "backup": {
+        "task": "system.tasks.scheduled_backup",
+        "schedule": float(os.environ.get("LBWEB_BACKUP_CHECK_SECONDS", "300")),
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

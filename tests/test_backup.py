@@ -214,3 +214,41 @@ def test_the_schedule_refuses_bad_input_field_by_field(admin_client):
     assert response.status_code == 400
     assert set(response.json()) == {"directory", "passphrase", "interval_hours"}, response.json()
     assert admin_client.get("/api/v1/system/backup/schedule/").json()["enabled"] is False
+
+
+# -- System › Backup ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_page_downloads_and_restores_and_says_what_is_wrong_at_its_field(admin_user, role_users):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.test import Client
+
+    from accounts import services as accounts
+
+    backup_appliance.build(admin_user)
+    accounts.login_policy_update(second_factor_role="")  # this test's admin logs in without a second factor
+    page = Client()
+    page.force_login(admin_user)
+    assert page.get("/system/backup/").status_code == 200
+    response = page.post("/system/backup/", {"action": "download", "passphrase": PASSPHRASE})
+    assert response.status_code == 200 and response["Content-Type"] == "application/octet-stream"
+    data = response.content
+    assert page.post("/system/backup/", {"action": "download", "passphrase": "short"}).status_code == 400
+
+    backup_appliance.wipe()
+    page.force_login(get_user_model().objects.get(username="admin"))  # the fresh appliance's admin
+    before = sections_now()
+    upload = SimpleUploadedFile("a.lbbackup", data)
+    refused = page.post("/system/backup/", {"action": "restore", "archive": upload, "passphrase": "wrong passphrase"})
+    assert refused.status_code == 400
+    assert "does not open the archive" in refused.context["restore"].errors["passphrase"][0]
+    assert sections_now() == before
+    upload = SimpleUploadedFile("a.lbbackup", data)
+    done = page.post("/system/backup/", {"action": "restore", "archive": upload, "passphrase": PASSPHRASE})
+    assert done.status_code == 302 and sections_now()["configuration"]["farms"]
+
+    viewer = Client()
+    viewer.force_login(get_user_model().objects.get(username="viewer-1"))
+    assert viewer.get("/system/backup/").status_code == 200
+    assert viewer.post("/system/backup/", {"action": "download", "passphrase": PASSPHRASE}).status_code == 403

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, transaction
@@ -115,7 +116,7 @@ def backup_restore(*, data: bytes, passphrase: str, actor=None, dry_run: bool = 
                 "object_name": f"backup of {doc.get('host')} made {doc.get('created_at')}",
                 "after": {"counts": result.counts, "changes": result.changes},
             }
-            if actor is None or type(actor).objects.filter(pk=actor.pk).exists():
+            if actor is None or get_user_model().objects.filter(pk=actor.pk).exists():
                 audit.record(actor=actor, **event)
             else:  # the backup has not the restoring account: it is gone, its name stays on the record
                 AuditEvent.objects.create(actor=None, actor_name=actor_name, **event)

@@ -69,6 +69,7 @@ def test_a_restored_farm_carries_traffic_on_a_fresh_appliance(api, worker, lab, 
     assert comparable_export(api) == export_before
     assert backup.document()["sections"] == sections_before
     (OUTPUT / "backup-restore-comparison.json").write_text(
-        json.dumps({"export_equal": True, "sections": sorted(sections_before), "counts": response.json()["counts"]},
-                   indent=1)  # fmt: skip
+        json.dumps(
+            {"export_equal": True, "sections": sorted(sections_before), "counts": response.json()["counts"]}, indent=1
+        )  # fmt: skip
     )

@@ -26,6 +26,7 @@ from compiler.types import Json
 from farms import audit
 from farms.config_io import ImportError_, ImportResult, validation_errors
 from farms.models import AuditEvent
+from lbweb import enqueue
 from lbweb.writes import validated_save
 
 from ..models import BackupSchedule
@@ -140,7 +141,8 @@ def _run(key: str, call, data: Any, result: ImportResult) -> None:
 
 @transaction.atomic
 def schedule_update(*, actor=None, **values) -> BackupSchedule:
-    """Change the schedule; ``passphrase`` None (or left out) keeps the stored one."""
+    """Change the schedule; ``passphrase`` None (or left out) keeps the stored one. Enabled, the worker is asked
+    at once (it writes a backup if one is due)."""
     row = BackupSchedule.load()
     before = row.audit_state() if BackupSchedule.objects.filter(pk=1).exists() else None
     passphrase = values.pop("passphrase", None)
@@ -150,6 +152,8 @@ def schedule_update(*, actor=None, **values) -> BackupSchedule:
     validated_save(row, SCHEDULE_FIELDS, values)
     audit.record(actor=actor, action="update", object_type="backup schedule", object_id=1, object_name=str(row),
                  before=before, after=row.audit_state())  # fmt: skip
+    if row.enabled:  # the first backup at once (when due), not at beat's next look
+        enqueue.send_after_commit("system.tasks.scheduled_backup", what="scheduled backup")
     return row
 
 

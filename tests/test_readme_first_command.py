@@ -407,6 +407,7 @@ def test_the_backup_commands_work_as_written(appliance):
         appliance, login + passphrase_line + "\n" + readme_block("## On a schedule", "docs/backup.md")
     )
     assert schedule.returncode == 0, schedule.stdout + schedule.stderr
+    assert schedule.stdout.startswith("{"), schedule.stdout + schedule.stderr
     (saved,) = json_documents(schedule.stdout)
     assert saved["enabled"] and saved["passphrase_set"] and "passphrase" not in saved, saved
     backups = appliance.checkout / "var" / "backups"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -19,7 +20,10 @@ class BackupSchedule(models.Model):
 
     enabled = models.BooleanField(default=False)
     directory = models.CharField(
-        max_length=300, blank=True, help_text="An absolute path; made 0700 if missing. Each backup is a 0600 file."
+        max_length=300,
+        blank=True,
+        help_text="An absolute path, made 0700 if missing (blank: backups/ in lbweb's state directory). Each backup "
+        "is a 0600 file.",
     )
     interval_hours = models.PositiveIntegerField(default=24, validators=[MinValueValidator(1), MaxValueValidator(720)])
     keep = models.PositiveIntegerField(
@@ -33,6 +37,12 @@ class BackupSchedule(models.Model):
 
     def __str__(self) -> str:
         return "backup schedule"
+
+    @property
+    def target(self) -> Path:
+        """Where the backups go: ``directory``, or ``backups/`` in the state directory (the appliance's worker may
+        write only under it)."""
+        return Path(self.directory) if self.directory else Path(settings.VAR_DIR) / "backups"
 
     @classmethod
     def load(cls) -> BackupSchedule:
@@ -57,18 +67,28 @@ class BackupSchedule(models.Model):
             path = Path(self.directory)
             if not path.is_absolute() or ".." in path.parts or any(c in self.directory for c in "\n\r\0"):
                 errors["directory"] = "Give an absolute path, without '..'."
-            elif path.exists() and not path.is_dir():
-                errors["directory"] = f"{self.directory} exists and is not a directory."
-            elif path.exists() and not os.access(path, os.W_OK | os.X_OK):
-                errors["directory"] = f"{self.directory} is not writable by lbweb."
+            else:
+                problem = _directory_problem(path)
+                if problem:
+                    errors["directory"] = problem
         if self.passphrase:
             problem = passphrase_problem(self.passphrase)
             if problem:
                 errors["passphrase"] = problem
-        if self.enabled:
-            if not self.directory:
-                errors.setdefault("directory", "Give the directory the backups go to.")
-            if not self.passphrase:
-                errors.setdefault("passphrase", "Give the passphrase the backups are encrypted with.")
+        if self.enabled and not self.passphrase:
+            errors.setdefault("passphrase", "Give the passphrase the backups are encrypted with.")
         if errors:
             raise ValidationError(errors)
+
+
+def _directory_problem(path: Path) -> str | None:
+    """Why lbweb cannot write backups into ``path`` (or the nearest directory above it that exists), or None."""
+    try:
+        existing = next(p for p in (path, *path.parents) if p.exists())
+    except OSError as exc:  # a directory above it that lbweb may not enter
+        return f"lbweb cannot reach {path}: {exc.strerror}."
+    if existing == path and not path.is_dir():
+        return f"{path} exists and is not a directory."
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by lbweb."
+    return None

@@ -167,8 +167,8 @@ def scheduled_backup(*, force: bool = False) -> Path | None:
         return None
     try:
         data, name = backup_create(passphrase=row.passphrase)
-        path = _write(Path(row.directory), name, data)
-        _prune(Path(row.directory), row.keep)
+        path = _write(row.target, name, data)
+        _prune(row.target, row.keep)
     except (OSError, ValidationError) as exc:
         BackupSchedule.objects.filter(pk=1).update(last_run=now, last_error=str(exc))
         return None

@@ -22,8 +22,7 @@ class BackupSchedule(models.Model):
     directory = models.CharField(
         max_length=300,
         blank=True,
-        help_text="An absolute path, made 0700 if missing (blank: backups/ in lbweb's state directory). Each backup "
-        "is a 0600 file.",
+        help_text="Absolute, made 0700 if missing (blank: backups/ in lbweb's state directory).",
     )
     interval_hours = models.PositiveIntegerField(default=24, validators=[MinValueValidator(1), MaxValueValidator(720)])
     keep = models.PositiveIntegerField(

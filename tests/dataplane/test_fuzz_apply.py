@@ -6,8 +6,8 @@ and applied by libnftables in a throwaway network namespace, in a child process 
 a refusal or a crash fails the test with the configuration that caused it. Validation reads the kernel's
 capabilities as the worker would publish them, probed in the same kind of namespace.
 
-A short run here: 80 examples, about 40 s on a loaded 2-core machine (0.45 s each, measured beside
-the long run), checked to stay under a minute; ``bench/fuzz_apply.py`` runs thousands of examples.
+A short run here: 80 examples (up to three runs of them, until 20 farms got through validation), about 5 s
+a run on a quiet 2-core machine, checked to stay under a minute; ``bench/fuzz_apply.py`` runs thousands.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tests.support.apply_sandbox import Sandbox
 from tests.support.fuzz_farms import Stats, build_and_apply
 
 EXAMPLES = int(os.environ.get("LBWEB_FUZZ_EXAMPLES", "80"))
+ROUNDS = 3
 BUDGET_SECONDS = 60
 
 
@@ -55,7 +56,12 @@ def test_what_validation_accepts_the_kernel_applies(sandbox, db, monkeypatch):
             transaction.set_rollback(True)
         assert failure is None, failure
 
-    example()
+    # How many farms a run's examples carry through validation varies widely (16 to 46 in 80 examples, seen
+    # here): a run short of the 20 that prove something is followed by another, fresh one, up to three.
+    for _ in range(ROUNDS):
+        example()
+        if stats.farms >= 20:
+            break
     print(stats.as_dict())
     assert time.monotonic() - started < BUDGET_SECONDS, "the short run outgrew its budget: lower EXAMPLES"
     assert stats.farms >= 20, f"too few farms got through validation to prove anything: {stats.as_dict()}"

@@ -515,6 +515,39 @@ def test_a_killed_process_is_restarted_alone_while_the_api_keeps_answering(appli
     print("\n".join(report))
 
 
+ALICE = """
+from django.contrib.auth.models import Group, User
+from django_otp.plugins.otp_totp.models import TOTPDevice
+alice = User.objects.create_user("alice", password="alice-password-1")
+alice.groups.add(Group.objects.get_or_create(name="viewer")[0])
+print(TOTPDevice.objects.create(user=alice, name="phone", confirmed=True).bin_key.hex())
+"""
+
+
+def test_the_authentication_commands_work_as_written(appliance):
+    """docs/authentication.md "Local accounts as a fallback" and "The API", word for word: the console's way back
+    to local logins, and a token login of an account with a second factor (refused without its code). Before the
+    certificate test, which replaces the certificate these blocks trust."""
+    from tests.support.totp import code
+
+    fallback = in_appliance_shell(appliance, readme_block("### Local accounts as a fallback", "docs/authentication.md"))
+    assert fallback.returncode == 0, fallback.stdout + fallback.stderr
+    assert "Local accounts may log in again." in fallback.stdout and "local logins: on" in fallback.stdout, fallback
+    assert "directories: none" in fallback.stdout, fallback.stdout
+    made = in_appliance_shell(appliance, f".venv/bin/python manage.py shell -c {shlex.quote(ALICE)}")
+    assert made.returncode == 0, made.stdout + made.stderr
+    key = bytes.fromhex(made.stdout.strip().splitlines()[-1])
+    block = readme_block("### The API", "docs/authentication.md")
+    wrong = "000000" if code(key) != "000000" else "111111"
+    for given, answer in ((wrong, "Wrong second-factor code"), (code(key), '"token"')):
+        result = in_appliance_shell(appliance, f"PASSWORD=alice-password-1 CODE={given}\n{block}")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert answer in result.stdout, (given, result.stdout)
+        time.sleep(2)  # django-otp slows the device down for 1 s after the wrong code
+    (login,) = json_documents(result.stdout)
+    assert login["token"], login
+
+
 def test_the_certificate_commands_work_as_written(appliance):
     """docs/operations.md "The certificate", word for word: the appliance's certificate, then one of the reader's
     own (my.crt, my-chain.pem, my.key) put in its place. Last but one: the appliance then serves a certificate the

@@ -277,8 +277,8 @@ def test_the_check_tells_a_path_from_what_is_not_one():
     assert unresolved("topology.py", None, "tests/support/lab.py") is None  # bare: somewhere in the tree
     assert unresolved("runs/PASSES.md", None, "bench/README.md") is None  # beside the file that names it
     assert unresolved("kernel/nothing.py", None, "dataplane/applier.py") == "no such file or folder"
-    assert unresolved("farms/object_edit.html", None, "farms/views.py") is None  # a template, by its name
-    assert unresolved("farms/object_view.html", None, "farms/views.py") == "no such file or folder"
+    assert unresolved("farms/object_edit.html", None, "farms/views/farm_views.py") is None  # a template, by its name
+    assert unresolved("farms/object_view.html", None, "farms/views/farm_views.py") == "no such file or folder"
     assert unresolved("tests/repo/test_docs.py", "::test_the_check_tells_a_path_from_what_is_not_one", "x.md") is None
     assert "defines no" in unresolved("tests/repo/test_docs.py", "::test_nothing_of_the_kind", "x.md")
     not_ours = ["var/tls/lbweb.crt", ".venv/bin/python", "bench/results/dataplane.json", "application/json"]

@@ -156,7 +156,7 @@ PLANTED = {
         "l7.models", "def later():\n    from farms import views", "l7.models -> farms.views"
     ),
     "a farms page that imports monitoring's pages": (
-        "farms.views", "from monitoring import selectors", "farms.views -> monitoring.selectors"
+        "farms.views.page_parts", "from monitoring import selectors", "farms.views.page_parts -> monitoring.selectors"
     ),
     "Django in the failover path": (
         "dataplane.cluster.transition", "from django.conf import settings", "dataplane.cluster.transition -> django"

@@ -83,17 +83,25 @@ def _text(max_size: int) -> st.SearchStrategy[str]:
 
 
 @st.composite
-def farm_values(draw, index: int) -> dict:
-    """Field values of one farm, leaning towards what its mode takes."""
+def farm_values(draw, index: int, *, flowtables: bool = True) -> dict:
+    """Field values of one farm, leaning towards what its mode takes (and flow offload only where the kernel
+    has flowtables: elsewhere validation refuses it, which tests/farms/test_kernel_bounds_validation.py proves)."""
     mode = draw(st.sampled_from(FarmModeChoices.values))
     version = draw(st.sampled_from([4, 6]))
     protocols = FarmProtocolChoices.values
+    l7, local = mode in ("http", "https"), mode == "local"
+    leaning = {"stlsdnat": "udp", "http": "tcp", "https": "tcp"}
     protocol = draw(
-        mostly(st.just("udp"), st.sampled_from(protocols)) if mode == "stlsdnat" else st.sampled_from(protocols)
+        mostly(st.just(leaning[mode]), st.sampled_from(protocols)) if mode in leaning else st.sampled_from(protocols)
     )
     hashed = st.sampled_from([FarmSchedulerChoices.HASH, FarmSchedulerChoices.SYMHASH])
     any_scheduler = st.sampled_from(FarmSchedulerChoices.values)
-    scheduler = draw(mostly(hashed, any_scheduler) if mode == "dsr" else any_scheduler)
+    if mode == "dsr":
+        scheduler = draw(mostly(hashed, any_scheduler))
+    elif l7 or local:  # HAProxy schedules per service; a local farm schedules nothing
+        scheduler = draw(mostly(st.just(FarmSchedulerChoices.ROUND_ROBIN), any_scheduler))
+    else:
+        scheduler = draw(any_scheduler)
     fields = [x for x in HashFieldChoices.values if protocol != "all" or "port" not in x]
     sched_param = (
         " ".join(draw(st.lists(st.sampled_from(fields), min_size=1, max_size=3, unique=True)))
@@ -136,9 +144,13 @@ def farm_values(draw, index: int) -> dict:
         "helper": draw(mostly(st.sampled_from(["", *helpers]), st.sampled_from(HelperChoices.values))) if plain else "",
         "tcp_strict": draw(st.booleans()) if mode in ("snat", "dnat") else False,
         "intra_connect": draw(st.booleans()) if plain and persistence != "srcmac" else False,
-        "flow_offload": draw(mostly(st.just(False), st.just(True), 6)) if plain else False,
+        "flow_offload": draw(mostly(st.just(False), st.just(True), 6)) if plain and flowtables else False,
         "interface": draw(mostly(st.sampled_from(INTERFACES), _text(16))) if mode == "dsr" else "",
-        "when_all_down": draw(st.sampled_from(FarmAllDownChoices.values)),
+        "when_all_down": draw(
+            mostly(st.just(FarmAllDownChoices.REJECT), st.sampled_from(FarmAllDownChoices.values))
+            if l7 or local
+            else st.sampled_from(FarmAllDownChoices.values)
+        ),
         "source_addr": "",
         "source_ports": "",
     }
@@ -238,11 +250,12 @@ def build_and_apply(draw, sandbox, stats: Stats, *, keep_failures: int = 20) -> 
     Runs inside the caller's transaction, which the caller rolls back.
     """
     import compiler
-    from farms import services
+    from farms import capabilities, services
     from farms.models import Policy
     from farms.specs import farm_spec, farms_queryset, policy_spec
 
     stats.examples += 1
+    flowtables = (capabilities.published() or {}).get("flowtable") is not False
     policies = []
     for i in range(draw(st.integers(0, 2))):
         values = draw(policy_values(i))
@@ -251,7 +264,7 @@ def build_and_apply(draw, sandbox, stats: Stats, *, keep_failures: int = 20) -> 
             policies.append(policy)
             stats.policies += 1
     for i in range(draw(st.integers(1, 3))):
-        values = draw(farm_values(i))
+        values = draw(farm_values(i, flowtables=flowtables))
         chosen = draw(st.lists(st.sampled_from(policies), unique=True)) if policies else []
         farm = _attempt(stats, lambda v=values, p=chosen: services.farm_create(policies=p, **v))
         if farm is None:

@@ -11,10 +11,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import ListView
 
-from . import config_io, versions
-from .models import ConfigVersion
-from .roles import ADMIN, RoleRequiredMixin
-from .views import PAGE_SIZE
+from .. import config_io, versions
+from ..models import ConfigVersion
+from ..roles import ADMIN, RoleRequiredMixin
+from .page_parts import PAGE_SIZE
 
 
 class ConfigVersionListView(RoleRequiredMixin, ListView):

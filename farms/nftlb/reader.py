@@ -1,15 +1,15 @@
-"""nftlb JSON documents (``{"farms": [...], "policies": [...]}``) to and from lbweb field values.
+"""nftlb JSON documents (``{"farms": [...], "policies": [...]}``) read into lbweb field values.
 
-:func:`import_document` only reads the document: it returns an :class:`ImportPlan` with the field values of
-every farm, backend, static session and policy, and three lists of findings, each entry naming its place
-in the document (``farms[2].backends[0].ip-addr``):
+:func:`import_document` only reads the document: it returns an :class:`~farms.nftlb.plans.ImportPlan` with the
+field values of every farm, backend, static session and policy, and three lists of findings, each entry naming
+its place in the document (``farms[2].backends[0].ip-addr``):
 
 - ``errors``: a value lbweb cannot take or an nftlb setting it cannot honour; the import must not happen;
 - ``unknown``: an attribute neither nftlb nor lbweb knows; reported, not applied (errors when ``strict``);
 - ``ignored``: an nftlb attribute, or part of a value, lbweb does not keep, with the reason.
 
 A farm in the document describes the whole farm: an attribute it leaves out takes its default, as in a
-fresh nftlb farm. :func:`export_document` writes farms back in the same format, so export, import into an
+fresh nftlb farm. :mod:`farms.nftlb.writer` writes farms back in the same format, so export, import into an
 empty database and export again gives the same document.
 """
 
@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..choices import FarmModeChoices, FarmSchedulerChoices
 from ..models import Backend, Farm
 from ..services import FARM_FIELDS
-from ..validation import parse_networks, session_key_parts
+from ..validation import parse_networks
 from . import codecs as c
+from .plans import MISSING, BackendPlan, FarmPlan, ImportPlan, PolicyPlan, SessionPlan
 from .schema import (
     ADDRESS_IGNORED,
     BACKEND_ATTRIBUTES,
@@ -35,7 +34,6 @@ from .schema import (
     FARM_ATTRIBUTES,
     FARM_IGNORED,
     POLICY_IGNORED,
-    POLICY_TYPE_WORDS,
     POLICY_TYPES,
     STATE_ATTRIBUTES,
     Attribute,
@@ -43,14 +41,11 @@ from .schema import (
     Ignored,
 )
 
-MISSING = object()
 FARM_BY_NAME = {a.name: a for a in FARM_ATTRIBUTES}
 BACKEND_BY_NAME = {a.name: a for a in BACKEND_ATTRIBUTES}
 TOP_LEVEL = ("farms", "policies", "addresses")
 # Where nftlb's default differs from lbweb's own (a farm left without the attribute takes nftlb's).
 NFTLB_DEFAULTS = {"log_rtlimit": 0}
-# nftlb's dump writes these with its defaults (a farm's priority is recomputed, queue -1 is none).
-NFTLB_CONSTANTS = {"priority": "1", "queue": "-1"}
 ADDRESS_ATTRIBUTES = {
     "ip-addr": FARM_BY_NAME["virtual-addr"],
     "ports": FARM_BY_NAME["virtual-ports"],
@@ -58,80 +53,6 @@ ADDRESS_ATTRIBUTES = {
 }
 
 HASHED = (FarmSchedulerChoices.HASH, FarmSchedulerChoices.MAGLEV)  # the schedulers that read sched-param
-
-
-@dataclass
-class BackendPlan:
-    """A backend of the document: its nftlb name (for sessions) and lbweb field values."""
-
-    path: str
-    name: str
-    values: dict[str, Any]
-
-    @property
-    def valid(self) -> bool:
-        return MISSING not in self.values.values()
-
-
-@dataclass
-class SessionPlan:
-    """A static session: a client pinned to the backend the document names."""
-
-    path: str
-    client: str
-    backend: str
-
-
-@dataclass
-class FarmPlan:
-    """A farm of the document; ``valid`` is False when one of its own values was refused."""
-
-    path: str
-    name: str
-    values: dict[str, Any]
-    backends: list[BackendPlan] = field(default_factory=list)
-    sessions: list[SessionPlan] = field(default_factory=list)
-    policies: list[tuple[str, str]] = field(default_factory=list)  # (path, policy name)
-    valid: bool = True
-
-
-@dataclass
-class PolicyPlan:
-    """A deny or allow list of the document."""
-
-    path: str
-    name: str
-    values: dict[str, Any]
-
-
-@dataclass
-class ImportPlan:
-    """What a document asks for, and what was wrong, unknown or left out in it."""
-
-    farms: list[FarmPlan] = field(default_factory=list)
-    policies: list[PolicyPlan] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
-    unknown: list[dict[str, str]] = field(default_factory=list)
-    ignored: list[dict[str, str]] = field(default_factory=list)
-    warnings: list[dict[str, str]] = field(default_factory=list)
-    differences: list[dict[str, str]] = field(default_factory=list)
-
-    def warn(self, path: str, attribute: str, message: str) -> None:
-        self.warnings.append({"path": path, "attribute": attribute, "message": message})
-
-    def differ(self, path: str, attribute: str, message: str) -> None:
-        """Where lbweb, by design, does not do exactly what nftlb does."""
-        self.differences.append({"path": path, "attribute": attribute, "message": message})
-
-    def error(self, path: str, message: str) -> None:
-        self.errors.append({"path": path, "message": message})
-
-    def left_out(self, path: str, attribute: str, value: Any, reason: str) -> None:
-        self.ignored.append({"path": path, "attribute": attribute, "value": _shown(value), "reason": reason})
-
-
-def _shown(value: Any) -> str:
-    return value if isinstance(value, str) else str(value)
 
 
 def _at(path: str, key: str) -> str:
@@ -533,68 +454,3 @@ def _session_client(raw: Any) -> str:
 def import_document(document: Any, *, strict: bool = False) -> ImportPlan:
     """Read an nftlb document into lbweb field values, without touching the database or the kernel."""
     return _Reader(strict).document(document)
-
-
-# -- export -----------------------------------------------------------------------------------------
-
-
-def _dump(obj: Any, attributes: Iterable[Attribute | Compound]) -> dict[str, str]:
-    out = {}
-    for attr in attributes:
-        value = attr.dump(obj) if isinstance(attr, Compound) else attr.dump(getattr(obj, attr.field))
-        if value is not None:
-            out[attr.name] = value
-    return out
-
-
-def _export_client(client: str, farm) -> str:
-    """lbweb's addr:port client back into nftlb's ``addr . port`` persistence key."""
-    if farm.persistence != "srcip srcport":
-        return client
-    address, port = session_key_parts(client, farm)
-    return f"{address} . {port}"
-
-
-def export_farm(farm) -> dict[str, Any]:
-    """One farm (with its backends, static sessions and policy names) as an nftlb farm object."""
-    family = "ipv6" if ipaddress.ip_address(farm.vip).version == 6 else "ipv4"
-    doc: dict[str, Any] = {"name": farm.name, "family": family, **_dump(farm, FARM_ATTRIBUTES)}
-    doc |= NFTLB_CONSTANTS  # what nftlb's own dump writes and lbweb has no field for (their defaults)
-    names = {}
-    backends = []
-    for index, backend in enumerate(farm.backends.all()):
-        names[backend.id] = f"bck{index}"
-        backends.append({"name": names[backend.id], **_dump(backend, BACKEND_ATTRIBUTES)})
-    doc["backends"] = backends
-    sessions = [
-        {"client": _export_client(s.client, farm), "backend": names[s.backend_id]} for s in farm.static_sessions.all()
-    ]
-    if sessions:
-        doc["sessions"] = sessions
-    policies = [{"name": p.name} for p in farm.policies.all()]
-    if policies:
-        doc["policies"] = policies
-    return doc
-
-
-def export_policy(policy) -> dict[str, Any]:
-    versions = {ipaddress.ip_network(e, strict=False).version for e in policy.element_list}
-    family = "ipv6" if versions == {6} else "ipv4"  # nftlb's default; a policy of both families says ipv4
-    doc: dict[str, Any] = {"name": policy.name, "family": family, "type": POLICY_TYPE_WORDS[policy.type]}
-    if policy.description:
-        doc["description"] = policy.description
-    doc["elements"] = [{"data": network} for network in policy.element_list]
-    return doc
-
-
-def export_document(farms: Iterable, policies: Iterable | None = None) -> dict[str, Any]:
-    """Farms (and the policies they use, or ``policies`` when given) as an nftlb document."""
-    farms = list(farms)
-    if policies is None:
-        used = {p.name: p for farm in farms for p in farm.policies.all()}
-        policies = [used[name] for name in sorted(used)]
-    doc: dict[str, Any] = {"farms": [export_farm(farm) for farm in farms]}
-    policy_docs = [export_policy(p) for p in policies]
-    if policy_docs:
-        doc["policies"] = policy_docs
-    return doc

@@ -226,7 +226,8 @@ def test_a_units_digest_and_text_are_the_same_in_every_process():
     were that order to follow a set's iteration (string hashes differ from one process to the next), the
     worker would see every farm changed after a restart, and rewrite it. Two hash seeds, same units."""
     code = (
-        "import json, sys; sys.path.insert(0, 'tests'); from test_compiler import ALL_FARMS, FEATURES, DENY, ALLOW;"
+        "import json, sys; sys.path.insert(0, 'tests/compiler');"
+        "from test_compiler import ALL_FARMS, FEATURES, DENY, ALLOW;"
         "import compiler;"
         "units = compiler.compile_units(ALL_FARMS + FEATURES, [DENY, ALLOW]);"
         "print(json.dumps({k: [u.digest, u.creates] for k, u in sorted(units.items())}))"

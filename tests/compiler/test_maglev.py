@@ -28,6 +28,7 @@ from compiler import maglev
 from compiler.spec import BackendSpec, FarmSpec
 from tests.compiler.test_compiler import scheduler_of
 from tests.support.lab import HERE, run_in_netns, sh, udp_question, wait_listening
+from tests.support.stack import ROOT
 
 VIP = "198.18.160.1"
 BACKENDS = {"b1": "198.18.62.11", "b2": "198.18.62.12", "b3": "198.18.62.13"}
@@ -314,7 +315,7 @@ def test_the_bench_reports_maglev_beside_hash(tmp_path):
     """docs/benchmarks.md's `bench/maglev.py`, small: maglev moves far fewer of the other backends' flows than hash."""
     out = tmp_path / "maglev.json"
     cmd = [sys.executable, "bench/maglev.py", "--backends", "3,10", "--flows", "20000", "--json", str(out)]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, timeout=120)
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "| 10 | 4093 |" in result.stdout
     for row in json.loads(out.read_text()):

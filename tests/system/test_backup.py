@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 from farms.models import AuditEvent
 from system.backup import archive, sections
 from system.backup import services as backup
-from tests import backup_appliance
 from tests.conftest import new_token
+from tests.support import backup_appliance
 
 PASSPHRASE = "correct horse battery staple"
 
@@ -112,7 +112,7 @@ def test_a_restore_onto_a_fresh_appliance_reproduces_every_section(admin_user, a
 @pytest.mark.django_db
 def test_restored_accounts_log_in_with_their_password_and_second_factor(admin_user, admin_client, client):
     from accounts import second_factor
-    from tests import totp
+    from tests.support import totp
 
     backup_appliance.build(admin_user)
     data = download(admin_client)

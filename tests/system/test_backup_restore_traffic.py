@@ -10,11 +10,11 @@ import json
 import pytest
 
 from system.backup import services as backup
-from tests import backup_appliance
 from tests.conftest import OUTPUT, wait_for
-from tests.lab import backend4, vip4
-from tests.stack import Worker
-from tests.test_backup import PASSPHRASE
+from tests.support import backup_appliance
+from tests.support.lab import backend4, vip4
+from tests.support.stack import Worker
+from tests.system.test_backup import PASSPHRASE
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.django_db(transaction=True)]
 

@@ -308,7 +308,7 @@ class BackupScheduleSerializer(serializers.Serializer):
     keep = serializers.IntegerField(required=False)
     passphrase = serializers.CharField(required=False, allow_blank=True, write_only=True, trim_whitespace=False)
     passphrase_set = serializers.SerializerMethodField()
-    last_run = serializers.DateTimeField(read_only=True)
+    last_run = serializers.DateTimeField(read_only=True, allow_null=True)
     last_file = serializers.CharField(read_only=True)
     last_error = serializers.CharField(read_only=True)
 

@@ -106,7 +106,42 @@ def test_a_restore_onto_a_fresh_appliance_reproduces_every_section(admin_user, a
     assert counts["accounts"]["created"] == 3 and counts["accounts"]["updated"] == 1  # admin's own row updated
     event = AuditEvent.objects.filter(action="restore", object_type="appliance").get()
     assert event.actor_name == "admin" and "farms" in event.after["counts"]
-    assert backup_appliance.BIND_PASSWORD not in json.dumps([e.after for e in AuditEvent.objects.all()])
+    recorded = json.dumps([[e.before, e.after] for e in AuditEvent.objects.all()])
+    for secret in (backup_appliance.BIND_PASSWORD, "radius-shared-secret", "PRIVATE KEY", backup_appliance.TOTP_KEY):
+        assert secret not in recorded
+
+
+@pytest.mark.django_db
+def test_the_restoring_account_that_the_archive_lacks_is_deleted_and_named_on_the_record(admin_user, admin_client):
+    data = download(admin_client)
+    stranger = get_user_model().objects.create_superuser("stranger", "", "stranger-password")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {new_token(stranger)}")
+    response = restore(client, data)
+    assert response.status_code == 200, response.json()
+    assert response.json()["changes"]["accounts"]["deleted"] == ["stranger"]
+    assert not get_user_model().objects.filter(username="stranger").exists()
+    event = AuditEvent.objects.get(action="restore")
+    assert event.actor is None and event.actor_name == "stranger"
+
+
+@pytest.mark.django_db
+def test_no_secret_reaches_a_log_the_api_or_the_audit_trail(admin_user, admin_client, caplog, tmp_path):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    backup_appliance.build(admin_user)
+    schedule = {"enabled": True, "directory": str(tmp_path), "passphrase": PASSPHRASE}
+    assert admin_client.put("/api/v1/system/backup/schedule/", schedule, format="json").status_code == 200
+    data = download(admin_client)
+    backup.scheduled_backup(force=True)
+    backup_appliance.wipe()
+    assert restore(admin_client, data).status_code == 200
+    shown = json.dumps(admin_client.get("/api/v1/system/backup/schedule/").json())
+    recorded = json.dumps([[e.before, e.after] for e in AuditEvent.objects.all()])
+    secrets = (PASSPHRASE, backup_appliance.BIND_PASSWORD, "radius-shared-secret", "PRIVATE KEY", "cluster-token")
+    for secret in secrets:
+        assert secret not in shown and secret not in recorded and secret not in caplog.text, secret
 
 
 @pytest.mark.django_db

@@ -417,6 +417,13 @@ def test_the_backup_commands_work_as_written(appliance):
         time.sleep(0.5)
     assert backups.stat().st_mode & 0o777 == 0o700
 
+    console = in_appliance_shell(
+        appliance, passphrase_line + "\n" + readme_block("## From the console", "docs/backup.md")
+    )
+    assert console.returncode == 0, console.stdout + console.stderr
+    assert "appliance-console.lbbackup: " in console.stdout and "dry run: it would restore" in console.stdout
+    assert export() == before
+
 
 def test_the_readmes_first_command_answers_and_applies_a_farm_in_its_namespace(appliance):
     """Item 1 of the appliance-trust issue: up, log in, a farm through the API, its rule in the kernel."""

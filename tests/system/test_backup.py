@@ -287,3 +287,24 @@ def test_the_page_downloads_and_restores_and_says_what_is_wrong_at_its_field(adm
     viewer.force_login(get_user_model().objects.get(username="viewer-1"))
     assert viewer.get("/system/backup/").status_code == 200
     assert viewer.post("/system/backup/", {"action": "download", "passphrase": PASSPHRASE}).status_code == 403
+
+
+@pytest.mark.django_db
+def test_the_console_commands_back_up_and_restore_and_refuse_a_wrong_passphrase(admin_user, tmp_path, monkeypatch):
+    from django.core.management import CommandError, call_command
+
+    backup_appliance.build(admin_user)
+    before = sections_now()
+    monkeypatch.setenv("LBWEB_BACKUP_PASSPHRASE", PASSPHRASE)
+    file = tmp_path / "console.lbbackup"
+    call_command("backup", str(file))
+    assert stat.S_IMODE(os.stat(file).st_mode) == 0o600
+    backup_appliance.wipe()
+    monkeypatch.setenv("LBWEB_BACKUP_PASSPHRASE", "not the passphrase")
+    with pytest.raises(CommandError, match="passphrase: This passphrase does not open"):
+        call_command("restore", str(file))
+    monkeypatch.setenv("LBWEB_BACKUP_PASSPHRASE", PASSPHRASE)
+    call_command("restore", str(file), "--dry-run")
+    assert sections_now() != before
+    call_command("restore", str(file))
+    assert sections_now() == before

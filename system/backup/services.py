@@ -180,7 +180,9 @@ def _write(directory: Path, name: str, data: bytes) -> Path:
     """``directory/name``, 0600 in a directory lbweb made 0700, written whole before it takes its name."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = directory / name
-    partial = directory / f".{name}.partial"
+    if path.exists():  # two within a second (a forced run): the later one keeps its own name
+        path = directory / name.replace("Z" + archive.SUFFIX, f".{timezone.now():%f}Z{archive.SUFFIX}")
+    partial = directory / f".{path.name}.partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
@@ -191,6 +193,8 @@ def _write(directory: Path, name: str, data: bytes) -> Path:
 
 
 def _prune(directory: Path, keep: int) -> None:
-    mine = sorted(directory.glob(f"lbweb-{settings.LBWEB_NODE_NAME}-*{archive.SUFFIX}"))
+    """Delete all but the newest ``keep`` of this appliance's archives there (newest by time written)."""
+    mine = directory.glob(f"lbweb-{settings.LBWEB_NODE_NAME}-*{archive.SUFFIX}")
+    mine = sorted(mine, key=lambda p: (p.stat().st_mtime_ns, p.name))
     for old in mine[:-keep]:
         old.unlink(missing_ok=True)

@@ -153,15 +153,17 @@ class Engine:
         master_socket: str,
         base_config: Path = BASE_CONFIG,
         haproxy: str = "haproxy",
+        access_log: str = "",
     ):
         self.conf_dir = Path(conf_dir)
+        self.access_log = access_log  # rsyslog's socket for the access log (remote syslog), or none
         self.cli = MasterCLI(master_socket)
         self.base_config = base_config
         self.haproxy = haproxy
         self.running: EngineSpec | None = None  # what the current HAProxy worker serves, when known
 
     def render(self, spec: EngineSpec) -> Bundle:
-        return render(spec, str(self.conf_dir))
+        return render(spec, str(self.conf_dir), self.access_log)
 
     def apply(self, spec: EngineSpec, outcome: Outcome | None = None) -> Outcome:
         """Check, write, then runtime commands or a reload; raise ``ConfigError`` or ``ReloadRefused`` when HAProxy

@@ -369,6 +369,6 @@ class Applier:
                     apply_error=message, failed_generation=g, applied_generation=0
                 )
         log.info("%s", run)
-    syslog_events.apply_run(run)
+        syslog_events.apply_run(run)
         self.read_back.after_run(outcome)
         return run

@@ -83,8 +83,8 @@ def _action(server: ServerSpec) -> list[str]:
     return lines
 
 
-def _condition(kinds: tuple[str, ...]) -> str:
-    return " or ".join(f'$.msgid == "{kind}"' for kind in sorted(kinds))
+def _condition(kinds: tuple[str, ...], variable: str = "$.msgid") -> str:
+    return " or ".join(f'{variable} == "{kind}"' for kind in sorted(kinds))
 
 
 def _forward(servers: tuple[ServerSpec, ...]) -> list[str]:
@@ -140,9 +140,9 @@ def rsyslog_conf(spec: SyslogSpec) -> str:
         "",
         "# lbweb's processes: the MSGID they gave (audit, apply, health, cluster), and only those.",
         'ruleset(name="lbweb-events") {',
-        f"    if {_condition(LBWEB_KINDS)} then {{",
+        f"    if {_condition(LBWEB_KINDS, '$msgid')} then {{",
         "        set $.msgid = $msgid;",
-        '        call lbweb-forward',
+        "        call lbweb-forward",
         "    }",
         "}",
         "",

@@ -31,8 +31,8 @@ import compiler
 import compiler.names
 from compiler import carry
 from compiler.units import combined_digest
-from farms.choices import L7_MODES, ApplyKindChoices
 from farms import syslog_events
+from farms.choices import L7_MODES, ApplyKindChoices
 from farms.models import ApplyRun, ConfigGeneration, Farm
 from farms.specs import Snapshot, snapshot
 

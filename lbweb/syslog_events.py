@@ -33,7 +33,11 @@ def events_socket() -> Path:
     named = os.environ.get("LBWEB_SYSLOG_EVENTS_SOCKET")
     if named:
         return Path(named)
-    return Path(os.environ.get("LBWEB_VAR_DIR") or Path(__file__).resolve().parent.parent / "var") / "syslog" / "events.sock"
+    return (
+        Path(os.environ.get("LBWEB_VAR_DIR") or Path(__file__).resolve().parent.parent / "var")
+        / "syslog"
+        / "events.sock"
+    )
 
 
 def _sd_value(value: object) -> str:

@@ -94,7 +94,18 @@ class SyslogLab:
         (d / "rsyslog.conf").write_text(RECEIVER_CONF.format(d=d, a=RCV_ADDRESS))
         self.procs.append(
             subprocess.Popen(
-                ["ip", "netns", "exec", self.rcv, "rsyslogd", "-n", "-f", str(d / "rsyslog.conf"), "-i", str(d / "pid")],
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    self.rcv,
+                    "rsyslogd",
+                    "-n",
+                    "-f",
+                    str(d / "rsyslog.conf"),
+                    "-i",
+                    str(d / "pid"),
+                ],
                 stdout=(d / "out.txt").open("w"),
                 stderr=subprocess.STDOUT,
             )

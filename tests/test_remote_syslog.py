@@ -11,6 +11,7 @@ import json
 import re
 import socket
 import time
+from pathlib import Path
 
 import pytest
 from django.db import transaction
@@ -24,7 +25,7 @@ from farms.models import Backend
 from remotelog import services
 from remotelog.specs import syslog_spec
 from tests.l7_lab import HAProxyLab
-from tests.lab import backend4, sh, vip4
+from tests.lab import backend4, vip4
 from tests.syslog_lab import RCV_ADDRESS, TLS_NAME, TRANSPORTS, SyslogLab
 from tests.test_dataplane import make_farm
 
@@ -53,19 +54,19 @@ def syslog_lab(monkeypatch):
 def kernel_logs_of_namespaces():
     """The lab's LB is a namespace: the kernel logs netfilter's lines of namespaces only with this (init's) sysctl,
     set for the test and put back."""
-    path = "/proc/sys/net/netfilter/nf_log_all_netns"
-    before = open(path).read().strip()
-    with open(path, "w") as f:
-        f.write("1")
+    path = Path("/proc/sys/net/netfilter/nf_log_all_netns")
+    before = path.read_text().strip()
+    path.write_text("1")
     yield
-    with open(path, "w") as f:
-        f.write(before)
+    path.write_text(before)
 
 
 def configure(lab: SyslogLab) -> None:
     for transport, port in TRANSPORTS.items():
         extra = {"ca_certificate": lab.root_ca.pem, "peer_name": TLS_NAME} if transport == "tls" else {}
-        services.syslog_server_create(name=f"receiver-{transport}", host=RCV_ADDRESS, port=port, transport=transport, **extra)
+        services.syslog_server_create(
+            name=f"receiver-{transport}", host=RCV_ADDRESS, port=port, transport=transport, **extra
+        )
     spec, files = syslog_spec(lab.syslog_dir, lab.access_socket)
     assert applier.write(spec, files, lab.syslog_dir) == 3  # the worker's writer, rsyslogd -N1 included
     lab.start_forwarder()
@@ -85,7 +86,14 @@ def test_each_kind_of_event_arrives_over_udp_tcp_and_tls(
     # cluster: a transition the handler journalled, as the worker's heartbeat ingests it
     settings.LBWEB_CLUSTER_DIR = tmp_path
     Cluster.objects.create(pk=1)
-    entry = {"node": "lbweb-a", "state": "MASTER", "from": "BACKUP", "at": time.time(), "reason": "elected", "steps": []}
+    entry = {
+        "node": "lbweb-a",
+        "state": "MASTER",
+        "from": "BACKUP",
+        "at": time.time(),
+        "reason": "elected",
+        "steps": [],
+    }
     (tmp_path / "transitions.jsonl").write_text(json.dumps(entry) + "\n")
     with transaction.atomic():
         assert ingest_journal() == 1

@@ -9,8 +9,8 @@ rsyslog reads three inputs, each bound to a ruleset that names the kind of event
 * ``access_socket``: HAProxy sends its access log of HTTP farms (``format rfc5424``): MSGID ``http-access``;
 * the kernel's log (``imkmsg``, ``/dev/kmsg``, only when a server takes farm-log): netfilter's lines (``IN=... OUT=``),
   the log statements of farms that log (nftlb's ``IN-``, ``FWD-``, ``OUT-`` prefixes): MSGID ``farm-log``.
-  imkmsg reads the kernel's whole buffer when rsyslog starts: lines older than ``KERNEL_BACKLOG_S`` then are
-  not sent again.
+  imkmsg reads the kernel's whole buffer when rsyslog starts: only lines from the second the previous rsyslog
+  stopped on are sent (``SINCE_ENV``, given by ``dataplane/syslog/run.py``), so a restart sends none twice.
 
 Every server gets its kinds in one RFC 5424 template whose HOSTNAME is this host's name, over UDP, TCP
 (octet-counted framing, RFC 6587) or TLS (RFC 5425, GnuTLS, the server's certificate checked against a CA), each
@@ -25,7 +25,7 @@ from . import grammar
 from .spec import APPLY, AUDIT, CLUSTER, FARM_LOG, HEALTH, HTTP_ACCESS, ServerSpec, SyslogSpec
 
 CONFIG_NAME = "rsyslog.conf"
-KERNEL_BACKLOG_S = 60
+SINCE_ENV = "LBWEB_SYSLOG_SINCE"  # set by dataplane/syslog/run.py: when the rsyslog before this one stopped
 QUEUE_SIZE = 20000  # messages an unreachable server's queue holds (memory); the oldest are dropped beyond
 MAX_MESSAGE = "64k"  # an audit entry's structured data can exceed rsyslog's 8k default
 LBWEB_KINDS = (AUDIT, APPLY, HEALTH, CLUSTER)
@@ -106,7 +106,7 @@ def rsyslog_conf(spec: SyslogSpec) -> str:
     access = _checked(grammar.path_problem, spec.access_socket, "access log socket")
     work = _checked(grammar.path_problem, spec.work_dir, "work directory")
     lines = [
-        "# Written by lbweb's worker from its database (System > Remote syslog); edits here are lost at the next apply.",
+        "# Written by lbweb's worker from its database (System > Remote syslog); edits are lost at the next apply.",
         "# Generator: compiler/syslog/render.py. Checked with rsyslogd -N1 before use.",
         f'global(workDirectory="{work}" maxMessageSize="{MAX_MESSAGE}" processInternalMessages="on")',
         "",
@@ -155,10 +155,9 @@ def rsyslog_conf(spec: SyslogSpec) -> str:
     if spec.reads_kernel:
         lines += [
             "",
-            "# The kernel: netfilter's log lines (farms that log), not the backlog read again at a start.",
+            "# The kernel: netfilter's log lines (farms that log), not the backlog sent before a restart.",
             'if $syslogfacility-text == "kern" and re_match($msg, "(^| )IN=[^ ]* OUT=") then {',
-            '    set $.age = cnum($$now-unixtimestamp) - cnum(exec_template("lbweb-reported"));',
-            f"    if $.age < {KERNEL_BACKLOG_S} then {{",
+            f'    if cnum(exec_template("lbweb-reported")) >= cnum(getenv("{SINCE_ENV}")) then {{',
             f'        set $.msgid = "{FARM_LOG}";',
             "        call lbweb-forward",
             "    }",

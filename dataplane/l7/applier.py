@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from compiler.haproxy.config import CONFIG_NAME
 from compiler.haproxy.spec import EngineSpec
-from farms.choices import L7_MODES, ApplyKindChoices
 from farms import syslog_events
+from farms.choices import L7_MODES, ApplyKindChoices
 from farms.models import ApplyRun, Farm
 from l7.specs import MAX_PORTS, l7_farms, snapshot
 

@@ -7,7 +7,9 @@ runs ``rsyslogd -n`` in the foreground on it. rsyslog reads its configuration on
 rewrites the file, rsyslog is restarted; when the worker removes it, rsyslog is stopped and the wrapper waits again.
 rsyslog runs with umask 007, so HAProxy's group may write to the access log socket it makes in HAProxy's ``log/``
 directory (and no one else). A rsyslog that ends by itself ends the wrapper (status 1): its supervisor restarts it.
-No Django: it starts before the database is needed, and restarts rsyslog within a second of a change.
+A restarted rsyslog reads the kernel's whole buffer again; it sends only the lines from the second the previous one
+stopped on (``LBWEB_SYSLOG_SINCE``). No Django: it starts before the database is needed, and restarts rsyslog
+within a second of a change.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from compiler.syslog.render import SINCE_ENV
 
 POLL = 0.5
 RSYSLOGD = "/usr/sbin/rsyslogd"
@@ -35,8 +39,10 @@ def argv_for(directory: Path) -> list[str]:
     return [RSYSLOGD, "-n", "-f", str(directory / "rsyslog.conf"), "-i", str(directory / "rsyslogd.pid")]
 
 
-def _start(directory: Path) -> subprocess.Popen:
-    return subprocess.Popen(argv_for(directory), umask=0o007)
+def _start(directory: Path, since: int) -> subprocess.Popen:
+    """rsyslog, told from when the kernel's lines are new (compiler/syslog/render.py: the backlog it reads)."""
+    env = {**os.environ, SINCE_ENV: str(since)}
+    return subprocess.Popen(argv_for(directory), umask=0o007, env=env)
 
 
 def _stop(child: subprocess.Popen) -> None:
@@ -61,16 +67,17 @@ def run(directory: Path) -> int:
     signal.signal(signal.SIGINT, stop)
     child: subprocess.Popen | None = None
     seen = None
+    since = int(time.time())  # the kernel's lines from this second on: the first rsyslog sends no old ones
     while not stopping:
         now = _mtime(conf)
         if child is not None and child.poll() is not None:
             return 1
         if child is not None and now != seen:
             _stop(child)
-            child = None
+            child, since = None, int(time.time())
         if child is None and now is not None:
             seen = now
-            child = _start(directory)
+            child = _start(directory, since)
         time.sleep(POLL)
     if child is not None:
         _stop(child)

@@ -4,33 +4,97 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='SyslogServer',
+            name="SyslogServer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='What the page and the audit trail call it.', max_length=40, unique=True)),
-                ('enabled', models.BooleanField(default=True)),
-                ('host', models.CharField(help_text="The server's IP address or DNS name.", max_length=253)),
-                ('port', models.PositiveIntegerField(default=514, help_text='514 for UDP and TCP, 6514 for TLS.')),
-                ('transport', models.CharField(choices=[('udp', 'UDP (RFC 5426)'), ('tcp', 'TCP (RFC 6587, octet-counted)'), ('tls', 'TLS (RFC 5425)')], default='udp', max_length=3)),
-                ('ca_certificate', models.TextField(blank=True, help_text="TLS: the CA (PEM) that signed the server's certificate. Required for TLS.", verbose_name='CA certificate')),
-                ('peer_name', models.CharField(blank=True, help_text="TLS: the name the server's certificate must carry (*.example.org allowed). Blank: any name the CA signed.", max_length=253, verbose_name='certificate name')),
-                ('audit', models.BooleanField(default=True, help_text='Who changed what (MSGID audit).', verbose_name='audit trail')),
-                ('apply_runs', models.BooleanField(default=True, help_text='Each apply and its result (apply).', verbose_name='apply runs')),
-                ('health', models.BooleanField(default=True, help_text='Backends going up or down (health).', verbose_name='health transitions')),
-                ('cluster', models.BooleanField(default=True, help_text="This node's HA state (cluster).", verbose_name='cluster transitions')),
-                ('http_access', models.BooleanField(default=True, help_text="HAProxy's log line of each request to HTTP farms (http-access).", verbose_name='HTTP access log')),
-                ('farm_log', models.BooleanField(default=True, help_text="The kernel's log lines of farms that log (farm-log).", verbose_name="farms' kernel log")),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="What the page and the audit trail call it.", max_length=40, unique=True
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                ("host", models.CharField(help_text="The server's IP address or DNS name.", max_length=253)),
+                ("port", models.PositiveIntegerField(default=514, help_text="514 for UDP and TCP, 6514 for TLS.")),
+                (
+                    "transport",
+                    models.CharField(
+                        choices=[
+                            ("udp", "UDP (RFC 5426)"),
+                            ("tcp", "TCP (RFC 6587, octet-counted)"),
+                            ("tls", "TLS (RFC 5425)"),
+                        ],
+                        default="udp",
+                        max_length=3,
+                    ),
+                ),
+                (
+                    "ca_certificate",
+                    models.TextField(
+                        blank=True,
+                        help_text="TLS: the CA (PEM) that signed the server's certificate. Required for TLS.",
+                        verbose_name="CA certificate",
+                    ),
+                ),
+                (
+                    "peer_name",
+                    models.CharField(
+                        blank=True,
+                        help_text="TLS: the name the server's certificate must carry (*.example.org allowed). Blank: any name "
+                        "the CA signed.",
+                        max_length=253,
+                        verbose_name="certificate name",
+                    ),
+                ),
+                (
+                    "audit",
+                    models.BooleanField(
+                        default=True, help_text="Who changed what (MSGID audit).", verbose_name="audit trail"
+                    ),
+                ),
+                (
+                    "apply_runs",
+                    models.BooleanField(
+                        default=True, help_text="Each apply and its result (apply).", verbose_name="apply runs"
+                    ),
+                ),
+                (
+                    "health",
+                    models.BooleanField(
+                        default=True, help_text="Backends going up or down (health).", verbose_name="health transitions"
+                    ),
+                ),
+                (
+                    "cluster",
+                    models.BooleanField(
+                        default=True, help_text="This node's HA state (cluster).", verbose_name="cluster transitions"
+                    ),
+                ),
+                (
+                    "http_access",
+                    models.BooleanField(
+                        default=True,
+                        help_text="HAProxy's log line of each request to HTTP farms (http-access).",
+                        verbose_name="HTTP access log",
+                    ),
+                ),
+                (
+                    "farm_log",
+                    models.BooleanField(
+                        default=True,
+                        help_text="The kernel's log lines of farms that log (farm-log).",
+                        verbose_name="farms' kernel log",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('name',),
+                "ordering": ("name",),
             },
         ),
     ]

@@ -46,7 +46,8 @@ class Migration(migrations.Migration):
                     "peer_name",
                     models.CharField(
                         blank=True,
-                        help_text="TLS: the name the server's certificate must carry (*.example.org allowed). Blank: any name "
+                        help_text="TLS: the name the server's certificate must carry (*.example.org allowed). "
+                        "Blank: any name "
                         "the CA signed.",
                         max_length=253,
                         verbose_name="certificate name",

@@ -108,7 +108,7 @@ def rsyslog_conf(spec: SyslogSpec) -> str:
     lines = [
         "# Written by lbweb's worker from its database (System > Remote syslog); edits are lost at the next apply.",
         "# Generator: compiler/syslog/render.py. Checked with rsyslogd -N1 before use.",
-        f'global(workDirectory="{work}" maxMessageSize="{MAX_MESSAGE}" processInternalMessages="on")',
+        f'global(workDirectory="{work}" maxMessageSize="{MAX_MESSAGE}")',
         "",
         "# RFC 5424, HOSTNAME this host's name, MSGID the kind of event (set by each input's ruleset).",
         'template(name="lbweb-rfc5424" type="list") {',

@@ -110,7 +110,7 @@ class SyslogLab:
                 stderr=subprocess.STDOUT,
             )
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # GnuTLS's start, on a busy machine
         while "6514" not in sh("ip", "netns", "exec", self.rcv, "ss", "-ltn").stdout:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the receiver did not start: {(d / 'out.txt').read_text()}")
@@ -130,7 +130,7 @@ class SyslogLab:
                 stderr=subprocess.STDOUT,
             )
         )
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 30
         while not (self.events_socket.exists() and self.access_socket.exists()):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"lbweb's rsyslog did not start: {self.forwarder_log.read_text()}")
@@ -140,7 +140,7 @@ class SyslogLab:
         path = self.receiver_dir / f"{transport}.log"
         return path.read_text(errors="replace").splitlines() if path.exists() else []
 
-    def wait_for(self, transport: str, predicate, timeout: float = 20) -> str:
+    def wait_for(self, transport: str, predicate, timeout: float = 30) -> str:
         deadline = time.monotonic() + timeout
         while True:
             for line in self.received(transport):

@@ -8,6 +8,7 @@ with this host's name and the kind's MSGID. Namespaces: tests/syslog_lab.py (198
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import time
@@ -22,6 +23,7 @@ from compiler.haproxy.spec import EngineSpec, FarmSpec, ServerSpec, ServiceSpec
 from dataplane.syslog import applier
 from farms.health_services import HealthTransition, health_record
 from farms.models import Backend
+from lbweb import syslog_events
 from remotelog import services
 from remotelog.specs import syslog_spec
 from tests.l7_lab import HAProxyLab
@@ -128,3 +130,18 @@ def test_each_kind_of_event_arrives_over_udp_tcp_and_tls(
             message = parsed(line)
             assert message["host"] == host, line
             assert message["time"].endswith(("Z", "+00:00")) or re.search(r"[+-]\d\d:\d\d$", message["time"]), line
+
+    # A restart (the worker rewrote the file) reads the kernel's buffer again and sends none of it twice.
+    farm_lines = [line for line in syslog_lab.received("udp") if " farm-log " in line]
+    pid_file = syslog_lab.syslog_dir / "rsyslogd.pid"
+    old_pid = pid_file.read_text()
+    time.sleep(1.1)  # the new rsyslog's "since" is a second after the last line
+    conf = syslog_lab.syslog_dir / "rsyslog.conf"
+    os.utime(conf, ns=(time.time_ns(), time.time_ns()))
+    deadline = time.monotonic() + 20
+    while not pid_file.exists() or pid_file.read_text() == old_pid:
+        assert time.monotonic() < deadline, syslog_lab.forwarder_log.read_text()
+        time.sleep(0.1)
+    syslog_events.send("audit", "after the restart", {"marker": "slg-restart"})
+    syslog_lab.wait_for("udp", lambda line: "slg-restart" in line)
+    assert [line for line in syslog_lab.received("udp") if " farm-log " in line] == farm_lines

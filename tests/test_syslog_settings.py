@@ -80,7 +80,10 @@ def test_deterministic_and_every_kind_reaches_the_forwarding_rules():
 @pytest.mark.parametrize("value", HOSTILE)
 def test_the_generator_refuses_what_validation_would_have(value):
     """Past the model (a row written by hand in the database): rendering stops, nothing is written."""
-    for server in (ServerSpec(1, value, 514, "udp"), ServerSpec(1, "198.18.10.1", 6514, "tls", "ca", "/a/ca.pem", value)):
+    for server in (
+        ServerSpec(1, value, 514, "udp"),
+        ServerSpec(1, "198.18.10.1", 6514, "tls", "ca", "/a/ca.pem", value),
+    ):
         spec = SyslogSpec((server,), "/a/e.sock", "/a/l.sock", "/a")
         with pytest.raises(render.UnsafeValue):
             render.rsyslog_conf(spec)
@@ -137,11 +140,15 @@ def test_bad_input_is_a_field_error_and_changes_nothing(api, values, field, word
 
 
 @pytest.mark.django_db
-def test_a_change_is_audited_and_asks_the_worker_for_rsyslogs_file(api, django_capture_on_commit_callbacks, monkeypatch):
+def test_a_change_is_audited_and_asks_the_worker_for_rsyslogs_file(
+    api, django_capture_on_commit_callbacks, monkeypatch
+):
     sent = []
     monkeypatch.setattr("lbweb.enqueue.send", lambda task, **kw: sent.append(task))
     with django_capture_on_commit_callbacks(execute=True):
-        answer = api.post(API, {"name": "siem", "host": "logs.example.org", "port": 514, "transport": "tcp"}, format="json")
+        answer = api.post(
+            API, {"name": "siem", "host": "logs.example.org", "port": 514, "transport": "tcp"}, format="json"
+        )
     assert answer.status_code == 201, answer.json()
     assert answer.json()["audit"] is True and answer.json()["farm_log"] is True  # every kind unless unticked
     assert sent == ["syslog.tasks.apply_syslog"]

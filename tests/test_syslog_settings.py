@@ -195,3 +195,19 @@ def test_a_file_rsyslog_refuses_is_never_used(tmp_path):
         applier.check('action(type="omfwd" target="198.18.10.1" nosuchparameter="1")\n', tmp_path)
     assert (tmp_path / "rsyslog.conf").read_text() == "# the running one\n"
     assert [p.name for p in tmp_path.iterdir()] == ["rsyslog.conf"]  # the checked copy is gone too
+
+
+def test_haproxy_sends_each_http_farms_access_log_to_rsyslog_in_rfc5424():
+    """The worker's HAProxy configuration names rsyslog's socket in every frontend; HAProxy's own check takes it."""
+    from compiler.haproxy.config import render as haproxy_render
+    from dataplane.l7 import engine
+    from tests.l7_specs import full
+
+    socket_path = "/run/lbweb-haproxy/log/access.sock"
+    config = haproxy_render(full(), "/run/lbweb-haproxy/conf", socket_path).config
+    frontends = config.count("\nfrontend ")
+    assert frontends and config.count(f"    log {socket_path} format rfc5424 local0 info\n") == frontends
+    assert f"log {socket_path}" not in haproxy_render(full(), "/run/lbweb-haproxy/conf").config  # none: as before
+    engine.check(full(), access_log=socket_path)
+    with pytest.raises(ValueError):
+        haproxy_render(full(), "/run/lbweb-haproxy/conf", "/run/x.sock\n    option nolinger")

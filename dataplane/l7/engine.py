@@ -59,10 +59,10 @@ def changed_farms(served: EngineSpec | None, wanted: EngineSpec) -> list[int]:
     return sorted(fid for fid in old.keys() | new.keys() if old.get(fid) != new.get(fid))
 
 
-def check(spec: EngineSpec, base_config: Path = BASE_CONFIG, haproxy: str = "haproxy") -> None:
+def check(spec: EngineSpec, base_config: Path = BASE_CONFIG, haproxy: str = "haproxy", access_log: str = "") -> None:
     """Run ``haproxy -c`` on ``spec`` rendered in a scratch directory (certificates and error pages included)."""
     with tempfile.TemporaryDirectory(prefix="lbweb-haproxy-check-") as scratch:
-        refusal = _check_in(render(spec, scratch), Path(scratch), base_config, haproxy)
+        refusal = _check_in(render(spec, scratch, access_log), Path(scratch), base_config, haproxy)
     if refusal:
         raise ConfigError(refusal)
 

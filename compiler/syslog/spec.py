@@ -1,7 +1,7 @@
 """What rsyslog's configuration is made from: plain frozen dataclasses, no Django.
 
 The worker builds a :class:`SyslogSpec` from the database (``dataplane/syslog/applier.py``); ``render.py`` turns it
-into rsyslog's text, golden-tested like the other generators (tests/test_syslog_settings.py).
+into rsyslog's text, golden-tested like the other generators (tests/compiler/test_syslog_render.py).
 """
 
 from __future__ import annotations

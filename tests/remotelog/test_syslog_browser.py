@@ -18,7 +18,10 @@ def accessible(page) -> None:
     assert results.violations_count == 0, results.generate_report()
 
 
-def test_an_admin_adds_a_tls_server_on_the_page(live_server, admin_user, browser_page, csp_violations):
+def test_an_admin_adds_a_tls_server_on_the_page(live_server, admin_user, browser_page, csp_violations, monkeypatch):
+    # No broker here: the task the save asks for is recorded (a Celery connection made now would outlive the test).
+    sent = []
+    monkeypatch.setattr("lbweb.enqueue.send", lambda task, **kw: sent.append(task))
     page, base = browser_page, live_server.url
     page.goto(f"{base}/accounts/login/")
     page.fill("#id_username", "admin")
@@ -49,3 +52,4 @@ def test_an_admin_adds_a_tls_server_on_the_page(live_server, admin_user, browser
     page.screenshot(path=str(OUTPUT / "syslog-list.png"), full_page=True)
     accessible(page)
     assert csp_violations == []
+    assert sent == ["syslog.tasks.apply_syslog"]

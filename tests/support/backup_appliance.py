@@ -13,6 +13,7 @@ from farms import health_services, services
 from l7 import services as l7
 from network import services as network
 from network.models import NetworkSettings
+from remotelog import services as remotelog
 
 BIND_PASSWORD = "bind-secret-of-the-directory"
 TOTP_KEY = "3132333435363738393031323334353637383930"  # RFC 6238's test secret, as django-otp keeps it (hex)
@@ -56,6 +57,7 @@ def build(actor, *, vip: str = "198.18.100.20", backends: tuple[str, ...] = ("19
     )  # fmt: skip
     accounts.radius_update(server="198.18.0.8", secret="radius-shared-secret", actor=actor)
     accounts.login_policy_update(second_factor_role="admin", actor=actor)
+    remotelog.syslog_server_create(name="siem", host="198.18.0.9", port=514, transport="tcp", actor=actor)
     network.settings_update(settings=NetworkSettings.load(), dns_servers="198.18.0.53", ntp_servers="ntp.example")
     cluster.cluster_update(
         vrid=77, vrrp_version=2, auth_pass="vrrp-pw", management_address="198.18.2.100/24",
@@ -67,7 +69,7 @@ def wipe(keep_username: str = "admin") -> None:
     """The database of a freshly installed appliance: every app's rows gone, one ``admin`` account left (as
     deploy/run.sh makes it), the roles' groups kept (migrations make them)."""
     User = get_user_model()
-    for label in ("farms", "l7", "accounts", "network", "cluster", "system", "otp_totp", "otp_static"):
+    for label in ("farms", "l7", "accounts", "network", "cluster", "remotelog", "system", "otp_totp", "otp_static"):
         for model in apps.get_app_config(label).get_models():
             if model._meta.model_name not in ("auditevent",):
                 model.objects.all().delete()

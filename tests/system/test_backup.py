@@ -90,7 +90,8 @@ def test_a_restore_onto_a_fresh_appliance_reproduces_every_section(admin_user, a
     before = sections_now()
     data = download(admin_client)
     assert set(before) == set(sections.SECTIONS) >= {
-        "configuration", "health_checks", "certificates", "accounts", "authentication", "network", "cluster"
+        "configuration", "health_checks", "certificates", "accounts", "authentication", "network", "cluster",
+        "syslog_servers",
     }  # fmt: skip
     for secret in (backup_appliance.BIND_PASSWORD, "PRIVATE KEY", backup_appliance.TOTP_KEY):
         assert secret in json.dumps(before) and secret.encode() not in data

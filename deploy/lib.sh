@@ -4,7 +4,7 @@
 # Debian packages lbweb runs on (python-nftables from PyPI loads libnftables1; Redis is lbweb's own on a unix socket;
 # util-linux: setpriv, for deploy/privdrop; certbot: ACME certificates, run by the worker, dataplane/l7/acme.py;
 # libpcre2-8-0: HAProxy's regex library, loaded by l7/pcre2.py to check host regexes as HAProxy does).
-LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy libpcre2-8-0 keepalived conntrackd certbot tzdata)
+LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy libpcre2-8-0 keepalived conntrackd bird2 certbot tzdata)
 # What pip needs to build the virtualenv: python-ldap (django-auth-ldap's LDAP client: LDAP logins) comes from PyPI
 # as source only, compiled against Debian's libldap. Only where a virtualenv is built (setup, install, the .deb's
 # build host); the .deb depends on the libraries the result loads (deploy/deb/build.sh), not on these.

@@ -54,6 +54,8 @@ PROGRAMS = {
     # HA pair (dataplane/cluster/run.py): waiting for a cluster's files, with the capabilities their daemons need
     "keepalived": (re.compile(r"-m dataplane\.cluster\.run keepalived"), NET_ADMIN | NET_RAW | 1 << 6),  # CAP_SETGID
     "conntrackd": (re.compile(r"-m dataplane\.cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
+    # BGP (dataplane/bgp/run.py): waiting for BIRD's file; BIRD binds port 179 and sets TCP-MD5 keys
+    "bird": (re.compile(r"-m dataplane\.bgp\.run"), NET_ADMIN | 1 << 10),  # CAP_NET_BIND_SERVICE
 }
 USERS = {"prober": "lbweb-probe", "haproxy": "lbweb-haproxy"}  # every other program runs as lbweb
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import ipaddress
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator
 from django.db import models
 
 from compiler.bgp import grammar
 from farms.models import Farm
 
-ASN = [MinValueValidator(1), MaxValueValidator(grammar.ASN_MAX)]
 
 
 def _family(value: str) -> int | None:
@@ -30,7 +29,7 @@ class BgpSettings(models.Model):
     """This node's BGP speaker (BIRD): its AS and router id, BFD's timers, and whether the operator drained it."""
 
     enabled = models.BooleanField(default=False, help_text="run BIRD and announce the farms' VIPs to the peers")
-    local_asn = models.PositiveBigIntegerField("local AS", default=65000, validators=ASN)
+    local_asn = models.PositiveBigIntegerField("local AS", default=65000)
     router_id = models.CharField(
         max_length=15, blank=True, help_text="an IPv4 address, usually this node's own on the peering link"
     )
@@ -88,7 +87,7 @@ class BgpPeer(models.Model):
 
     name = models.SlugField(max_length=48, unique=True, help_text="letters, digits, hyphens and underscores")
     address = models.CharField(max_length=64, unique=True, help_text="the router's address (IPv4 or IPv6)")
-    asn = models.PositiveBigIntegerField("AS", validators=ASN, help_text="the router's AS (its own for iBGP)")
+    asn = models.PositiveBigIntegerField("AS", help_text="the router's AS (its own for iBGP)")
     password = models.CharField(
         "TCP-MD5 password", max_length=80, blank=True, help_text="the session's TCP-MD5 key (RFC 2385); empty: none"
     )
@@ -126,6 +125,11 @@ class BgpPeer(models.Model):
             problems["asn"] = grammar.asn_problem(self.asn)
         if isinstance(self.keepalive_time, int) and isinstance(self.hold_time, int):
             problems["keepalive_time"] = grammar.keepalive_problem(self.keepalive_time, self.hold_time)
+        if isinstance(self.multihop, int):
+            problems.setdefault("source_address", None)
+            problems["source_address"] = problems["source_address"] or grammar.multihop_bfd_problem(
+                self.multihop, self.bfd, self.source_address
+            )
         errors = {name: problem for name, problem in problems.items() if problem}
         ok = "address" not in errors and "source_address" not in errors
         if ok and self.source_address and _family(self.source_address) != _family(self.address):

@@ -76,6 +76,10 @@ def hold_time_problem(value: int) -> str | None:
 
 
 def keepalive_problem(value: int, hold_time: int) -> str | None:
+    """With no hold time, no keepalives are sent and the value is not written (BIRD refuses any keepalive time
+    above the hold time)."""
+    if hold_time == 0:
+        return None
     if type(value) is not int or not 1 <= value <= 65535:
         return "Seconds from 1 to 65535."
     if hold_time and value * 3 > hold_time:
@@ -86,6 +90,13 @@ def keepalive_problem(value: int, hold_time: int) -> str | None:
 def multihop_problem(value: int) -> str | None:
     if type(value) is not int or not 0 <= value <= 255:
         return "0 (the router is on a directly connected link) or a TTL from 1 to 255."
+    return None
+
+
+def multihop_bfd_problem(multihop: int, bfd: bool, source_address: str) -> str | None:
+    """BIRD runs multihop BFD from a known address only ("Multihop BGP with BFD requires specified local address")."""
+    if multihop and bfd and not source_address:
+        return "A multihop session with BFD needs this node's source address (BFD sends from it)."
     return None
 
 

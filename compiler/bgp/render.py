@@ -79,9 +79,14 @@ def _peer(peer: PeerSpec, spec: BgpSpec) -> list[str]:
         f"    local {local}as {spec.local_asn};",
         f"    neighbor {neighbour} as {peer.asn};",
         f"    hold time {_value(grammar.hold_time_problem, peer.hold_time, 'hold time')};",
-        f"    keepalive time {_value(lambda v: grammar.keepalive_problem(v, peer.hold_time), peer.keepalive_time, 'keepalive time')};",  # noqa: E501
     ]
+    keepalive = _value(lambda v: grammar.keepalive_problem(v, peer.hold_time), peer.keepalive_time, "keepalive time")
+    if peer.hold_time:
+        lines.append(f"    keepalive time {keepalive};")
     multihop = _value(grammar.multihop_problem, peer.multihop, "multihop")
+    reason = grammar.multihop_bfd_problem(multihop, peer.bfd, peer.source_address)
+    if reason:
+        raise ValueError(f"source address: {reason}")
     lines.append(f"    multihop {multihop};" if multihop else "    direct;")
     if peer.password:
         lines.append(f'    password "{_value(grammar.password_problem, peer.password, "password")}";')

@@ -17,7 +17,6 @@ from compiler.bgp import grammar
 from farms.models import Farm
 
 
-
 def _family(value: str) -> int | None:
     try:
         return ipaddress.ip_address(value).version

@@ -28,7 +28,7 @@ FARMS = [
     FarmState("quiet", "198.18.100.6", True, False, True, 1, announce=False),
 ]
 PEERS = (
-    PeerSpec(1, "198.18.40.2", 65001, password='md5 # {k}; !x', hold_time=9, keepalive_time=3),
+    PeerSpec(1, "198.18.40.2", 65001, password="md5 # {k}; !x", hold_time=9, keepalive_time=3),
     PeerSpec(2, "2001:2:0:40::2", 4200000000, multihop=2, bfd=False, source_address="2001:2:0:40::1"),
 )
 

@@ -90,8 +90,8 @@ def test_the_router_learns_each_vip_while_its_farm_can_serve_and_loses_it_when_i
         lab.stop_server(name)
     gone(bgp, V4)
     assert V6 in bgp.routes()
-    why = api.get("bgp/")["status"]["farms"]
-    assert why["bgp-web"] == "withdrawn: no backend takes new connections" and why["bgp-web6"] == "announced"
+    why = {"bgp-web": "withdrawn: no backend takes new connections", "bgp-web6": "announced"}
+    wait_until(lambda: api.get("bgp/")["status"]["farms"] == why, 10, what="the reasons")
     lab.start_server("b2")
     learnt(bgp, V4, what="the VIP to come back with a backend")
     lab.ensure_servers()
@@ -135,6 +135,7 @@ def test_a_farm_that_is_off_is_not_announced(api, worker, lab, bgp):
     learnt(bgp, V4)
     api.patch(f"farms/{farm['id']}/", {"state": "off"})
     gone(bgp, V4)
-    assert api.get("bgp/")["status"]["farms"]["bgp-off"] == "withdrawn: the farm is off"
+    why = "withdrawn: the farm is off"  # the status is written just after BIRD was told
+    wait_until(lambda: api.get("bgp/")["status"]["farms"]["bgp-off"] == why, 10, what="the reason")
     api.patch(f"farms/{farm['id']}/", {"state": "up"})
     learnt(bgp, V4)

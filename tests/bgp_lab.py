@@ -81,12 +81,12 @@ class BgpLab:
 
     def start_node(self) -> subprocess.Popen:
         """lbweb's BIRD wrapper in the LB namespace, holding only the capabilities of its unit."""
-        self.node = subprocess.Popen(
-            ["ip", "netns", "exec", self.lab.lb, str(ROOT / "deploy" / "privdrop"), "root",
-             "net_admin,net_bind_service", str(VENV_BIN / "python"), "-m", "dataplane.bgp.run", "--dir",
-             str(self.node_dir)], cwd=ROOT, stdout=open(self.dir / "node.log", "ab"), stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
+        with open(self.dir / "node.log", "ab") as log:
+            self.node = subprocess.Popen(
+                ["ip", "netns", "exec", self.lab.lb, str(ROOT / "deploy" / "privdrop"), "root",
+                 "net_admin,net_bind_service", str(VENV_BIN / "python"), "-m", "dataplane.bgp.run", "--dir",
+                 str(self.node_dir)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
         return self.node
 
     def node_bird_pid(self) -> int | None:

@@ -57,10 +57,14 @@ def gone(bgp: BgpLab, prefix: str, timeout: float = 20) -> float:
 
 
 def test_the_router_learns_each_vip_while_its_farm_can_serve_and_loses_it_when_it_cannot(
-    api, worker, healthd, lab, bgp  # noqa: F811
+    api,
+    worker,
+    healthd,
+    lab,
+    bgp,  # noqa: F811
 ):
     web = make_farm(api, "bgp-web", vip4(60))
-    web6 = make_farm(api, "bgp-web6", vip6(60), family=6)
+    make_farm(api, "bgp-web6", vip6(60), family=6)
     api.patch(f"bgp/farms/{web['id']}/", {"med": 60, "communities": "65000:60 65000:1:2"})
     configure(api, drain_seconds=2)
     node = bgp.start_node()

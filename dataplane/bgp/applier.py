@@ -34,7 +34,7 @@ from ..kernel.sandbox import IsolatedKernel
 log = logging.getLogger("lbweb.bgp")
 BIRDC = "/usr/sbin/birdc"
 TIMEOUT = 10
-_loaded = {"digest": None}  # what BIRD was last told to load, in this worker process
+_loaded: dict = {"digest": None, "status": None}  # what BIRD last loaded and the status last written, here
 
 
 def directory() -> Path:
@@ -96,6 +96,29 @@ def write_checked(path: Path, text: str) -> bool:
     return True
 
 
+def _reload(text: str) -> str:
+    """``birdc configure`` unless BIRD already loaded ``text`` ("" or why it failed). BIRD not started yet reads the
+    file itself when its wrapper starts it."""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    if _loaded["digest"] == digest or not (directory() / "bird.ctl").exists():
+        return ""
+    try:
+        configure()
+    except CheckFailed as exc:
+        return str(exc)
+    _loaded["digest"] = digest
+    return ""
+
+
+def _record(status: dict) -> None:
+    """The status for the page and the API, written only when more than its time changed (every 2 s otherwise)."""
+    same = {k: v for k, v in status.items() if k != "at"}
+    if _loaded.get("status") == same:
+        return
+    _loaded["status"] = same
+    BgpSettings.objects.filter(pk=1).update(status=status)
+
+
 def decide(bgp: BgpSettings, chains: set[str], now=None):
     """(routes, {farm: why}) for this node now."""
     now = now or timezone.now()
@@ -120,7 +143,7 @@ def deploy(kernel=None) -> dict:
         removed = conf.exists()
         conf.unlink(missing_ok=True)
         _loaded["digest"] = None
-        BgpSettings.objects.filter(pk=1).update(status={"enabled": False})
+        _record({"enabled": False})
         return {"enabled": False, "removed": removed}
     directory().mkdir(mode=0o700, parents=True, exist_ok=True)
     announced, why = decide(bgp, held_chains(kernel))
@@ -134,14 +157,16 @@ def deploy(kernel=None) -> dict:
     if text is not None:
         try:
             changed = write_checked(conf, text)
-            digest = hashlib.sha256(text.encode()).hexdigest()
-            if _loaded["digest"] != digest and (directory() / "bird.ctl").exists():
-                configure()
-                _loaded["digest"] = digest
-            status["sessions"] = sessions()
         except CheckFailed as exc:
             status["error"] = str(exc)
+        else:
+            status["error"] = _reload(text)
+        try:
+            status["sessions"] = sessions()
+        except CheckFailed:
+            status["sessions"] = {}
+            status["bird"] = "BIRD is not answering on its control socket (starting, or stopped)"
     if status["error"]:
         log.warning("BGP: %s", status["error"])
-    BgpSettings.objects.filter(pk=1).update(status=status)
+    _record(status)
     return {"enabled": True, "changed": changed, "announced": status["announced"], "error": status["error"]}

@@ -11,6 +11,7 @@ the wrapper waits again. BIRD ending by itself ends the wrapper (status 1): its 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
@@ -19,12 +20,19 @@ import time
 from pathlib import Path
 
 POLL = 0.5
+PR_SET_PDEATHSIG = 1
 BIRD = "/usr/sbin/bird"
 
 
 def argv_for(directory: Path) -> list[str]:
     return [BIRD, "-f", "-c", str(directory / "bird.conf"), "-s", str(directory / "bird.ctl"),
             "-P", str(directory / "bird.pid")]  # fmt: skip
+
+
+def _die_with_parent() -> None:
+    """In BIRD's process before it runs: SIGTERM when the wrapper dies, even by SIGKILL (no BIRD is left behind
+    to hold the port and the socket when the supervisor starts a new wrapper)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def run(directory: Path) -> int:
@@ -42,7 +50,7 @@ def run(directory: Path) -> int:
         if not conf.exists():
             time.sleep(POLL)
             continue
-        child = subprocess.Popen(argv_for(directory))
+        child = subprocess.Popen(argv_for(directory), preexec_fn=_die_with_parent)
         while child.poll() is None and not stopping and conf.exists():
             time.sleep(POLL)
         if child.poll() is not None:

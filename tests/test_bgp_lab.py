@@ -59,9 +59,9 @@ def gone(bgp: BgpLab, prefix: str, timeout: float = 20) -> float:
 def test_the_router_learns_each_vip_while_its_farm_can_serve_and_loses_it_when_it_cannot(
     api,
     worker,
-    healthd,
+    healthd,  # noqa: F811
     lab,
-    bgp,  # noqa: F811
+    bgp,
 ):
     web = make_farm(api, "bgp-web", vip4(60))
     make_farm(api, "bgp-web6", vip6(60), family=6)

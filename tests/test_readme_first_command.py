@@ -367,6 +367,30 @@ def test_the_health_check_and_nftlb_commands_work_as_written(appliance):
     assert [b["ip-addr"] for b in farm["backends"]] == ["198.18.1.12"], farm
 
 
+def test_the_bgp_commands_work_as_written(appliance):
+    """docs/bgp.md's blocks, word for word: BGP on, a peer, farm 1's announcement; then BIRD, started by its
+    supervised wrapper once the worker wrote its file, answers ``birdc``; then the node is drained. (BIRD keeps
+    running for the privilege and restart tests below.)"""
+    login = first_farm_login()
+    made = in_appliance_shell(appliance, login + readme_block("## Set-up", "docs/bgp.md"))
+    assert made.returncode == 0, made.stdout + made.stderr
+    settings, peer, announcement = json_documents(made.stdout)
+    assert settings["enabled"] is True and settings["router_id"] == "198.18.40.1", settings
+    assert peer["password_set"] is True and "password" not in peer, peer
+    assert announcement == {"farm": announcement["farm"], "announce": True, "med": 10,
+                            "communities": "65000:100 65000:1:2"}  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (appliance.checkout / "var" / "bgp" / "bird.ctl").exists():
+        assert time.monotonic() < deadline, f"BIRD did not start:\n{appliance.output()[-3000:]}"
+        time.sleep(0.2)
+    shown = in_appliance_shell(appliance, readme_block("## What BIRD says", "docs/bgp.md"))
+    assert shown.returncode == 0 and "peer" in shown.stdout and "BGP" in shown.stdout, shown.stdout + shown.stderr
+    conf = (appliance.checkout / "var" / "bgp" / "bird.conf").read_text()
+    assert 'password "s3cret md5";' in conf and "bgp_med = 10;" in conf, conf
+    drained = in_appliance_shell(appliance, login + readme_block("## Draining, from the API", "docs/bgp.md"))
+    assert drained.returncode == 0 and json_documents(drained.stdout)[0]["drained"] is True, drained.stdout
+
+
 def test_the_readmes_first_command_answers_and_applies_a_farm_in_its_namespace(appliance):
     """Item 1 of the appliance-trust issue: up, log in, a farm through the API, its rule in the kernel."""
     client = Client(appliance)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from django import forms
 
+from farms.forms import FieldsetsMixin
+
 from .models import ANNOUNCEMENT_FIELDS, PEER_FIELDS, SETTINGS_FIELDS, BgpPeer, BgpSettings, FarmAnnouncement
 
 
-class BgpSettingsForm(forms.ModelForm):
+class BgpSettingsForm(FieldsetsMixin, forms.ModelForm):
+    groups = (("BGP", ("enabled", "local_asn", "router_id")), ("BFD and drain", ("bfd_interval_ms", "bfd_multiplier",
+              "drain_seconds")))  # fmt: skip
+
     class Meta:
         model = BgpSettings
         fields = SETTINGS_FIELDS
@@ -16,7 +21,7 @@ class BgpSettingsForm(forms.ModelForm):
         return {name: self.cleaned_data[name] for name in SETTINGS_FIELDS}
 
 
-class BgpPeerForm(forms.ModelForm):
+class BgpPeerForm(FieldsetsMixin, forms.ModelForm):
     """The password is write-only here too: the field starts empty, and left empty keeps the stored one unless
     "clear" is ticked."""
 
@@ -25,6 +30,10 @@ class BgpPeerForm(forms.ModelForm):
         widget=forms.PasswordInput(render_value=False), help_text="empty: keep the stored one (if any)",
     )  # fmt: skip
     clear_password = forms.BooleanField(required=False, label="Remove the stored password")
+    groups = (
+        ("Router", ("name", "address", "asn", "source_address", "multihop")),
+        ("Session", ("password", "clear_password", "hold_time", "keepalive_time", "bfd")),
+    )
 
     class Meta:
         model = BgpPeer
@@ -44,7 +53,9 @@ class BgpPeerForm(forms.ModelForm):
         return {name: self.cleaned_data[name] for name in PEER_FIELDS}
 
 
-class FarmAnnouncementForm(forms.ModelForm):
+class FarmAnnouncementForm(FieldsetsMixin, forms.ModelForm):
+    groups = (("Announcement", ("announce", "med", "communities")),)
+
     class Meta:
         model = FarmAnnouncement
         fields = ANNOUNCEMENT_FIELDS

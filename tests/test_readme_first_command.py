@@ -385,8 +385,12 @@ def test_the_bgp_commands_work_as_written(appliance):
         time.sleep(0.2)
     shown = in_appliance_shell(appliance, readme_block("## What BIRD says", "docs/bgp.md"))
     assert shown.returncode == 0 and "peer" in shown.stdout and "BGP" in shown.stdout, shown.stdout + shown.stderr
-    conf = (appliance.checkout / "var" / "bgp" / "bird.conf").read_text()
-    assert 'password "s3cret md5";' in conf and "bgp_med = 10;" in conf, conf
+    conf = appliance.checkout / "var" / "bgp" / "bird.conf"
+    deadline = time.monotonic() + 30
+    while "route 198.18.100.1/32 blackhole { bgp_med = 10;" not in conf.read_text():  # the farm's last deploy
+        assert time.monotonic() < deadline, conf.read_text()
+        time.sleep(0.2)
+    assert 'password "s3cret md5";' in conf.read_text()
     drained = in_appliance_shell(appliance, login + readme_block("## Draining, from the API", "docs/bgp.md"))
     assert drained.returncode == 0 and json_documents(drained.stdout)[0]["drained"] is True, drained.stdout
 

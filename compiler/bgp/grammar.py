@@ -4,7 +4,7 @@ The models' ``clean()`` (``bgp/models.py``) refuses anything else with a message
 generator (``render.py``) refuses to write anything else, so no value an operator types can become a keyword, a
 comment or a block in BIRD's file. Only one value is written as text: the TCP-MD5 password, inside BIRD's double
 quotes (its lexer, ``cf-lex.l``, reads ``"[^"\\n]*"`` as one string, with no escapes). Every other value is a
-number or an address, parsed here and written back as Python prints it. ``tests/test_bgp_fields.py`` proves it
+number or an address, parsed here and written back as Python prints it. ``tests/bgp/test_fields.py`` proves it
 against BIRD itself (``bird -p``), by examples and a property-based run.
 
 Each ``*_problem`` function returns why a value cannot be written, or None.

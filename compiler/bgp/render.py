@@ -1,8 +1,8 @@
 """The pure generator of BIRD 2's configuration: a :class:`~compiler.bgp.spec.BgpSpec` in, ``bird.conf`` out.
 Deterministic (golden-tested in ``tests/compiler/test_bgp_render.py``). Every value is written only if BIRD's
-parser reads it back as that one value (``compiler.bgp.grammar``; a ValueError otherwise), and the whole file is checked by
-BIRD itself (``bird -p``: ``bgp.engine_check``, by the web before it saves and by the worker before it replaces the
-file in use).
+parser reads it back as that one value (``compiler.bgp.grammar``; a ValueError otherwise), and the whole file is
+checked by BIRD itself (``bird -p``: ``bgp.engine_check``, by the web before it saves and by the worker before it
+replaces the file in use).
 
 The shape: the VIPs are static blackhole routes in ``lbweb_vips4`` and ``lbweb_vips6`` (one route per VIP, with
 its farm's MED and communities); each peer is a BGP protocol that exports only those routes and imports nothing

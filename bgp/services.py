@@ -63,10 +63,6 @@ def drain(*, settings: BgpSettings | None = None, drained: bool) -> BgpSettings:
         settings.drained, settings.drained_at = drained, timezone.now() if drained else None
         settings.save(update_fields=["drained", "drained_at"])
     request_deploy()
-    if drained:  # the withdrawal when the drain period is over (the heartbeat would do it too, a beat later)
-        enqueue.send_after_commit(
-            "bgp.tasks.deploy", kwargs={}, what="BGP withdrawal after the drain", countdown=settings.drain_seconds + 0.2
-        )
     return settings
 
 

@@ -39,11 +39,8 @@ def after_commit(deliver: Callable[[], object], *, what: str) -> None:
     transaction.on_commit(run)
 
 
-def send_after_commit(
-    task: str, *, args: Iterable = (), kwargs: dict | None = None, what: str, countdown: float | None = None
-) -> None:
-    """Send the worker task named ``task`` once the transaction commits (``countdown``: to run that many seconds
-    later); if the broker is down, ``what`` stays pending (logged)."""
+def send_after_commit(task: str, *, args: Iterable = (), kwargs: dict | None = None, what: str) -> None:
+    """Send the worker task named ``task`` once the transaction commits; if the broker is down, ``what`` stays
+    pending (logged)."""
     args = list(args)
-    options = {} if countdown is None else {"countdown": countdown}
-    after_commit(lambda: send(task, args=args, kwargs=kwargs, **options), what=what)
+    after_commit(lambda: send(task, args=args, kwargs=kwargs), what=what)

@@ -383,8 +383,13 @@ def test_the_bgp_commands_work_as_written(appliance):
     while not (appliance.checkout / "var" / "bgp" / "bird.ctl").exists():
         assert time.monotonic() < deadline, f"BIRD did not start:\n{appliance.output()[-3000:]}"
         time.sleep(0.2)
-    shown = in_appliance_shell(appliance, readme_block("## What BIRD says", "docs/bgp.md"))
-    assert shown.returncode == 0 and "peer" in shown.stdout and "BGP" in shown.stdout, shown.stdout + shown.stderr
+    while True:  # BIRD may have started before the peer's deploy reached it
+        shown = in_appliance_shell(appliance, readme_block("## What BIRD says", "docs/bgp.md"))
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        if "peer" in shown.stdout and "BGP" in shown.stdout:
+            break
+        assert time.monotonic() < deadline, shown.stdout
+        time.sleep(0.5)
     conf = appliance.checkout / "var" / "bgp" / "bird.conf"
     deadline = time.monotonic() + 30
     while "route 198.18.100.1/32 blackhole { bgp_med = 10;" not in conf.read_text():  # the farm's last deploy

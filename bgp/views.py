@@ -10,7 +10,7 @@ from django.views import View
 from django.views.generic import TemplateView
 
 from farms.models import Farm
-from farms.roles import ADMIN, RoleRequiredMixin
+from farms.roles import ADMIN, RoleRequiredMixin, has_role
 from lbweb.views import ObjectDeleteView, ObjectEditView
 
 from . import services
@@ -28,6 +28,7 @@ class BgpPageView(RoleRequiredMixin, TemplateView):
         sessions = status.get("sessions", {})
         announcements = {a.farm_id: a for a in FarmAnnouncement.objects.all()}
         context.update(
+            can_configure=has_role(self.request.user, ADMIN),
             bgp=bgp,
             status=status,
             peers=[(p, sessions.get(f"peer{p.pk}", {})) for p in BgpPeer.objects.all()],

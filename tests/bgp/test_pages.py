@@ -53,6 +53,7 @@ def test_only_admins_write(role_users):
     for role, allowed in (("viewer", False), ("operator", False), ("admin", True)):
         browser = Client()
         browser.force_login(role_users[role])
-        assert browser.get("/bgp/").status_code == 200
+        page = browser.get("/bgp/")
+        assert page.status_code == 200 and ("Drain this node" in page.content.decode()) == allowed
         response = browser.post("/bgp/drain/", {"drained": "1"})
         assert (response.status_code == 302) == allowed, (role, response.status_code)

@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "l7",
     "cluster",
     "bgp",
+    "remotelog",
     # The other processes' packages, for their management commands (manage.py kernel, collector, healthd);
     # they hold no models, and the web imports none of their modules (tests/repo/test_import_contracts.py).
     "dataplane",
@@ -280,6 +281,7 @@ CELERY_IMPORTS = (
     "dataplane.cluster.tasks",
     "dataplane.network.tasks",
     "dataplane.bgp.tasks",
+    "dataplane.syslog.tasks",
 )
 CELERY_TASK_ROUTES = {
     "farms.tasks.*": {"queue": "dataplane"},
@@ -287,6 +289,7 @@ CELERY_TASK_ROUTES = {
     "l7.tasks.*": {"queue": "dataplane"},
     "cluster.tasks.*": {"queue": "dataplane"},
     "bgp.tasks.*": {"queue": "dataplane"},
+    "syslog.tasks.*": {"queue": "dataplane"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2

@@ -56,6 +56,8 @@ PROGRAMS = {
     "conntrackd": (re.compile(r"-m dataplane\.cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
     # BGP (dataplane/bgp/run.py): waiting for BIRD's file; BIRD binds port 179 and sets TCP-MD5 keys
     "bird": (re.compile(r"-m dataplane\.bgp\.run"), NET_ADMIN | 1 << 10),  # CAP_NET_BIND_SERVICE
+    # Remote syslog (dataplane/syslog/run.py): waiting for a syslog server's rsyslog.conf; CAP_SYSLOG reads /dev/kmsg
+    "rsyslog": (re.compile(r"-m dataplane\.syslog\.run"), 1 << 34),
 }
 USERS = {"prober": "lbweb-probe", "haproxy": "lbweb-haproxy"}  # every other program runs as lbweb
 

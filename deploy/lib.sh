@@ -5,7 +5,7 @@
 # util-linux: setpriv, for deploy/privdrop; certbot: ACME certificates, run by the worker, dataplane/l7/acme.py;
 # libpcre2-8-0: HAProxy's regex library, loaded by l7/pcre2.py to check host regexes as HAProxy does; rsyslog and
 # rsyslog-gnutls: remote syslog over UDP, TCP and TLS, dataplane/syslog/).
-LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy libpcre2-8-0 keepalived conntrackd certbot rsyslog rsyslog-gnutls tzdata)
+LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy libpcre2-8-0 keepalived conntrackd bird2 certbot rsyslog rsyslog-gnutls tzdata)
 # What pip needs to build the virtualenv: python-ldap (django-auth-ldap's LDAP client: LDAP logins) comes from PyPI
 # as source only, compiled against Debian's libldap. Only where a virtualenv is built (setup, install, the .deb's
 # build host); the .deb depends on the libraries the result loads (deploy/deb/build.sh), not on these.

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "network",
     "l7",
     "cluster",
+    "bgp",
     "remotelog",
     # The other processes' packages, for their management commands (manage.py kernel, collector, healthd);
     # they hold no models, and the web imports none of their modules (tests/repo/test_import_contracts.py).
@@ -279,6 +280,7 @@ CELERY_IMPORTS = (
     "dataplane.l7.tasks",
     "dataplane.cluster.tasks",
     "dataplane.network.tasks",
+    "dataplane.bgp.tasks",
     "dataplane.syslog.tasks",
 )
 CELERY_TASK_ROUTES = {
@@ -286,6 +288,7 @@ CELERY_TASK_ROUTES = {
     "network.tasks.*": {"queue": "dataplane"},
     "l7.tasks.*": {"queue": "dataplane"},
     "cluster.tasks.*": {"queue": "dataplane"},
+    "bgp.tasks.*": {"queue": "dataplane"},
     "syslog.tasks.*": {"queue": "dataplane"},
     "system.tasks.*": {"queue": "dataplane"},
 }
@@ -312,6 +315,8 @@ CELERY_BEAT_SCHEDULE = {
     },
     # HA pair: record this node's transitions, tell the peer our role, push the configuration if it missed some.
     "cluster-heartbeat": {"task": "cluster.tasks.heartbeat", "schedule": 2.0},
+    # BGP: the routes follow what can serve here (a farm applied, a drain period over) within one beat.
+    "bgp-heartbeat": {"task": "bgp.tasks.heartbeat", "schedule": 2.0},
     # Scheduled backups (System › Backup): written when the last one is the schedule's interval old.
     "backup": {
         "task": "system.tasks.scheduled_backup",
@@ -326,6 +331,8 @@ LBWEB_APPLY_COALESCE_SECONDS = float(os.environ.get("LBWEB_APPLY_COALESCE_SECOND
 # This appliance's name in a cluster (cluster.models.Node.name); its cluster files live in VAR_DIR/cluster.
 LBWEB_NODE_NAME = os.environ.get("LBWEB_NODE_NAME") or socket.gethostname()
 LBWEB_CLUSTER_DIR = Path(os.environ.get("LBWEB_CLUSTER_DIR") or VAR_DIR / "cluster")
+# BGP (bgp/, dataplane/bgp/): BIRD's file, control socket and pid file, written by the worker, run by its wrapper.
+LBWEB_BGP_DIR = Path(os.environ.get("LBWEB_BGP_DIR") or VAR_DIR / "bgp")
 # The worker makes sure the kernel forwards packets (an LB that does not route balances nothing).
 LBWEB_MANAGE_SYSCTL = os.environ.get("LBWEB_MANAGE_SYSCTL", "1") == "1"
 

@@ -31,6 +31,8 @@ urlpatterns = [
     path("api/v1/", include("system.api_urls")),
     path("api/v1/", include("cluster.api.urls")),
     path("cluster/", include("cluster.urls")),
+    path("api/v1/", include("bgp.api.urls")),
+    path("bgp/", include("bgp.urls")),
     path("api/v1/", include("l7.urls")),
     path("api/v1/", include("farms.api.urls")),
     path("monitoring/", include("monitoring.urls")),

@@ -8,6 +8,7 @@ from django.contrib.auth.models import Group
 
 from accounts import second_factor
 from accounts import services as accounts
+from bgp import services as bgp
 from cluster import services as cluster
 from farms import health_services, services
 from l7 import services as l7
@@ -58,6 +59,8 @@ def build(actor, *, vip: str = "198.18.100.20", backends: tuple[str, ...] = ("19
     accounts.radius_update(server="198.18.0.8", secret="radius-shared-secret", actor=actor)
     accounts.login_policy_update(second_factor_role="admin", actor=actor)
     remotelog.syslog_server_create(name="siem", host="198.18.0.9", port=514, transport="tcp", actor=actor)
+    bgp.peer_create(name="router-1", address="198.18.0.1", asn=65001, password="tcp-md5-secret", actor=actor)
+    bgp.announcement_update(announcement=bgp.announcement_of(farm), med=10, communities="65000:100", actor=actor)
     network.settings_update(settings=NetworkSettings.load(), dns_servers="198.18.0.53", ntp_servers="ntp.example")
     cluster.cluster_update(
         vrid=77, vrrp_version=2, auth_pass="vrrp-pw", management_address="198.18.2.100/24",
@@ -69,7 +72,18 @@ def wipe(keep_username: str = "admin") -> None:
     """The database of a freshly installed appliance: every app's rows gone, one ``admin`` account left (as
     deploy/run.sh makes it), the roles' groups kept (migrations make them)."""
     User = get_user_model()
-    for label in ("farms", "l7", "accounts", "network", "cluster", "remotelog", "system", "otp_totp", "otp_static"):
+    for label in (
+        "farms",
+        "l7",
+        "accounts",
+        "network",
+        "cluster",
+        "remotelog",
+        "bgp",
+        "system",
+        "otp_totp",
+        "otp_static",
+    ):
         for model in apps.get_app_config(label).get_models():
             if model._meta.model_name not in ("auditevent",):
                 model.objects.all().delete()

@@ -91,7 +91,7 @@ def test_a_restore_onto_a_fresh_appliance_reproduces_every_section(admin_user, a
     data = download(admin_client)
     assert set(before) == set(sections.SECTIONS) >= {
         "configuration", "health_checks", "certificates", "accounts", "authentication", "network", "cluster",
-        "syslog_servers",
+        "syslog_servers", "bgp",
     }  # fmt: skip
     for secret in (backup_appliance.BIND_PASSWORD, "PRIVATE KEY", backup_appliance.TOTP_KEY):
         assert secret in json.dumps(before) and secret.encode() not in data
@@ -140,7 +140,14 @@ def test_no_secret_reaches_a_log_the_api_or_the_audit_trail(admin_user, admin_cl
     assert restore(admin_client, data).status_code == 200
     shown = json.dumps(admin_client.get("/api/v1/system/backup/schedule/").json())
     recorded = json.dumps([[e.before, e.after] for e in AuditEvent.objects.all()])
-    secrets = (PASSPHRASE, backup_appliance.BIND_PASSWORD, "radius-shared-secret", "PRIVATE KEY", "cluster-token")
+    secrets = (
+        PASSPHRASE,
+        backup_appliance.BIND_PASSWORD,
+        "radius-shared-secret",
+        "PRIVATE KEY",
+        "cluster-token",
+        "tcp-md5-secret",
+    )
     for secret in secrets:
         assert secret not in shown and secret not in recorded and secret not in caplog.text, secret
 

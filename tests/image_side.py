@@ -96,11 +96,12 @@ PLANNED: list[str] = []  # its command, once the session's tests are known
 
 
 def plan(config, items: list) -> None:
-    """When the session collected the tests that read the image's report and others beside them: those tests
-    last (the module fixture ``report`` stays one), and the command that ``start_planned`` starts. The same
+    """When the session collected the tests that read the image's report and others (not marked image): these
+    run last (the module fixture ``report`` stays one), and the command that ``start_planned`` starts. The same
     conditions as the fixture's (LBWEB_IMAGE_TEST, root, the commit to upgrade from) or nothing starts."""
     readers = [item for item in items if item.get_closest_marker("image") and "report" in item.fixturenames]
-    if not readers or len(readers) == len(items) or config.option.collectonly:
+    beside = [item for item in items if not item.get_closest_marker("image")]
+    if not readers or not beside or config.option.collectonly:
         return
     module = readers[0].module
     if os.environ.get("LBWEB_IMAGE_BESIDE", "1") == "0" or not module.IN_THE_MACHINE or os.geteuid() != 0:

@@ -114,3 +114,47 @@ def test_the_run_ends_when_pytest_is_killed(stand_in, tmp_path):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert json.loads((directory / "result.json").read_text())["stopped"] == ["SIGTERM"]
+
+
+class Item:
+    """What plan() reads of a collected test: its markers, its fixtures, its module."""
+
+    def __init__(self, name: str, image: bool = False, report: bool = False):
+        self.name, self.image = name, image
+        self.fixturenames = ["report"] if report else []
+        self.module = type(
+            "Module", (), {"IN_THE_MACHINE": True, "readme_commands": lambda: [["deploy/image/test.sh"]]}
+        )
+
+    def get_closest_marker(self, name: str):
+        return self.image if name == "image" else None
+
+
+def planned(items: list[Item], collectonly: bool = False) -> tuple[list[str], list[str]]:
+    from tests import image_side
+
+    config = type("Config", (), {"option": type("Option", (), {"collectonly": collectonly})})
+    image_side.PLANNED[:] = []
+    image_side.plan(config, items)
+    command, image_side.PLANNED[:] = list(image_side.PLANNED), []
+    return [item.name for item in items], command
+
+
+def test_the_tests_reading_the_report_go_last_when_others_run_beside(monkeypatch):
+    from tests import image_side
+
+    monkeypatch.delenv("LBWEB_IMAGE_BESIDE", raising=False)
+    monkeypatch.setattr(image_side, "upgrade_commit_present", lambda: True)  # a shallow clone too
+    session = [
+        Item("a"),
+        Item("readme", image=True),
+        Item("ui", True, True),
+        Item("deb", True),
+        Item("units", True, True),
+    ]
+    assert planned(session) == (["a", "readme", "deb", "ui", "units"], ["deploy/image/test.sh"])
+    alone = [Item("readme", image=True), Item("ui", True, True), Item("deb", True)]
+    assert planned(alone) == (["readme", "ui", "deb"], [])  # the fixture runs it, when it is due
+    assert planned([Item("a"), Item("ui", True, True)], collectonly=True) == (["a", "ui"], [])
+    monkeypatch.setenv("LBWEB_IMAGE_BESIDE", "0")
+    assert planned([Item("a"), Item("ui", True, True)]) == (["a", "ui"], [])

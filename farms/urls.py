@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import history_views, views
+from . import views
 
 app_name = "farms"
 
@@ -28,11 +28,11 @@ urlpatterns = [
     path("config/", views.ConfigView.as_view(), name="config"),
     path("config/export/", views.ConfigExportView.as_view(), name="config_export"),
     path("config/nftlb/", views.NftlbImportPageView.as_view(), name="nftlb_import"),
-    path("config/versions/", history_views.ConfigVersionListView.as_view(), name="configversion_list"),
-    path("config/versions/diff/", history_views.ConfigVersionDiffView.as_view(), name="configversion_diff"),
+    path("config/versions/", views.ConfigVersionListView.as_view(), name="configversion_list"),
+    path("config/versions/diff/", views.ConfigVersionDiffView.as_view(), name="configversion_diff"),
     path(
         "config/versions/<int:pk>/restore/",
-        history_views.ConfigVersionRestoreView.as_view(),
+        views.ConfigVersionRestoreView.as_view(),
         name="configversion_restore",
     ),
 ]

@@ -15,7 +15,8 @@ from django.db import transaction
 
 from .. import audit, services
 from ..models import Farm, Policy
-from .document import FarmPlan, ImportPlan, import_document
+from .plans import FarmPlan, ImportPlan
+from .reader import import_document
 from .schema import BACKEND_FIELD_ATTRIBUTE, FARM_FIELD_ATTRIBUTE
 
 SESSION_FIELD_ATTRIBUTE = {"client": "client", "backend": "backend"}

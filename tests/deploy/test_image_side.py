@@ -91,6 +91,15 @@ def test_stop_ends_every_process_of_the_run_and_removes_its_namespace(stand_in, 
     assert result.returncode != 0 and "stopped (SIGTERM)" in result.stderr, result.stderr
 
 
+def test_a_run_past_its_time_is_stopped_and_says_so(stand_in, tmp_path, monkeypatch):
+    monkeypatch.setenv("STAND_IN_WAIT", "1")
+    run = SideRun(stand_in, tmp_path / "side").start()
+    wait_started(run.directory)
+    result = run.wait(timeout=time.monotonic() - run.started + 1)
+    assert result.returncode != 0 and "not done" in result.stderr and "out: tag lbi" in result.stdout, result
+    assert left_behind(run.directory) == ([], False)
+
+
 def test_the_run_ends_when_pytest_is_killed(stand_in, tmp_path):
     """pytest killed (SIGKILL, or a timeout's os._exit): no hook runs; the kernel tells the supervisor."""
     directory = tmp_path / "side"

@@ -56,19 +56,20 @@ class SideRun:
         return self
 
     def wait(self, timeout: float) -> subprocess.CompletedProcess:
-        """The command's exit code and output, as ``subprocess.run(..., capture_output=True)`` gives them;
-        subprocess.TimeoutExpired (the run stopped first) ``timeout`` s after it started."""
+        """The command's exit code and output, as ``subprocess.run(..., capture_output=True)`` gives them. Not
+        done ``timeout`` s after it started: stopped, and its output says so (the test shows it, and the consoles)."""
         assert self.proc
+        late = ""
         try:
             self.proc.wait(max(1.0, timeout - (time.monotonic() - self.started)))
         except subprocess.TimeoutExpired:
+            late = f"\ntests/support/image_side.py: not done {timeout:g} s after it started: stopped"
             self.stop()
-            raise
         returncode = json.loads(self.result.read_text())["returncode"] if self.result.exists() else -1
         stdout, stderr = (self.text(name) for name in ("stdout.log", "stderr.log"))
         if self.proc.returncode:
             stderr += f"\n(tests/support/image_side.py supervisor exited {self.proc.returncode})"
-        return subprocess.CompletedProcess(self.command, returncode, stdout, stderr)
+        return subprocess.CompletedProcess(self.command, returncode, stdout, stderr + late)
 
     def text(self, name: str) -> str:
         path = self.directory / name

@@ -15,7 +15,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("audit", ("/audit-events/",)),
     ("history", ("/config/versions/",)),
     ("config", ("/config/",)),
-    ("cluster", ("/cluster/",)),
+    ("cluster", ("/cluster/", "/bgp/")),
     ("system", ("/system/",)),
     ("api", ("/api/docs/", "/api/redoc/")),
     ("farms", ("/farms/", "/backends/")),

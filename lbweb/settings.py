@@ -73,6 +73,8 @@ INSTALLED_APPS = [
     "network",
     "l7",
     "cluster",
+    "bgp",
+    "remotelog",
     # The other processes' packages, for their management commands (manage.py kernel, collector, healthd);
     # they hold no models, and the web imports none of their modules (tests/repo/test_import_contracts.py).
     "dataplane",
@@ -273,12 +275,21 @@ CELERY_TASK_DEFAULT_QUEUE = "dataplane"
 # The worker's tasks live in the worker's package (dataplane/); their names are those they had when they sat in
 # the web apps (farms.tasks.*, ...), so beat's schedule, the routes and messages already queued keep working.
 # Only the worker imports them: the web sends tasks by name.
-CELERY_IMPORTS = ("dataplane.tasks", "dataplane.l7.tasks", "dataplane.cluster.tasks", "dataplane.network.tasks")
+CELERY_IMPORTS = (
+    "dataplane.tasks",
+    "dataplane.l7.tasks",
+    "dataplane.cluster.tasks",
+    "dataplane.network.tasks",
+    "dataplane.bgp.tasks",
+    "dataplane.syslog.tasks",
+)
 CELERY_TASK_ROUTES = {
     "farms.tasks.*": {"queue": "dataplane"},
     "network.tasks.*": {"queue": "dataplane"},
     "l7.tasks.*": {"queue": "dataplane"},
     "cluster.tasks.*": {"queue": "dataplane"},
+    "bgp.tasks.*": {"queue": "dataplane"},
+    "syslog.tasks.*": {"queue": "dataplane"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
@@ -303,6 +314,8 @@ CELERY_BEAT_SCHEDULE = {
     },
     # HA pair: record this node's transitions, tell the peer our role, push the configuration if it missed some.
     "cluster-heartbeat": {"task": "cluster.tasks.heartbeat", "schedule": 2.0},
+    # BGP: the routes follow what can serve here (a farm applied, a drain period over) within one beat.
+    "bgp-heartbeat": {"task": "bgp.tasks.heartbeat", "schedule": 2.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
@@ -312,6 +325,8 @@ LBWEB_APPLY_COALESCE_SECONDS = float(os.environ.get("LBWEB_APPLY_COALESCE_SECOND
 # This appliance's name in a cluster (cluster.models.Node.name); its cluster files live in VAR_DIR/cluster.
 LBWEB_NODE_NAME = os.environ.get("LBWEB_NODE_NAME") or socket.gethostname()
 LBWEB_CLUSTER_DIR = Path(os.environ.get("LBWEB_CLUSTER_DIR") or VAR_DIR / "cluster")
+# BGP (bgp/, dataplane/bgp/): BIRD's file, control socket and pid file, written by the worker, run by its wrapper.
+LBWEB_BGP_DIR = Path(os.environ.get("LBWEB_BGP_DIR") or VAR_DIR / "bgp")
 # The worker makes sure the kernel forwards packets (an LB that does not route balances nothing).
 LBWEB_MANAGE_SYSCTL = os.environ.get("LBWEB_MANAGE_SYSCTL", "1") == "1"
 

@@ -54,6 +54,10 @@ PROGRAMS = {
     # HA pair (dataplane/cluster/run.py): waiting for a cluster's files, with the capabilities their daemons need
     "keepalived": (re.compile(r"-m dataplane\.cluster\.run keepalived"), NET_ADMIN | NET_RAW | 1 << 6),  # CAP_SETGID
     "conntrackd": (re.compile(r"-m dataplane\.cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
+    # BGP (dataplane/bgp/run.py): waiting for BIRD's file; BIRD binds port 179 and sets TCP-MD5 keys
+    "bird": (re.compile(r"-m dataplane\.bgp\.run"), NET_ADMIN | 1 << 10),  # CAP_NET_BIND_SERVICE
+    # Remote syslog (dataplane/syslog/run.py): waiting for a syslog server's rsyslog.conf; CAP_SYSLOG reads /dev/kmsg
+    "rsyslog": (re.compile(r"-m dataplane\.syslog\.run"), 1 << 34),
 }
 USERS = {"prober": "lbweb-probe", "haproxy": "lbweb-haproxy"}  # every other program runs as lbweb
 
@@ -363,6 +367,39 @@ def test_the_health_check_and_nftlb_commands_work_as_written(appliance):
     (farm,) = exported["farms"]
     assert farm["name"] == "lb01" and farm["virtual-addr"] == "198.18.100.2", exported
     assert [b["ip-addr"] for b in farm["backends"]] == ["198.18.1.12"], farm
+
+
+def test_the_bgp_commands_work_as_written(appliance):
+    """docs/bgp.md's blocks, word for word: BGP on, a peer, farm 1's announcement; then BIRD, started by its
+    supervised wrapper once the worker wrote its file, answers ``birdc``; then the node is drained. (BIRD keeps
+    running for the privilege and restart tests below.)"""
+    login = first_farm_login()
+    made = in_appliance_shell(appliance, login + readme_block("## Set-up", "docs/bgp.md"))
+    assert made.returncode == 0, made.stdout + made.stderr
+    settings, peer, announcement = json_documents(made.stdout)
+    assert settings["enabled"] is True and settings["router_id"] == "198.18.40.1", settings
+    assert peer["password_set"] is True and "password" not in peer, peer
+    assert announcement == {"farm": announcement["farm"], "announce": True, "med": 10,
+                            "communities": "65000:100 65000:1:2"}  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (appliance.checkout / "var" / "bgp" / "bird.ctl").exists():
+        assert time.monotonic() < deadline, f"BIRD did not start:\n{appliance.output()[-3000:]}"
+        time.sleep(0.2)
+    while True:  # BIRD may have started before the peer's deploy reached it
+        shown = in_appliance_shell(appliance, readme_block("## What BIRD says", "docs/bgp.md"))
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        if "peer" in shown.stdout and "BGP" in shown.stdout:
+            break
+        assert time.monotonic() < deadline, shown.stdout
+        time.sleep(0.5)
+    conf = appliance.checkout / "var" / "bgp" / "bird.conf"
+    deadline = time.monotonic() + 30
+    while "route 198.18.100.1/32 blackhole { bgp_med = 10;" not in conf.read_text():  # the farm's last deploy
+        assert time.monotonic() < deadline, conf.read_text()
+        time.sleep(0.2)
+    assert 'password "s3cret md5";' in conf.read_text()
+    drained = in_appliance_shell(appliance, login + readme_block("## Draining, from the API", "docs/bgp.md"))
+    assert drained.returncode == 0 and json_documents(drained.stdout)[0]["drained"] is True, drained.stdout
 
 
 def test_the_readmes_first_command_answers_and_applies_a_farm_in_its_namespace(appliance):

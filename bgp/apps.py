@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BgpConfig(AppConfig):
+    name = "bgp"
+    verbose_name = "BGP (route health injection)"

@@ -30,21 +30,22 @@ OUTPUT = Path(__file__).resolve().parents[1] / "test-output"
 FIGURES: dict[str, dict] = {}
 
 
+def start_flaky(lab: Lab, name: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", lab.backends[name], sys.executable, str(HERE / "lab_flaky_server.py"), name]
+        + [backend4(name), str(FLAKY_PORT)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    lab.servers.append(proc)  # Lab.destroy stops it
+    wait_listening(lab.lb, backend4(name), FLAKY_PORT)
+    return proc
+
+
 @pytest.fixture(scope="module")
 def edge_lab(tmp_path_factory):
     lab = Lab(tag=f"lbhe{os.getpid() % 10000}").build()
-    flaky = [
-        subprocess.Popen(
-            ["ip", "netns", "exec", lab.backends[name], sys.executable, str(HERE / "lab_flaky_server.py"), name]
-            + [backend4(name), str(FLAKY_PORT)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for name in lab.backends
-    ]
-    lab.servers.extend(flaky)  # Lab.destroy stops them
-    for name in lab.backends:
-        wait_listening(lab.lb, backend4(name), FLAKY_PORT)
+    lab.flaky = {name: start_flaky(lab, name) for name in lab.backends}
     haproxy = HAProxyLab(lab, tmp_path_factory.mktemp("edge-haproxy")).start()
     yield haproxy
     haproxy.stop()
@@ -107,16 +108,28 @@ def _share(results: list[tuple[float, int]]) -> dict:
     return {"requests": len(results), "errors": errors, "error_share": round(errors / max(len(results), 1), 4)}
 
 
-def failing_mid_run(haproxy: HAProxyLab, spec: EngineSpec, before: float = 1.5, after: float = 3.0) -> dict:
-    """b1 starts answering 503 after ``before`` seconds of traffic: the client's errors before and after, and how
-    long until HAProxy has b1 out (its status, polled every 5 ms), with no active check running."""
+def crash(lab: Lab, name: str, crashed: bool = True) -> None:
+    """Backend ``name``'s server dies (its host refuses connections: TCP reset), or starts again."""
+    if crashed:
+        proc = lab.flaky.pop(name)
+        proc.kill()
+        proc.wait(timeout=5)
+        lab.servers.remove(proc)
+    else:
+        lab.flaky[name] = start_flaky(lab, name)
+
+
+def failing_mid_run(haproxy: HAProxyLab, spec: EngineSpec, before: float = 1.5, after: float = 3.0, how=fail) -> dict:
+    """b1 starts failing after ``before`` seconds of traffic (``how``: answering 503, or its server dies): the
+    client's errors before and after, and how long until HAProxy has b1 out (its status, polled every 5 ms), with
+    no active check running."""
     haproxy.engine.apply(spec)
     client = Client(haproxy.lab)
     client.start()
     try:
         time.sleep(before)
         started = time.monotonic()
-        fail(haproxy.lab, "b1")
+        how(haproxy.lab, "b1")
         out_at, reason = None, ""
         while time.monotonic() < started + after:
             if out_at is None:
@@ -128,7 +141,7 @@ def failing_mid_run(haproxy: HAProxyLab, spec: EngineSpec, before: float = 1.5, 
         client.stop.set()
         client.join(timeout=10)
         retries = haproxy.engine.cli.servers().get(("s10", "b1"), {}).get("wretr")
-        fail(haproxy.lab, "b1", False)
+        how(haproxy.lab, "b1", False)
     results = client.results
     return {
         "before": _share([r for r in results if r[0] < started]),
@@ -147,9 +160,17 @@ def test_a_backend_that_starts_failing_is_taken_out_and_its_errors_retried(edge_
         edge_lab,
         one_farm(flaky_servers(passive_errors=3), retry_on=("conn-failure", "empty-response", "503"), redispatch=True),
     )
-    FIGURES["failing_backend"] = {"no passive health": plain, "passive_errors 3": passive, "and retry-on 503": retried}
+    crashed = failing_mid_run(
+        edge_lab,
+        one_farm(flaky_servers(passive_errors=3), retry_on=("conn-failure",), redispatch=True),
+        how=crash,
+    )
+    FIGURES["failing_backend"] = {
+        "503, no passive health": plain, "503, passive_errors 3": passive, "503, passive_errors 3, retry-on 503": retried,
+        "server dies, passive_errors 3, retry-on conn-failure": crashed,
+    }  # fmt: skip
     print(json.dumps(FIGURES["failing_backend"], indent=2))
-    for run in (plain, passive, retried):
+    for run in (plain, passive, retried, crashed):
         assert run["before"]["errors"] == 0 and run["before"]["requests"] > 20
     # Without passive health b1 stays in rotation: a third of the requests fail for as long as it fails.
     assert plain["seconds_until_out"] is None and 0.25 < plain["after"]["error_share"] < 0.42
@@ -162,6 +183,9 @@ def test_a_backend_that_starts_failing_is_taken_out_and_its_errors_retried(edge_
     # each request it gets costs one retry.
     assert retried["after"]["errors"] == 0 and retried["seconds_until_out"] is None
     assert retried["retries_from_b1"] > 0.25 * retried["after"]["requests"]
+    # A server that dies: each refused connection is retried elsewhere and counted, so b1 is out after 3 of them.
+    assert crashed["after"]["errors"] == 0 and crashed["seconds_until_out"] is not None
+    assert crashed["seconds_until_out"] < 1.0
 
 
 def test_a_post_is_not_retried_after_a_response(edge_lab):

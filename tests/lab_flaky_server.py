@@ -3,8 +3,8 @@
     lab_flaky_server.py NAME ADDRESS PORT
 
 Answers every GET with JSON naming itself, the client address it sees and the request's headers; while failing,
-with 503. A POST answers the same way, with the count of POSTs received. ``PUT /lbweb-fail`` starts failing, ``DELETE /lbweb-fail`` stops (the tests send them straight to the
-backend, not through the load balancer).
+with 503. A POST answers the same way, with the count of POSTs received. ``PUT /lbweb-fail`` starts failing,
+``DELETE /lbweb-fail`` stops (the tests send them straight to the backend, not through the load balancer).
 """
 
 from __future__ import annotations

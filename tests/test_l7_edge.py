@@ -123,11 +123,14 @@ def failing_mid_run(haproxy: HAProxyLab, spec: EngineSpec, before: float = 1.5, 
     """b1 starts failing after ``before`` seconds of traffic (``how``: answering 503, or its server dies): the
     client's errors before and after, and how long until HAProxy has b1 out (its status, polled every 5 ms), with
     no active check running."""
+    from collector import haproxy_stats
+
     haproxy.engine.apply(spec)
     client = Client(haproxy.lab)
     client.start()
     try:
         time.sleep(before)
+        rows_before = haproxy_stats.index(haproxy.engine.cli.stats())
         started = time.monotonic()
         how(haproxy.lab, "b1")
         out_at, reason = None, ""
@@ -141,7 +144,9 @@ def failing_mid_run(haproxy: HAProxyLab, spec: EngineSpec, before: float = 1.5, 
         client.stop.set()
         client.join(timeout=10)
         retries = haproxy.engine.cli.servers().get(("s10", "b1"), {}).get("wretr")
+        rows_after, seconds = haproxy_stats.index(haproxy.engine.cli.stats()), time.monotonic() - started
         how(haproxy.lab, "b1", False)
+    entries, _errors = haproxy_stats.farm_entries(rows_after, rows_before, seconds, {"s10": 1})
     results = client.results
     return {
         "before": _share([r for r in results if r[0] < started]),
@@ -150,6 +155,8 @@ def failing_mid_run(haproxy: HAProxyLab, spec: EngineSpec, before: float = 1.5, 
         "errors_until_out": sum(1 for t, s in results if started <= t < (out_at or 1e18) and s != 200),
         "reason": reason,
         "retries_from_b1": int(retries) if retries else 0,
+        "collector_retries_per_second": entries[1]["retries"],
+        "collector_redispatches_per_second": entries[1]["redispatches"],
     }
 
 
@@ -166,8 +173,8 @@ def test_a_backend_that_starts_failing_is_taken_out_and_its_errors_retried(edge_
         how=crash,
     )
     FIGURES["failing_backend"] = {
-        "503, no passive health": plain, "503, passive_errors 3": passive, "503, passive_errors 3, retry-on 503": retried,
-        "server dies, passive_errors 3, retry-on conn-failure": crashed,
+        "503, no passive health": plain, "503, passive_errors 3": passive,
+        "503, passive_errors 3, retry-on 503": retried, "server dies, passive_errors 3, retry-on conn-failure": crashed,
     }  # fmt: skip
     print(json.dumps(FIGURES["failing_backend"], indent=2))
     for run in (plain, passive, retried, crashed):
@@ -183,6 +190,8 @@ def test_a_backend_that_starts_failing_is_taken_out_and_its_errors_retried(edge_
     # each request it gets costs one retry.
     assert retried["after"]["errors"] == 0 and retried["seconds_until_out"] is None
     assert retried["retries_from_b1"] > 0.25 * retried["after"]["requests"]
+    assert retried["collector_retries_per_second"] > 5 and retried["collector_redispatches_per_second"] > 5
+    assert plain["collector_retries_per_second"] == 0
     # A server that dies: each refused connection is retried elsewhere and counted, so b1 is out after 3 of them.
     assert crashed["after"]["errors"] == 0 and crashed["seconds_until_out"] is not None
     assert crashed["seconds_until_out"] < 1.0

@@ -99,6 +99,11 @@ def test_options_services_and_backend_options_through_the_pages(admin_client, sh
     assert f'href="/http/#farm-{shop.pk}"' in admin_client.get(f"/farms/{shop.pk}/").content.decode()
     listing = admin_client.get("/http/").content.decode()
     assert f'href="/http/services/{api.pk}/edit/"' in listing and f"/http/backends/{backend.pk}/options/" in listing
+    assert "out after 5 failed requests · slow start 20 s · PROXY v2" in listing
+    assert (
+        "Retried on empty-response 503 (2 times, on another backend). PROXY protocol from 198.18.0.9/32 only."
+        in listing
+    )
     assert admin_client.post(f"/http/services/{api.pk}/delete/").status_code == 302
     assert not HttpService.objects.exists() and L7Backend.objects.get().service is None
     refused = admin_client.post(f"/http/certificates/{cert.pk}/delete/")

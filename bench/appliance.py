@@ -15,8 +15,8 @@ from pathlib import Path
 
 import requests
 
-from tests.lab import Lab, run_in_netns
-from tests.stack import ROOT, VENV_BIN, RedisServer, Worker
+from tests.support.lab import Lab, run_in_netns
+from tests.support.stack import ROOT, VENV_BIN, RedisServer, Worker
 
 API_PORT = 8000
 MAKE_TOKEN = """

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/collector.py [--farms 1000] [--entries 100000] [--seconds 30]
 
-As root. Everything runs inside namespaces this script creates (tests/lab.py) and
+As root. Everything runs inside namespaces this script creates (tests/support/lab.py) and
 removes at the end, also on failure; its database and Redis live in a temporary
 directory. In the same run, side by side:
 
@@ -65,7 +65,7 @@ def setup_django(var_dir: Path, redis_url: str) -> None:
 def create_farms(count: int) -> None:
     """Rows written in bulk (a benchmark fixture, not the service path)."""
     from farms.models import Backend, ConfigGeneration, Farm
-    from tests.lab import backend4
+    from tests.support.lab import backend4
 
     Farm.objects.bulk_create(
         [
@@ -81,7 +81,7 @@ def create_farms(count: int) -> None:
 
 def fill_conntrack(lab, farms: int, entries: int) -> int:
     """Real UDP flows from the client: one per (source port, farm) until ``entries`` flows."""
-    from tests.lab import CLIENT4, run_in_netns
+    from tests.support.lab import CLIENT4, run_in_netns
 
     ports = -(-entries // farms)
 
@@ -109,7 +109,7 @@ def fill_conntrack(lab, farms: int, entries: int) -> int:
 
 def trickle(lab, farms: int) -> None:
     """One packet through every farm (from one socket: new flows only the first time)."""
-    from tests.lab import CLIENT4, run_in_netns
+    from tests.support.lab import CLIENT4, run_in_netns
 
     def send() -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -124,7 +124,7 @@ def measure_sampler(lab_ns: str, store, samples: int, between=None) -> dict:
     """CPU of ``samples`` samples (after one warm-up) in namespace ``lab_ns``, census and writes apart."""
     from collector.sampler import Sampler
     from monitoring.farm_index import load_index
-    from tests.lab import run_in_netns
+    from tests.support.lab import run_in_netns
 
     def run() -> dict:
         sampler = Sampler(census_budget=0.015, min_census_interval=INTERVAL)
@@ -167,7 +167,7 @@ def real_loop(lab_ns: str, store, seconds: float) -> tuple[float, int, int]:
     """The collector's own loop at the production interval: thread CPU / wall time."""
     from collector.sampler import Sampler
     from monitoring.farm_index import load_index
-    from tests.lab import run_in_netns
+    from tests.support.lab import run_in_netns
 
     def run() -> tuple[float, int, int]:
         sampler = Sampler(census_budget=0.015, min_census_interval=INTERVAL)
@@ -198,7 +198,7 @@ def idle_loop(seconds: float) -> float:
 
 def apply_in(ns: str) -> None:
     from dataplane import applier as dataplane
-    from tests.lab import run_in_netns
+    from tests.support.lab import run_in_netns
 
     run = run_in_netns(ns, lambda: dataplane.Applier().reconcile(reason="bench"))
     assert run is None or run.ok, run.error
@@ -311,8 +311,8 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark builds network namespaces")
 
-    from tests.lab import Lab
-    from tests.stack import RedisServer
+    from tests.support.lab import Lab
+    from tests.support.stack import RedisServer
 
     tmp = Path(tempfile.mkdtemp(prefix="lbweb-bench-"))
     redis_server = RedisServer(tmp / "redis").start()

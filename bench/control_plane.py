@@ -5,7 +5,7 @@
 
 As root, from the repository root. The whole stack runs as in production, on throw-away state: a
 private Redis and a fresh SQLite database in a temporary directory, the real Celery worker inside the
-LB namespace of the namespace lab (tests/lab.py: only 198.18.0.0/15, only in namespaces this script
+LB namespace of the namespace lab (tests/support/lab.py: only 198.18.0.0/15, only in namespaces this script
 creates) and the REST API under gunicorn in the host namespace, which gets no rule. Everything is torn
 down at the end, also on failure or Ctrl-C.
 
@@ -275,7 +275,7 @@ def main() -> None:
     loadavg_start = " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
     tmp = Path(tempfile.mkdtemp(prefix="lbweb-bench-cp-"))
-    from tests.stack import RedisServer
+    from tests.support.stack import RedisServer
 
     redis_server = RedisServer(tmp / "redis")
     # Before Django is imported: settings read these once.
@@ -291,8 +291,8 @@ def main() -> None:
     lab = worker = gunicorn = watcher = None
     logs = {"worker": tmp / "worker.log", "gunicorn": tmp / "gunicorn.log"}
     try:
-        from tests.lab import Lab, backend4, vip4
-        from tests.stack import Worker
+        from tests.support.lab import Lab, backend4, vip4
+        from tests.support.stack import Worker
 
         redis_server.start()
         progress("migrating a fresh SQLite database")

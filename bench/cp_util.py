@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.stack import wait_until  # noqa: F401 (the benchmarks import it from here)
+from tests.support.stack import wait_until  # noqa: F401 (the benchmarks import it from here)
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"

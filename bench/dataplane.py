@@ -3,7 +3,7 @@
     .venv/bin/python bench/dataplane.py            # as root; the full run (~25 minutes)
     .venv/bin/python bench/dataplane.py --quick    # smoke run: 5 s per case, 3 rounds (~5 minutes)
 
-Builds the namespace lab of tests/lab.py, plus one Ethernet segment for DSR (bench/topology.py), with
+Builds the namespace lab of tests/support/lab.py, plus one Ethernet segment for DSR (bench/topology.py), with
 nginx (and, for the UDP cases, dnsmasq) on the three backends, starts lbweb in the LB namespace
 (gunicorn, the real Celery worker, its own Redis and SQLite) and creates the farms through the REST
 API, then runs wrk (HTTP) or dnsperf (DNS over UDP) from the client namespace against every case,
@@ -43,7 +43,7 @@ from bench import measure, report, topology  # noqa: E402
 from bench.appliance import Appliance  # noqa: E402
 from bench.servers import DNS_NAME, nginx_starter, start_dnsmasq, start_haproxy, stop  # noqa: E402
 from compiler.spec import BackendSpec, FarmSpec  # noqa: E402
-from tests.lab import backend4, run_in_netns, vip4  # noqa: E402
+from tests.support.lab import backend4, run_in_netns, vip4  # noqa: E402
 
 APT_TOOLS = {
     "wrk": "wrk",
@@ -93,7 +93,7 @@ class Case:
     ``lbweb``: lbweb's worker runs and its tables are in the LB's kernel during this case (for the
     other cases the worker is stopped and its tables removed: a plain router, no conntrack).
     ``tool``: ``wrk`` (HTTP to nginx) or ``dnsperf`` (DNS over UDP to dnsmasq). ``segment``: the
-    clients use the DSR segment (tests/lab_l2.py's addresses) instead of the routed link.
+    clients use the DSR segment (tests/support/lab_l2.py's addresses) instead of the routed link.
     ``prepare`` runs once before the rounds; ``available`` returns why the case cannot run, or None.
     """
 

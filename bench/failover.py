@@ -4,9 +4,9 @@ set-up (keepalived's own virtual_ipaddress, the commit in a notify script that r
     .venv/bin/python bench/failover.py [--failovers 10] [--keepalive 50] [--advert 0.5] [--preempt-delay 3]
                                        [--no-baseline] [--out bench/results/failover.json]
 
-Each set-up gets the namespace lab of ``tests/lab_ha.py`` (client, router, two LB nodes on a shared segment, three
-backends; real keepalived and conntrackd configured by lbweb's generators and run by its wrapper, as lbweb with only
-their capabilities). While ``--keepalive`` HTTP keep-alive connections stay open and new connections keep coming
+Each set-up gets the namespace lab of ``tests/support/lab_ha.py`` (client, router, two LB nodes on a shared segment,
+three backends; real keepalived and conntrackd configured by lbweb's generators and run by its wrapper, as lbweb with
+only their capabilities). While ``--keepalive`` HTTP keep-alive connections stay open and new connections keep coming
 through a DNAT, a SNAT and a persistence farm, the master changes ``--failovers`` times, cycling through: its
 keepalived killed (SIGKILL; restarted a second later), the preferred node taking the role back after
 ``--preempt-delay`` (failback), the master's link losing its carrier (restored once the peer took over), failback.
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab_ha import HaLab, Traffic, analyse, failover, reachable_dir  # noqa: E402
+from tests.support.lab_ha import HaLab, Traffic, analyse, failover, reachable_dir  # noqa: E402
 
 CYCLE = ("kill", "failback", "link", "failback")
 

@@ -3,7 +3,7 @@
     sudo .venv/bin/python bench/faults.py [--changes 1000] [--keepalive 4] [--churn-farms 20]
 
 As root, from the repository root. The stack runs as in production on throw-away state (a private
-Redis, a fresh SQLite database, the real Celery worker in the LB namespace of tests/lab.py, beat
+Redis, a fresh SQLite database, the real Celery worker in the LB namespace of tests/support/lab.py, beat
 reconciling every 5 s, the REST API under gunicorn in the host namespace), as in
 bench/control_plane.py. Only 198.18.0.0/15, only in namespaces this script creates; everything is
 torn down at the end, also on failure.
@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.control_plane import kernel_check, start_gunicorn, stop_process, tail  # noqa: E402
 from bench.cp_util import PYTHON, ROOT, Api, progress, wait_until  # noqa: E402
-from tests.lab import enter_netns  # noqa: E402
+from tests.support.lab import enter_netns  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 STICKY_CLIENTS = [f"198.18.0.{20 + i}" for i in range(8)]
@@ -166,7 +166,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, terminated)
     started_at = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="lbweb-bench-faults-"))
-    from tests.stack import RedisServer
+    from tests.support.stack import RedisServer
 
     redis_server = RedisServer(tmp / "redis")
     env = dict(
@@ -182,8 +182,8 @@ def main() -> None:
     logs = {"worker": tmp / "worker.log", "gunicorn": tmp / "gunicorn.log", "beat": tmp / "beat.log"}
     events: list[dict] = []
     try:
-        from tests.lab import Lab, backend4, vip4
-        from tests.stack import Worker
+        from tests.support.lab import Lab, backend4, vip4
+        from tests.support.stack import Worker
 
         redis_server.start()
         progress("migrating a fresh SQLite database")

@@ -2,11 +2,11 @@
 
     .venv/bin/python bench/fuzz_apply.py [--examples 5000] [--seed N] [--out bench/results/fuzz_apply.json]
 
-As root. The long run of ``tests/test_fuzz_apply.py`` (see ``tests/fuzz_farms.py``): policies, farms over
-every field (unicode included), backends and static sessions created through the services on a
+As root. The long run of ``tests/dataplane/test_fuzz_apply.py`` (see ``tests/support/fuzz_farms.py``): policies, farms
+over every field (unicode included), backends and static sessions created through the services on a
 throwaway SQLite database (only what validation accepts exists), the whole configuration compiled by
 the pure compiler and applied in a throwaway network namespace by a child process
-(``tests/apply_sandbox.py``). Unlike the test it does not stop at the first failure: it counts every
+(``tests/support/apply_sandbox.py``). Unlike the test it does not stop at the first failure: it counts every
 kernel refusal and every crash of the libnftables process, keeps the first configurations that caused
 them, and prints the figures: examples, objects created and refused by validation, refusals, crashes,
 time. Validation reads the kernel's capabilities as the worker would publish them (probed in the same
@@ -43,8 +43,8 @@ def main() -> int:
     from hypothesis import strategies as st
 
     from farms import capabilities
-    from tests.apply_sandbox import Sandbox
-    from tests.fuzz_farms import Stats, build_and_apply, dumps_failure
+    from tests.support.apply_sandbox import Sandbox
+    from tests.support.fuzz_farms import Stats, build_and_apply, dumps_failure
 
     stats = Stats()
     with Sandbox() as sandbox:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/fuzz_engines.py [--examples 5000] [--engines haproxy] [--seed N] [--out PATH]
 
-The long run of the suite's property tests (``tests/test_l7_fields.py``): for each engine of ``bench/fuzz`` (its
+The long run of the suite's property tests (``tests/l7/test_l7_fields.py``): for each engine of ``bench/fuzz`` (its
 ``__init__`` defines the plug-in interface), hypothesis draws one value per field and example; the engine's plug-in
 writes them through the services (validation accepts or refuses each), renders the configuration, runs the
 engine's own check and asks the engine what it made of every accepted value. Unlike the tests, nothing stops at a

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/healthd.py [--backends 1000] [--seconds 8]
 
-Builds the namespace lab (tests/lab.py), gives backend b1 one address per
+Builds the namespace lab (tests/support/lab.py), gives backend b1 one address per
 checked backend (198.18.16.0/22) served by one accept-and-close sink, and
 runs a private Redis, SQLite database, the real worker and the real healthd
 in the LB namespace. It prints figures, side by side with a baseline measured
@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab import Lab  # noqa: E402
-from tests.stack import VENV_BIN, Healthd, RedisServer, Worker, wait_until  # noqa: E402
+from tests.support.lab import Lab  # noqa: E402
+from tests.support.stack import VENV_BIN, Healthd, RedisServer, Worker, wait_until  # noqa: E402
 
 SINK_PORT = 7000
 BACKEND_NET = ipaddress.ip_network("198.18.16.0/22")

@@ -3,7 +3,7 @@ side in one run; then the seed's capacity experiment.
 
     .venv/bin/python bench/http_farms.py [--duration S] [--rounds N] [--connections C] [--capacity N] [--out FILE]
 
-As root. It builds the namespace lab of tests/lab.py with nginx on the three backends (bench/servers.py), starts
+As root. It builds the namespace lab of tests/support/lab.py with nginx on the three backends (bench/servers.py), starts
 HAProxy in the LB namespace with the configuration lbweb's generator writes (compiler/haproxy/: round robin over the
 three, connections to backends reused) and, beside it on another VIP, nginx as a reverse proxy over the same
 backends (upstream keep-alive), both with the same self-signed certificate for HTTPS. wrk (one process, two
@@ -48,8 +48,8 @@ else:
 from bench import measure, servers  # noqa: E402
 from compiler.haproxy.spec import CertificateSpec, EngineSpec, FarmSpec, ServerSpec, ServiceSpec  # noqa: E402
 from l7.certificates import self_signed  # noqa: E402
-from tests.l7_lab import HAProxyLab  # noqa: E402
-from tests.lab import Lab, backend4  # noqa: E402
+from tests.support.l7_lab import HAProxyLab  # noqa: E402
+from tests.support.lab import Lab, backend4  # noqa: E402
 
 HAPROXY_VIP, NGINX_VIP = "198.18.100.1", "198.18.100.2"
 SKUDONET_HTTPS_HTTP = 93 / 101  # SKUDONET SNA7108 HTTP profile: 93k HTTPS / 101k HTTP req/s

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/l7_isolation.py [--farms N] [--out FILE]
 
-As root. The namespace lab of tests/lab.py, the real HAProxy in its LB namespace (tests/l7_lab.py), N HTTP farms
-of 4 backends each on one VIP (ports 8001...). Cases, each from the N farms served:
+As root. The namespace lab of tests/support/lab.py, the real HAProxy in its LB namespace (tests/support/l7_lab.py), N
+HTTP farms of 4 backends each on one VIP (ports 8001...). Cases, each from the N farms served:
 
 | case | what changes | the refusal |
 |---|---|---|
@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from compiler.haproxy.spec import EngineSpec, FarmSpec, ServerSpec, ServiceSpec  # noqa: E402
 from dataplane.l7 import engine as engine_module  # noqa: E402
-from tests.l7_lab import HAProxyLab  # noqa: E402
-from tests.lab import Lab, backend4  # noqa: E402
+from tests.support.l7_lab import HAProxyLab  # noqa: E402
+from tests.support.lab import Lab, backend4  # noqa: E402
 
 VIP = "198.18.100.1"
 HELD_PORT = 7999

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.lab import Lab
+from tests.support.lab import Lab
 
 TICK = os.sysconf("SC_CLK_TCK")
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")

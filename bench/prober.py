@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from healthd import prober  # noqa: E402
-from tests.privileges import ensure_system_user, prober_socket_dir, setpriv  # noqa: E402
-from tests.stack import VENV_BIN  # noqa: E402
+from tests.support.privileges import ensure_system_user, prober_socket_dir, setpriv  # noqa: E402
+from tests.support.stack import VENV_BIN  # noqa: E402
 
 
 async def _spawn_here() -> None:

@@ -72,7 +72,7 @@ def _popen(netns: str, args: list[str], log: Path) -> subprocess.Popen:
 
 
 def nginx_starter(workdir: Path):
-    """A ``backend_server`` for :class:`tests.lab.Lab`: one single-worker nginx per backend on port 80."""
+    """A ``backend_server`` for :class:`tests.support.lab.Lab`: one single-worker nginx per backend on port 80."""
 
     def start(netns: str, name: str) -> subprocess.Popen:
         directory = Path(workdir) / f"nginx-{name}"

@@ -1,14 +1,14 @@
-"""The benchmark's lab: the routed lab of tests/lab.py plus one Ethernet segment for direct server return.
+"""The benchmark's lab: the routed lab of tests/support/lab.py plus one Ethernet segment for direct server return.
 
 One set of namespaces serves every case, so the client, the three backends' servers and lbweb in the
 LB namespace are the same processes whichever path a case takes:
 
-    routed (tests/lab.py)   client eth0 198.18.0.x -- cli0 [LB] br0 198.18.1.1 -- backends eth0 198.18.1.1x
+    routed (tests/support/lab.py)   client eth0 198.18.0.x -- cli0 [LB] br0 198.18.1.1 -- backends eth0 198.18.1.1x
     segment (DSR)           client eth1 198.18.2.x --+
                             LB     eth0 198.18.2.1 --+-- bridge br0 in the "switch" namespace
                             backends eth1 198.18.2.1x+   (lo: the DSR VIPs 198.18.102.x)
 
-The segment is tests/lab_l2.py's (same addresses; the client's and backends' second interface is ``eth1``
+The segment is tests/support/lab_l2.py's (same addresses; the client's and backends' second interface is ``eth1``
 because ``eth0`` is their routed one; the LB's is ``eth0``, the interface DSR farms name). Backends hold
 the DSR VIPs on loopback with arp_ignore=1 / arp_announce=2, so only the LB answers ARP for them, and
 answer the client straight over the segment. Only 198.18.0.0/15 is used, only in namespaces this lab
@@ -17,8 +17,8 @@ creates; :meth:`BenchLab.destroy` removes them all.
 
 from __future__ import annotations
 
-from tests import lab_l2
-from tests.lab import Lab, sh
+from tests.support import lab_l2
+from tests.support.lab import Lab, sh
 
 SEGMENT_LB_INTERFACE = lab_l2.INTERFACE  # "eth0": DSR farms name it
 SEGMENT_HOST_INTERFACE = "eth1"  # the client's and the backends' interface on the segment
@@ -38,7 +38,7 @@ def dsr_vip4(n: int = 1) -> str:
 
 
 class BenchLab(Lab):
-    """tests/lab.py's lab, and the segment above once it is built."""
+    """tests/support/lab.py's lab, and the segment above once it is built."""
 
     def __init__(self, tag: str, backend_server):
         super().__init__(tag=tag, backend_server=backend_server)

@@ -1,9 +1,9 @@
 """What the kernel and libnftables accept, measured, so that validation refuses the rest before it is saved.
 
 Every bound here was found by applying documents with libnftables 1.0.6 (Debian 12) in a throwaway
-network namespace (``unshare -n``) and reading the ruleset back. ``tests/test_kernel_bounds_validation.py``
-checks that validation refuses what lies beyond them, and ``tests/test_fuzz_apply.py`` that the kernel applies what
-validation accepts.
+network namespace (``unshare -n``) and reading the ruleset back. ``tests/farms/test_kernel_bounds_validation.py``
+checks that validation refuses what lies beyond them, and ``tests/dataplane/test_fuzz_apply.py`` that the kernel applies
+what validation accepts.
 
 - Log prefix: the kernel keeps 127 bytes plus a NUL (NF_LOG_PREFIXLEN). 128 bytes are refused
   ("Numerical result out of range"); from about 140 bytes libnftables 1.0.6 overflows a 128-byte

@@ -3,7 +3,7 @@
 Why Maglev rather than the hash scheduler: nft scales ``jhash`` onto [0, total weight), each backend
 owning an interval as wide as its weight, so when one backend leaves every interval after it shifts
 and a sixth (3 backends) to a third (40) of the other backends' flows move with it; Maglev's table
-moves only the slots the leaving backend held, plus a few that rebalance (``tests/test_maglev.py``
+moves only the slots the leaving backend held, plus a few that rebalance (``tests/compiler/test_maglev.py``
 measures both with real packets). And the table depends on nothing but the
 backends' addresses, ports and weights, never on database ids or the order rows were created in, so
 two lbweb nodes with the same farm build the same table and, with the same ``jhash`` seed, send a

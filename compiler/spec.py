@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 # The protocol each conntrack helper tracks: the compiler's ct helper objects, the worker's capability
 # probe and the models' validation all read it here. The choices offered (with their labels) are
-# farms.choices.HelperChoices; tests/test_vocabulary.py keeps the two the same set.
+# farms.choices.HelperChoices; tests/repo/test_vocabulary.py keeps the two the same set.
 HELPER_PROTOCOL = {
     "ftp": "tcp",
     "pptp": "tcp",

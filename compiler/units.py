@@ -30,7 +30,7 @@ def text_of(commands: list[Json]) -> str:
     """A unit's commands as compact JSON text, keys in the order the compiler writes them: its digest is
     of this text, and the same text is what the unit keeps (packed). Sorted as :func:`canonical`
     sorts them, the text cost a second serialisation of every unit (0.15 s of 1,000 farms' compile).
-    The compiler's order is its code's, the same in every process (``tests/test_compiler.py`` compiles
+    The compiler's order is its code's, the same in every process (``tests/compiler/test_compiler.py`` compiles
     the same farms under two hash seeds)."""
     return json.dumps(commands, separators=(",", ":"))
 

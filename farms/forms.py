@@ -46,7 +46,7 @@ FARM_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # When a farm field means something: {other field: the values it must have}. The edit page shows the field
 # only then (static/lbweb/edit.js; without JavaScript every field shows) and the detail page leaves it out
 # otherwise. Where the page hides a field, the model refuses a value in it (farms/validation.py, with its
-# words; tests/test_ui_actions.py checks every combination), so hiding never hides an option that works.
+# words; tests/farms/test_ui_actions.py checks every combination), so hiding never hides an option that works.
 NAT = [FarmModeChoices.SNAT, FarmModeChoices.DNAT]
 FILTERED = [*NAT, FarmModeChoices.LOCAL]  # through conntrack: policies, limits, tcp-strict (local: to its socket)
 LOGGED = [*FILTERED, FarmModeChoices.STATELESS_DNAT, FarmModeChoices.DSR]

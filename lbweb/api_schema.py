@@ -1,7 +1,7 @@
 """The OpenAPI schema documents every status code the API answers, errors included.
 
 drf-spectacular documents an operation's success only, so a client (or schemathesis, see
-``tests/test_api_schema_fuzz.py``) cannot tell a 400, 401, 403 or 404 from an undocumented failure.
+``tests/lbweb/test_api_schema_fuzz.py``) cannot tell a 400, 401, 403 or 404 from an undocumented failure.
 DRF answers them the same way on every operation, so they are added here once, from what the
 operation takes: 400 when it reads a body or query parameters, 404 when its path names an object,
 401 and 403 when it needs an authenticated user. A 400 an operation already documents with its own

@@ -74,7 +74,7 @@ INSTALLED_APPS = [
     "l7",
     "cluster",
     # The other processes' packages, for their management commands (manage.py kernel, collector, healthd);
-    # they hold no models, and the web imports none of their modules (tests/test_import_contracts.py).
+    # they hold no models, and the web imports none of their modules (tests/repo/test_import_contracts.py).
     "dataplane",
     "collector",
     "healthd",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.lab import Lab
-from tests.stack import ROOT, Collector, RedisServer, Worker, database_url, wait_until
+from tests.support.lab import Lab
+from tests.support.stack import ROOT, Collector, RedisServer, Worker, database_url, wait_until
 
 OUTPUT = ROOT / "test-output"
 METRICS_INTERVAL = 0.5  # the collector's sampling interval in tests (2 s in production)
@@ -59,7 +59,7 @@ def forget_what_workers_published(request):
 def cookies_over_plain_http():
     """Django's live server speaks plain HTTP: Secure cookies would never come back from a client.
 
-    Production keeps them Secure (lbweb/settings.py); tests/test_https.py checks that through the real
+    Production keeps them Secure (lbweb/settings.py); tests/lbweb/test_https.py checks that through the real
     gunicorn over TLS.
     """
     from django.conf import settings

@@ -1,6 +1,6 @@
 """Values an operator types, written into each engine's configuration: what validation accepts, the engine takes,
 with its meaning intact and no new directive. ``bench/fuzz_engines.py`` runs every engine long;
-``tests/test_l7_fields.py`` (and the cluster's test) run one briefly in the suite.
+``tests/l7/test_l7_fields.py`` (and the cluster's test) run one briefly in the suite.
 
 An engine is a module of this package, named in ``ENGINES``, that exposes:
 

@@ -2,7 +2,7 @@
 here, and an example's verdicts in the words (its ``Outcome``) of the engines' fuzz runner, ``fuzz_engines``.
 
 The cluster's fields are tried one at a time on a valid base configuration (``examples`` in
-tests/cluster_engines.py): they only make sense together (one address family per link), so a value for every
+tests/support/cluster_engines.py): they only make sense together (one address family per link), so a value for every
 field at once would be refused for its neighbours' sake nearly every time. Django must be set up before a
 plug-in is imported (the runners do it); the plug-ins validate without a database and ask the engines in one
 throwaway network namespace.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from tests.cluster_engines import Verdict, examples, shared_lab, validation_errors
+from tests.support.cluster_engines import Verdict, examples, shared_lab, validation_errors
 
 
 def verdict(engine: str, values: dict) -> Verdict:

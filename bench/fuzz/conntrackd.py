@@ -8,7 +8,7 @@ Run by the engines' fuzz runner, ``bench/fuzz_engines.py``, through the interfac
 from __future__ import annotations
 
 from bench.fuzz import cluster_common
-from tests.cluster_engines import CONNTRACKD_FIELDS as FIELDS
+from tests.support.cluster_engines import CONNTRACKD_FIELDS as FIELDS
 
 NAME = "conntrackd"
 available, values, check = cluster_common.functions(NAME, FIELDS)

@@ -41,7 +41,7 @@ from .haproxy_words import Unreadable, fetch_argument, log_format_text, words
 from .text import hostile, prefixed
 
 NAME = "haproxy"
-CERTIFICATE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "l7" / "example.pem"
+CERTIFICATE = Path(__file__).resolve().parents[2] / "tests" / "support" / "fixtures" / "l7" / "example.pem"
 TOKEN = string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~"
 VALUE = string.ascii_letters + string.digits + " !\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~é€"
 HOSTS = string.ascii_lowercase + string.digits + "-.* "

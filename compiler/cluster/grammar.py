@@ -4,8 +4,8 @@ The models' ``clean()`` refuses anything else with a message that names the fiel
 configure`` and the page say the same words), and the generators (``render.py``) refuse to write anything else,
 so no value an operator types can become a keyword, a comment or a block in either file. Each rule comes from the
 engine's own parser (keepalived 2.2's word splitter, conntrackd 1.4's flex lexer) and is proved against the
-engines themselves: ``tests/test_cluster_fields.py`` (examples and a property-based run through ``keepalived -t``,
-keepalived's dump and conntrackd's parser) and ``bench/fuzz/`` (the long run).
+engines themselves: ``tests/cluster/test_cluster_fields.py`` (examples and a property-based run through ``keepalived
+-t``, keepalived's dump and conntrackd's parser) and ``bench/fuzz/`` (the long run).
 
 Each ``*_problem`` function returns why a value cannot be written, or None.
 """

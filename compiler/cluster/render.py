@@ -1,6 +1,6 @@
 """Pure generators: a :class:`~compiler.cluster.spec.ClusterSpec` in, keepalived's and conntrackd's configuration
-and the transition handler's plan out. Deterministic (golden-tested in ``tests/test_cluster_render.py``). Every value
-is written only if the engine's parser reads it back as that one value (``compiler.cluster.grammar``; a
+and the transition handler's plan out. Deterministic (golden-tested in ``tests/compiler/test_cluster_render.py``). Every
+value is written only if the engine's parser reads it back as that one value (``compiler.cluster.grammar``; a
 ValueError otherwise), and both files are checked by the engines themselves (``cluster.engine_check``: the API
 before it saves, the worker before it replaces the files in use).
 

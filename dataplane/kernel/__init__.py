@@ -4,5 +4,5 @@ libnftables and lbweb's own netlink batches (``applier``, ``sandbox``, ``scratch
 ``nfmsg``, ``netlink``, ``steps``), reading the table back (``drift``), conntrack (``conntrack``),
 interfaces and neighbours (``links``) and the collector's readings (``collectors``). The pure compiler
 is ``compiler/``. The web process imports nothing from here: the contracts in pyproject.toml and
-``tests/test_import_contracts.py`` fail on such an import.
+``tests/repo/test_import_contracts.py`` fail on such an import.
 """

@@ -4,7 +4,7 @@ Two implementations: the real one (``applier.Kernel`` in this process, ``sandbox
 worker, whose libnftables calls and netlink batches run in the kernel writer) and ``fake.FakeKernel``, an
 in-memory nf_tables table that the Applier's own logic (coalescing, incremental or bulk, isolating a
 refused unit, the ApplyRun bookkeeping, drift repair) is tested against without root and without a
-kernel (``tests/test_applier_fake.py``), beside the real-kernel tests that stay.
+kernel (``tests/dataplane/test_applier_fake.py``), beside the real-kernel tests that stay.
 
 In the spirit of knftables' ``Run``/``Check``/``List``/``Present``, three kinds of operation:
 

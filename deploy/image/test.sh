@@ -5,7 +5,7 @@
 #
 # 1. lbweb's package from this checkout (v2) and from an older commit (v1, LBWEB_UPGRADE_FROM);
 # 2. the image with v1 (deploy/image/build.sh; the base system comes from its cache after the first run);
-# 3. tests/image_vm.py: boots it (UEFI), answers the first boot through a seed disk, waits for the UI, logs in,
+# 3. tests/support/image_vm.py: boots it (UEFI), answers the first boot through a seed disk, waits for the UI, logs in,
 #    creates a farm through the API and sends real traffic through a second NIC (a tap in a namespace lab) to
 #    two backends; upgrades the running appliance to v2 with apt and checks that the farm, the certificate, the
 #    account and its token survived and the migrations ran; tests a flow-offload farm; checks every unit, each
@@ -53,7 +53,7 @@ step image deploy/image/build.sh --deb "$out"/v1/lbweb_*.deb --out "$out/image"
 grep -q "base system from the cache" "$out/image.log" && cached=true || cached=false
 tail -n 1 "$out/image.log"
 rc=0
-"$python" -m tests.image_vm --image-dir "$out/image" --upgrade-deb "$out"/v2/lbweb_*.deb --report "$report" \
+"$python" -m tests.support.image_vm --image-dir "$out/image" --upgrade-deb "$out"/v2/lbweb_*.deb --report "$report" \
   "${keep[@]}" || rc=$?
 "$python" - "$report" "$timings" "$cached" <<'PY'
 import json, sys

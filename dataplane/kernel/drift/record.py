@@ -338,7 +338,7 @@ def written_records(dump: nfmsg.TableDump, units: Mapping[str, UnitObjects]) -> 
     the kernel looks every set up by name in a list, and a dump of named objects restarts from the first
     for each buffer), while the scratch namespace holds each transaction's objects anyway, a few hundred
     farms at a time. Same kernel, same messages: a unit's chains, rules, sets, elements and objects read
-    from it hash as they do read from the real table (``tests/test_transcribe.py`` compares the two).
+    from it hash as they do read from the real table (``tests/dataplane/test_transcribe.py`` compares the two).
     Left out, to be read back from the real table by the caller: a unit whose rules use an anonymous set
     (its record holds the set's handle, which the real table gives it at the commit) and one that owns
     a table of its own (DSR)."""

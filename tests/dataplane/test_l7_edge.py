@@ -266,6 +266,8 @@ def test_healthd_records_haproxys_passive_verdict_with_its_reason(edge_lab, admi
         finally:
             daemon.pinger.close()
             daemon.own_network.close()
+            daemon._db.shutdown()
+            daemon._net.shutdown()
         backend = Backend.objects.get(pk=rows[0].pk)
         assert backend.health == "down"
         assert backend.health_reason.startswith("HAProxy passive health: Detected 3 consecutive errors")

@@ -18,6 +18,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import transaction
 
 from compiler.cluster import render
+from farms import syslog_events
 from farms.audit import record
 from lbweb import enqueue
 
@@ -188,5 +189,6 @@ def ingest_journal() -> int:
                 before={"state": transition.from_state},
                 after={"state": transition.to_state, "reason": transition.reason, "ok": transition.ok},
             )  # fmt: skip
+            syslog_events.cluster(transition)
     cluster.save(update_fields=["journal_offset"])
     return count

@@ -31,6 +31,7 @@ import compiler
 import compiler.names
 from compiler import carry
 from compiler.units import combined_digest
+from farms import syslog_events
 from farms.choices import L7_MODES, ApplyKindChoices
 from farms.models import ApplyRun, ConfigGeneration, Farm
 from farms.specs import Snapshot, snapshot
@@ -368,5 +369,6 @@ class Applier:
                     apply_error=message, failed_generation=g, applied_generation=0
                 )
         log.info("%s", run)
+        syslog_events.apply_run(run)
         self.read_back.after_run(outcome)
         return run

@@ -3,8 +3,9 @@
 
 # Debian packages lbweb runs on (python-nftables from PyPI loads libnftables1; Redis is lbweb's own on a unix socket;
 # util-linux: setpriv, for deploy/privdrop; certbot: ACME certificates, run by the worker, dataplane/l7/acme.py;
-# libpcre2-8-0: HAProxy's regex library, loaded by l7/pcre2.py to check host regexes as HAProxy does).
-LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy libpcre2-8-0 keepalived conntrackd certbot tzdata)
+# libpcre2-8-0: HAProxy's regex library, loaded by l7/pcre2.py to check host regexes as HAProxy does; rsyslog and
+# rsyslog-gnutls: remote syslog over UDP, TCP and TLS, dataplane/syslog/).
+LBWEB_APT_PACKAGES=(python3 python3-venv python3-pip nftables libnftables1 conntrack iproute2 redis-server util-linux haproxy libpcre2-8-0 keepalived conntrackd certbot rsyslog rsyslog-gnutls tzdata)
 # What pip needs to build the virtualenv: python-ldap (django-auth-ldap's LDAP client: LDAP logins) comes from PyPI
 # as source only, compiled against Debian's libldap. Only where a virtualenv is built (setup, install, the .deb's
 # build host); the .deb depends on the libraries the result loads (deploy/deb/build.sh), not on these.
@@ -48,10 +49,11 @@ lbweb_create_users() {
 }
 
 # lbweb_haproxy_dirs DIR: HAProxy's directories (deploy/PROCESSES.md): conf/ the worker (lbweb) writes and
-# HAProxy's group reads, sock/ where HAProxy puts its master socket for lbweb's group. Setgid: files take the
-# directory's group.
+# HAProxy's group reads, sock/ where HAProxy puts its master socket for lbweb's group, log/ where lbweb's rsyslog
+# makes the access log socket HAProxy's group sends to. Setgid: files take the directory's group.
 lbweb_haproxy_dirs() {
   install -d -o root -g root -m 0755 "$1"
   install -d -o lbweb -g lbweb-haproxy -m 2750 "$1/conf"
   install -d -o lbweb-haproxy -g lbweb -m 2750 "$1/sock"
+  install -d -o lbweb -g lbweb-haproxy -m 2750 "$1/log"
 }

@@ -24,6 +24,7 @@ from typing import Any
 
 from django.db import models, transaction
 
+from . import syslog_events
 from .field_lists import BACKEND_FIELDS, FARM_FIELDS, HEALTH_CHECK_FIELDS, POLICY_FIELDS
 from .models import AuditEvent, Backend, Farm, HealthCheck, Policy, StaticSession
 
@@ -95,7 +96,7 @@ def record(
     if actor is None:
         actor = _ACTOR.get()
     user = actor if getattr(actor, "is_authenticated", False) else None
-    return AuditEvent.objects.create(
+    event = AuditEvent.objects.create(
         actor=user,
         actor_name=user.get_username() if user else "system",
         action=action,
@@ -106,6 +107,8 @@ def record(
         before=before,
         after=after,
     )
+    syslog_events.audit(event)  # to the syslog servers once the change commits
+    return event
 
 
 def _current(obj: models.Model | None) -> models.Model | None:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from lbweb import enqueue
 from lbweb.writes import validated_save
 
+from . import syslog_events
 from .audit import audited
 from .choices import BackendHealthChoices, HealthCheckTypeChoices
 from .field_lists import HEALTH_CHECK_FIELDS
@@ -124,4 +125,5 @@ def _record(transitions: list[HealthTransition], also_changed: list[int]) -> lis
         )
     for event in events:
         log.info("backend %s: %s -> %s (%s)", event.backend, event.previous, event.current, event.reason)
+        syslog_events.health(event)
     return [b.id for b in changed]

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "network",
     "l7",
     "cluster",
+    "remotelog",
     # The other processes' packages, for their management commands (manage.py kernel, collector, healthd);
     # they hold no models, and the web imports none of their modules (tests/repo/test_import_contracts.py).
     "dataplane",
@@ -273,12 +274,19 @@ CELERY_TASK_DEFAULT_QUEUE = "dataplane"
 # The worker's tasks live in the worker's package (dataplane/); their names are those they had when they sat in
 # the web apps (farms.tasks.*, ...), so beat's schedule, the routes and messages already queued keep working.
 # Only the worker imports them: the web sends tasks by name.
-CELERY_IMPORTS = ("dataplane.tasks", "dataplane.l7.tasks", "dataplane.cluster.tasks", "dataplane.network.tasks")
+CELERY_IMPORTS = (
+    "dataplane.tasks",
+    "dataplane.l7.tasks",
+    "dataplane.cluster.tasks",
+    "dataplane.network.tasks",
+    "dataplane.syslog.tasks",
+)
 CELERY_TASK_ROUTES = {
     "farms.tasks.*": {"queue": "dataplane"},
     "network.tasks.*": {"queue": "dataplane"},
     "l7.tasks.*": {"queue": "dataplane"},
     "cluster.tasks.*": {"queue": "dataplane"},
+    "syslog.tasks.*": {"queue": "dataplane"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2

@@ -27,6 +27,7 @@ urlpatterns = [
     path("api/v1/metrics/", include("monitoring.api.urls")),
     path("api/v1/network/", include("network.api.urls")),
     path("api/v1/system/authentication/", include("accounts.api.urls")),
+    path("api/v1/system/", include("remotelog.api.urls")),
     path("api/v1/", include("system.api_urls")),
     path("api/v1/", include("cluster.api.urls")),
     path("cluster/", include("cluster.urls")),
@@ -36,6 +37,7 @@ urlpatterns = [
     path("http/", include("l7.page_urls")),
     path("metrics", monitoring_views.prometheus_metrics, name="prometheus-metrics"),
     path("system/network/", include("network.urls")),
+    path("system/syslog/", include("remotelog.urls")),
     path("system/", include("system.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(

@@ -24,6 +24,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from ..syslog.grammar import path_problem
 from .spec import EngineSpec, FarmSpec, HeaderRule, ServerSpec, ServiceSpec
 
 CONFIG_NAME = "lbweb.cfg"
@@ -103,8 +104,13 @@ def address(host: str, port: int) -> str:
     return f"ipv6@{host}:{port}" if ":" in host else f"{host}:{port}"
 
 
-def render(spec: EngineSpec, base_dir: str) -> Bundle:
-    """Every file of the configuration; paths inside the configuration are absolute under ``base_dir``."""
+def render(spec: EngineSpec, base_dir: str, access_log: str = "") -> Bundle:
+    """Every file of the configuration; paths inside the configuration are absolute under ``base_dir``.
+
+    ``access_log``: the unix socket where rsyslog reads HAProxy's access log (remote syslog,
+    ``compiler/syslog/``), given by the worker; each frontend sends its log lines there in RFC 5424."""
+    if access_log and path_problem(access_log):
+        raise ValueError(f"access log socket {access_log!r}: {path_problem(access_log)}")
     files: dict[str, str] = {}
     secret: set[str] = set()
     lines = [
@@ -116,7 +122,7 @@ def render(spec: EngineSpec, base_dir: str) -> Bundle:
         if not farm.enabled:
             lines += ["", f"# farm {farm.name} (f{farm.id}) is stopped"]
             continue
-        lines += ["", *_frontend(farm, base_dir, files, secret, spec.acme_port)]
+        lines += ["", *_frontend(farm, base_dir, files, secret, spec.acme_port, access_log)]
         for service in farm.services:
             lines += ["", *_backend(farm, service, base_dir)]
     if spec.acme_port and serving:
@@ -133,9 +139,13 @@ def render(spec: EngineSpec, base_dir: str) -> Bundle:
     return Bundle(files=dict(sorted(files.items())), secret=frozenset(secret))
 
 
-def _frontend(farm: FarmSpec, base: str, files: dict[str, str], secret: set[str], acme_port: int | None) -> list[str]:
+def _frontend(
+    farm: FarmSpec, base: str, files: dict[str, str], secret: set[str], acme_port: int | None, access_log: str = ""
+) -> list[str]:
     f = farm.frontend_name
     out = [f"# farm {farm.name}", f"frontend {f}", "    mode http"]
+    if access_log:  # the defaults' log (global), and the access log to rsyslog for remote syslog
+        out += ["    log global", f"    log {access_log} format rfc5424 local0 info"]
     tls = farm.mode == "https" and farm.certificates
     proxy = " accept-proxy" if farm.accept_proxy else ""
     if tls:

@@ -18,11 +18,13 @@ from django.utils import timezone
 
 from compiler.haproxy.config import CONFIG_NAME
 from compiler.haproxy.spec import EngineSpec
+from farms import syslog_events
 from farms.choices import L7_MODES, ApplyKindChoices
 from farms.models import ApplyRun, Farm
 from l7.specs import MAX_PORTS, l7_farms, snapshot
 
 from ..isolation import ISOLATED, isolated_farms
+from ..syslog.applier import access_socket
 from .engine import Engine, EngineError, merge
 
 log = logging.getLogger("lbweb.l7")
@@ -32,7 +34,9 @@ _ENGINE: Engine | None = None
 def engine() -> Engine:
     global _ENGINE
     if _ENGINE is None:
-        _ENGINE = Engine(settings.LBWEB_HAPROXY_CONF_DIR, settings.LBWEB_HAPROXY_SOCKET)
+        _ENGINE = Engine(
+            settings.LBWEB_HAPROXY_CONF_DIR, settings.LBWEB_HAPROXY_SOCKET, access_log=str(access_socket())
+        )
     return _ENGINE
 
 
@@ -159,6 +163,7 @@ def _record(generation, kind, reason, started, error, digest, commands, farms, n
         # HAProxy not reached, or not running: no farm is known to be served, each says why.
         _mark(generation, farms, dict.fromkeys(farms, error) if error else notes, held, refused)
     log.info("%s", run)
+    syslog_events.apply_run(run)
     return run
 
 

@@ -59,10 +59,10 @@ def changed_farms(served: EngineSpec | None, wanted: EngineSpec) -> list[int]:
     return sorted(fid for fid in old.keys() | new.keys() if old.get(fid) != new.get(fid))
 
 
-def check(spec: EngineSpec, base_config: Path = BASE_CONFIG, haproxy: str = "haproxy") -> None:
+def check(spec: EngineSpec, base_config: Path = BASE_CONFIG, haproxy: str = "haproxy", access_log: str = "") -> None:
     """Run ``haproxy -c`` on ``spec`` rendered in a scratch directory (certificates and error pages included)."""
     with tempfile.TemporaryDirectory(prefix="lbweb-haproxy-check-") as scratch:
-        refusal = _check_in(render(spec, scratch), Path(scratch), base_config, haproxy)
+        refusal = _check_in(render(spec, scratch, access_log), Path(scratch), base_config, haproxy)
     if refusal:
         raise ConfigError(refusal)
 
@@ -153,15 +153,17 @@ class Engine:
         master_socket: str,
         base_config: Path = BASE_CONFIG,
         haproxy: str = "haproxy",
+        access_log: str = "",
     ):
         self.conf_dir = Path(conf_dir)
+        self.access_log = access_log  # rsyslog's socket for the access log (remote syslog), or none
         self.cli = MasterCLI(master_socket)
         self.base_config = base_config
         self.haproxy = haproxy
         self.running: EngineSpec | None = None  # what the current HAProxy worker serves, when known
 
     def render(self, spec: EngineSpec) -> Bundle:
-        return render(spec, str(self.conf_dir))
+        return render(spec, str(self.conf_dir), self.access_log)
 
     def apply(self, spec: EngineSpec, outcome: Outcome | None = None) -> Outcome:
         """Check, write, then runtime commands or a reload; raise ``ConfigError`` or ``ReloadRefused`` when HAProxy

@@ -75,7 +75,7 @@ if [ ! -e "$base" ]; then
   mmdebstrap --variant=apt --include="$packages" \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --customize-hook='chroot "$1" systemctl disable haproxy.service keepalived.service conntrackd.service redis-server.service ssh.service' \
+    --customize-hook='chroot "$1" systemctl disable haproxy.service keepalived.service conntrackd.service redis-server.service rsyslog.service ssh.service' \
     --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*' \
     --format=tar "$suite" "$base.part" "${sources[@]}"
   mv "$base.part" "$base"

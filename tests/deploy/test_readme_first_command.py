@@ -54,6 +54,8 @@ PROGRAMS = {
     # HA pair (dataplane/cluster/run.py): waiting for a cluster's files, with the capabilities their daemons need
     "keepalived": (re.compile(r"-m dataplane\.cluster\.run keepalived"), NET_ADMIN | NET_RAW | 1 << 6),  # CAP_SETGID
     "conntrackd": (re.compile(r"-m dataplane\.cluster\.run conntrackd"), NET_ADMIN | NET_RAW),
+    # Remote syslog (dataplane/syslog/run.py): waiting for a syslog server's rsyslog.conf; CAP_SYSLOG reads /dev/kmsg
+    "rsyslog": (re.compile(r"-m dataplane\.syslog\.run"), 1 << 34),
 }
 USERS = {"prober": "lbweb-probe", "haproxy": "lbweb-haproxy"}  # every other program runs as lbweb
 

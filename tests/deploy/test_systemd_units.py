@@ -106,8 +106,9 @@ def test_hardening(name):
 @pytest.mark.parametrize("name", LBWEB_SERVICES)
 def test_lbweb_processes_write_only_the_state_directory(name):
     unit = service(name)
-    # The worker also writes HAProxy's configuration (deploy/PROCESSES.md).
-    assert unit["ReadWritePaths"] == ([f"{STATE_DIR} /run/lbweb-haproxy/conf"] if name == "worker" else [STATE_DIR])
+    # The worker also writes HAProxy's configuration, rsyslog the access log socket for HAProxy (deploy/PROCESSES.md).
+    also = {"worker": " /run/lbweb-haproxy/conf", "rsyslog": " /run/lbweb-haproxy/log"}.get(name, "")
+    assert unit["ReadWritePaths"] == [STATE_DIR + also]
     assert one(unit, "StateDirectory") == os.path.basename(STATE_DIR)
     assert one(unit, "StateDirectoryMode") == "0700"
     assert f"LBWEB_VAR_DIR={STATE_DIR}" in unit["Environment"]
@@ -138,7 +139,12 @@ def test_tmpfiles_makes_the_probers_directory_as_the_contract_says(tmp_path):
     assert (pwd.getpwuid(made.st_uid).pw_name, grp.getgrgid(made.st_gid).gr_name) == ("lbweb-probe", "lbweb")
     assert stat.S_IMODE(made.st_mode) == 0o2750
     # HAProxy's: conf/ the worker writes for HAProxy's group, sock/ HAProxy's master socket for lbweb's group.
-    for sub, owner, group in (("conf", "lbweb", "lbweb-haproxy"), ("sock", "lbweb-haproxy", "lbweb")):
+    # log/: lbweb's rsyslog makes the access log socket HAProxy's group sends to.
+    for sub, owner, group in (
+        ("conf", "lbweb", "lbweb-haproxy"),
+        ("sock", "lbweb-haproxy", "lbweb"),
+        ("log", "lbweb", "lbweb-haproxy"),
+    ):
         made = (tmp_path / "run" / "lbweb-haproxy" / sub).stat()
         assert (pwd.getpwuid(made.st_uid).pw_name, grp.getgrgid(made.st_gid).gr_name) == (owner, group)
         assert stat.S_IMODE(made.st_mode) == 0o2750

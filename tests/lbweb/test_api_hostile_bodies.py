@@ -34,6 +34,7 @@ def seed() -> None:
     from l7 import services as l7_services
     from monitoring.models import MetricsToken
     from network import services as network
+    from remotelog.services import syslog_server_create
 
     web = services.farm_create(name="shop", vip="198.18.100.2", ports="80", mode="http")
     l7_services.service_create(farm=web, name="api", path_prefix="/api")
@@ -47,6 +48,7 @@ def seed() -> None:
     eth = network.interface_create(name="eth9", kind="ethernet")
     network.route_create(destination="198.18.50.0/24", gateway="198.18.0.254", interface=eth)
     MetricsToken.issue(name="prometheus")
+    syslog_server_create(name="siem", host="198.18.10.1", port=514)
     assert backend.farm_id == web.id
 
 

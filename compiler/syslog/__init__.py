@@ -1,0 +1,1 @@
+"""The rsyslog configuration generator (remote syslog): ``SyslogSpec`` in, one ``rsyslog.conf`` out. Pure."""

@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class RemotelogConfig(AppConfig):
+    """System › Remote syslog: the syslog servers lbweb forwards its events to (through rsyslog)."""
+
+    name = "remotelog"
+    verbose_name = "Remote syslog"

@@ -1,7 +1,7 @@
 """HAProxy's statistics (``show stat``) as the collector's farm entries: requests/s, responses by class, latency,
-sessions and queue per HTTP farm, and per backend its sessions in use against its declared capacity, its queue and
-the time requests waited in it. Pure (no Django): rows in, entries out; the collector reads the rows through the
-master socket and stores the entries beside the kernel's farms (collector/sampler.py)."""
+sessions, queue, retries and redispatches per HTTP farm, and per backend its sessions in use against its declared
+capacity, its queue and the time requests waited in it. Pure (no Django): rows in, entries out; the collector reads
+the rows through the master socket and stores the entries beside the kernel's farms (collector/sampler.py)."""
 
 from __future__ import annotations
 
@@ -82,11 +82,15 @@ def farm_entry(
         entry[f"responses_{klass}xx"] = _rate(row, old, f"hrsp_{klass}xx", seconds)
     queues: list[int | None] = []
     latencies: list[int | None] = []
+    retries: list[float | None] = []
+    redispatches: list[float | None] = []
     for px in proxies:
         for sv, server in by_proxy.get(px, []):
             if sv == "BACKEND":
                 queues.append(_int(server, "qcur"))
                 latencies.append(_int(server, "rtime"))
+                retries.append(_rate(server, before.get((px, sv)), "wretr", seconds))
+                redispatches.append(_rate(server, before.get((px, sv)), "wredis", seconds))
                 continue
             if not sv.startswith("b") or not sv[1:].isdigit():
                 continue
@@ -105,6 +109,7 @@ def farm_entry(
             }
     server_queue = [b["queue"] for b in entry["backends"].values()]
     entry["queue"] = _sum(queues + server_queue)
+    entry["retries"], entry["redispatches"] = _sum(retries), _sum(redispatches)  # retry_on, redispatch
     known = [v for v in latencies if v]
     entry["latency_ms"] = max(known) if known else None
     return entry

@@ -38,15 +38,17 @@ from lbweb import heartbeat
 
 from .icmp import Pinger
 from .own_network import OwnNetwork
+from .passive import PassiveWatch
 from .probes import ProbeResult, Target
 from .rounds import probe_round
 from .state import DOWN, BackendHealth
-from .targets import load_targets
+from .targets import load_targets, passive_backends
 
 log = logging.getLogger("lbweb.healthd")
 T = TypeVar("T")
 # A failing round is not trusted if healthd's own network failed (or its loop stalled) this soon before it began.
 SETTLE_SECONDS = 1.0
+PASSIVE_SECONDS = 0.5  # how often HAProxy's passive verdicts are read, while some backend has passive health
 
 
 @dataclass
@@ -79,8 +81,10 @@ def _raise_file_limit() -> None:
 class HealthDaemon:
     """Probe loops per backend, a transition writer, a configuration watcher and a heartbeat."""
 
-    def __init__(self, reload_seconds: float = 0.5):
+    def __init__(self, reload_seconds: float = 0.5, haproxy_socket: str | None = None):
         self.reload_seconds = reload_seconds
+        self.passive = PassiveWatch(haproxy_socket or settings.LBWEB_HAPROXY_SOCKET)
+        self.passive_ids: frozenset[int] = frozenset()
         self.loops: dict[int, ProbeLoop] = {}
         self.stats = Stats()
         self.pinger = Pinger()
@@ -104,6 +108,7 @@ class HealthDaemon:
             asyncio.create_task(self._watch_config()),
             asyncio.create_task(self._write_transitions()),
             asyncio.create_task(self._heartbeat()),
+            asyncio.create_task(self._watch_passive()),
         ]
         await stop.wait()
         for task in [*services, *(loop.task for loop in self.loops.values())]:
@@ -128,6 +133,7 @@ class HealthDaemon:
     async def reload(self) -> None:
         """Start, stop or restart probe loops so they match the database; keep what did not change."""
         generation, targets, recorded = await self._in_db(load_targets)
+        self.passive_ids = await self._in_db(passive_backends)
         carried: dict[int, str] = {}
         for backend_id, loop in list(self.loops.items()):
             if targets.get(backend_id) != loop.target:
@@ -150,6 +156,29 @@ class HealthDaemon:
                     await self.reload()
             except Exception:
                 log.exception("cannot read the configuration; keeping the current checks")
+
+    # -- HAProxy's passive health ----------------------------------------------------
+
+    async def _watch_passive(self) -> None:
+        while True:
+            await asyncio.sleep(PASSIVE_SECONDS)
+            if self.passive_ids:
+                try:
+                    downs = await asyncio.get_running_loop().run_in_executor(self._net, self.passive.downs)
+                    self.passive_verdicts(downs)
+                except Exception:  # a bug must not end the watch for good
+                    log.exception("cannot read HAProxy's passive health")
+
+    def passive_verdicts(self, downs: dict[int, str]) -> None:
+        """Take HAProxy's passive verdicts (backend id -> reason) as healthd's own: each backend healthd checks and
+        HAProxy took out goes down now, with HAProxy's reason; healthd's check brings it back (rise)."""
+        for backend_id, reason in downs.items():
+            loop = self.loops.get(backend_id)
+            if loop is None or backend_id not in self.passive_ids:
+                continue  # not checked by healthd (a farm without a check): HAProxy's own check brings it back
+            if loop.state.fail_now() is not None:
+                self.stats.transitions += 1
+                self._transitions.put_nowait(HealthTransition(backend_id, DOWN, reason, timezone.now()))
 
     # -- probing ---------------------------------------------------------------------
 

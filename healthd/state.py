@@ -38,6 +38,12 @@ class BackendHealth:
                 return self._become(DOWN)
         return None
 
+    def fail_now(self) -> str | None:
+        """Down at once (another observer's verdict, HAProxy's passive health): DOWN when it changes, else None.
+        It comes back as from any fall: after ``rise`` successes in a row."""
+        self.successes, self.failures = 0, max(self.failures, self.fall)
+        return None if self.health == DOWN else self._become(DOWN)
+
     def _become(self, health: str) -> str:
         self.health = health
         return health

@@ -43,3 +43,11 @@ def load_targets() -> tuple[int, dict[int, Target], dict[int, str]]:
             targets[backend.id] = Target(backend.id, farm.id, backend.address, check.probe_port(backend), spec)
             health[backend.id] = backend.health
     return generation, targets, health
+
+
+def passive_backends() -> frozenset[int]:
+    """The backends of HTTP farms that are up whose passive health HAProxy watches (``passive_errors``)."""
+    from l7.models import L7Backend
+
+    rows = L7Backend.objects.filter(passive_errors__gt=0, backend__farm__state=FarmStateChoices.UP)
+    return frozenset(rows.values_list("backend_id", flat=True))

@@ -16,6 +16,11 @@ L7FARM_FIELDS = (
     "headers",
     "redirects",
     "error_pages",
+    "retry_on",
+    "retries",
+    "redispatch",
+    "accept_proxy",
+    "proxy_trusted",
     "default_certificate",
 )
 SERVICE_FIELDS = (
@@ -33,5 +38,14 @@ SERVICE_FIELDS = (
     "reuse",
     "headers",
 )
-BACKEND_OPTION_FIELDS = ("service", "capacity", "tls", "tls_verify", "tls_sni")
+BACKEND_OPTION_FIELDS = (
+    "service",
+    "capacity",
+    "tls",
+    "tls_verify",
+    "tls_sni",
+    "slowstart",
+    "passive_errors",
+    "send_proxy",
+)
 CERTIFICATE_FIELDS = ("name", "certificate", "chain", "private_key", "acme_domains")

@@ -51,6 +51,8 @@ class HttpOptionsForm(FieldsetsMixin, forms.ModelForm):
     groups = (
         ("Certificates", ("certificates", "default_certificate", "redirect_ports", "hsts_max_age", "http2")),
         ("Requests", ("forwarded_headers", "headers", "redirects", "error_pages")),
+        ("Retries", ("retry_on", "retries", "redispatch")),
+        ("PROXY protocol from the load balancers in front", ("accept_proxy", "proxy_trusted")),
         (
             "Timeouts (seconds)",
             (
@@ -59,6 +61,7 @@ class HttpOptionsForm(FieldsetsMixin, forms.ModelForm):
             ),
         ),
     )  # fmt: skip
+    field_when = {"proxy_trusted": {"accept_proxy": [True]}}
     service_fields = services.L7FARM_FIELDS
 
     class Meta:

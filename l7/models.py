@@ -119,6 +119,25 @@ class L7Farm(models.Model):
         Certificate, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
         help_text="Offered when the client's SNI matches no certificate (and to clients without SNI).",
     )  # fmt: skip
+    retry_on = models.CharField(
+        max_length=200, blank=True,
+        help_text="When HAProxy sends a request again: conn-failure empty-response junk-response response-timeout "
+        "500 502 503 504, space separated (empty: conn-failure). Responses are retried for idempotent methods only.",
+    )  # fmt: skip
+    retries = models.PositiveSmallIntegerField(
+        default=3, validators=[MaxValueValidator(10)], help_text="Attempts after the first (HAProxy's default: 3)."
+    )
+    redispatch = models.BooleanField(
+        default=False, help_text="Send each retry to another backend, even one a cookie names (option redispatch)."
+    )
+    accept_proxy = models.BooleanField(
+        default=False, help_text="Read the PROXY protocol (v1 or v2) on every port: the appliance is behind another LB."
+    )
+    proxy_trusted = models.CharField(
+        max_length=1000, blank=True,
+        help_text="With accept_proxy: the addresses or networks (space separated) of the LBs in front; connections "
+        "from any other source are refused.",
+    )  # fmt: skip
 
     @property
     def audit_as(self) -> Farm:
@@ -156,6 +175,21 @@ class L7Farm(models.Model):
                     errors["redirect_ports"] = problem
             except PortSyntaxError as exc:
                 errors["redirect_ports"] = str(exc)
+        retry_words, problem = validation.retry_on_words(self.retry_on)
+        if problem:
+            errors["retry_on"] = problem
+        else:
+            self.retry_on = " ".join(retry_words)
+        networks, problem = validation.trusted_sources(self.proxy_trusted)
+        if problem:
+            errors["proxy_trusted"] = problem
+        else:
+            self.proxy_trusted = " ".join(networks)
+            if self.accept_proxy and not networks:
+                errors["proxy_trusted"] = (
+                    "Name the load balancers in front (addresses or networks): a PROXY header from anyone else "
+                    "would let any client choose the address the farm and its backends see."
+                )
         if errors:
             raise ValidationError(errors)
 
@@ -243,6 +277,18 @@ class L7Backend(models.Model):
     tls = models.BooleanField(default=False, help_text="Speak TLS to the backend.")
     tls_verify = models.BooleanField(default=False, help_text="Verify its certificate against the system CAs.")
     tls_sni = models.CharField(max_length=253, blank=True)
+    slowstart = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(3600)],
+        help_text="Seconds over which a backend that comes back (or is enabled) ramps up to its weight (0: at once).",
+    )  # fmt: skip
+    passive_errors = models.PositiveSmallIntegerField(
+        default=0, validators=[MaxValueValidator(100)],
+        help_text="Consecutive failed requests (connection errors, 5xx) after which HAProxy takes the backend out "
+        "(0: off). healthd records it down with the reason and its check brings it back.",
+    )  # fmt: skip
+    send_proxy = models.BooleanField(
+        default=False, help_text="Send the PROXY protocol v2 header, with the client's address, to this backend."
+    )
 
     @property
     def audit_as(self) -> Backend:

@@ -65,6 +65,9 @@ def _server(backend) -> ServerSpec:
         tls=options.tls if options else False,
         tls_verify=options.tls_verify if options else False,
         tls_sni=options.tls_sni if options else "",
+        slowstart=options.slowstart if options else 0,
+        passive_errors=options.passive_errors if options else 0,
+        send_proxy=options.send_proxy if options else False,
     )
 
 
@@ -131,6 +134,11 @@ def farm_spec(farm: Farm) -> FarmSpec:
         ),
         headers=_headers(options.headers),
         error_pages=tuple(sorted((int(k), v) for k, v in (options.error_pages or {}).items())),
+        retry_on=tuple(options.retry_on.split()),
+        retries=options.retries,
+        redispatch=options.redispatch,
+        accept_proxy=options.accept_proxy,
+        proxy_trusted=tuple(options.proxy_trusted.split()),
         enabled=farm.state == "up" and (farm.mode == "http" or bool(certificates)),
     )
 

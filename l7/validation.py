@@ -13,6 +13,7 @@ compiled by PCRE2, HAProxy's engine (``l7/pcre2.py``), not by Python's ``re``. C
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import unicodedata
 
@@ -277,3 +278,43 @@ def persistence_header_errors(name: str) -> str | None:
         return "Header persistence needs the header's name."
     problem = header_name_errors(name)
     return problem[0].upper() + problem[1:] if problem else None
+
+
+# HAProxy's retry-on keywords lbweb offers (a closed set: only these words are ever written). Response statuses
+# and the response-level failures are retried for idempotent methods only (compiler/haproxy/config.py).
+RETRY_ON = ("conn-failure", "empty-response", "junk-response", "response-timeout", "500", "502", "503", "504")
+MAX_TRUSTED = 32
+
+
+def retry_on_words(text: str) -> tuple[tuple[str, ...], str | None]:
+    """(the keywords of ``text`` in ``RETRY_ON``'s order, None) or ((), why it is refused)."""
+    bad = unprintable(text)
+    if bad:
+        return (), f"Keywords separated by spaces, without {bad}."
+    given = text.split()
+    unknown = [w for w in given if w not in RETRY_ON]
+    if unknown:
+        return (), f"'{unknown[0][:40]}' is not one of {', '.join(RETRY_ON)}."
+    return tuple(w for w in RETRY_ON if w in given), None
+
+
+def trusted_sources(text: str) -> tuple[tuple[str, ...], str | None]:
+    """(each address or network of ``text``, written as Python's ``ipaddress`` writes it, None) or ((), why).
+
+    Only that canonical form reaches HAProxy's file: what was typed never does."""
+    bad = unprintable(text)
+    if bad:
+        return (), f"Addresses or networks separated by spaces, without {bad}."
+    out: list[str] = []
+    for item in text.split():
+        try:
+            if "%" in item:  # an IPv6 zone (fe80::1%eth0) names an interface, not a source
+                raise ValueError(item)
+            network = ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            return (), f"'{item[:60]}' is not an address or a network (198.18.0.10, 198.18.0.0/24, 2001:2::/48)."
+        if str(network) not in out:
+            out.append(str(network))
+    if len(out) > MAX_TRUSTED:
+        return (), f"At most {MAX_TRUSTED} addresses or networks."
+    return tuple(out), None

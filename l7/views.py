@@ -28,6 +28,7 @@ from .models import Certificate, HttpService, L7Backend, L7Farm
 log = logging.getLogger("lbweb.l7")
 FARM_FIGURES = (
     "requests",
+    "retries",
     "responses_2xx",
     "responses_4xx",
     "responses_5xx",
@@ -74,6 +75,7 @@ class HttpFarmsView(LoginRequiredMixin, TemplateView):
                         "backend": backend,
                         "service": options.service.name if options and options.service else "default",
                         "capacity": options.capacity if options else None,
+                        "options": options,
                         "live": dict.fromkeys(BACKEND_FIGURES) | (live["backends"] or {}).get(str(backend.id), {}),
                     }
                 )

@@ -17,6 +17,7 @@ is left out, never written as 0, so a dashboard shows a gap and not a false idle
 | ``lbweb_backend_weight`` | gauge | farm, backend | |
 | ``lbweb_backend_check_status`` | gauge | farm, backend, state | 1 for the backend's health (up, down, unknown) |
 | ``lbweb_backend_current_sessions``, ``_snat_ports_in_use`` | gauge | farm, backend | last census |
+| ``lbweb_http_farm_retries_per_second``, ``_redispatches_per_second`` | gauge | farm | HAProxy, newest sample |
 | ``lbweb_backend_bytes_total``, ``_connections_total`` | counter | farm, backend | |
 | ``lbweb_conntrack_entries``, ``lbweb_conntrack_limit`` | gauge | | ``nf_conntrack_count``/``_max`` |
 | ``lbweb_snat_ports_in_use`` | gauge | | every farm's, last census |
@@ -106,6 +107,7 @@ class LbwebCollector:
             log.warning("metrics: the collector's figures are unreadable (%s)", exc)
             totals, census, latest = {}, {}, {}
         yield from self.farms(totals, census.get("farms", {}))
+        yield from self.http_farms(latest.get("farms", {}))
         yield from self.system(latest, census)
         yield from self.processes()
         yield from self.applies()
@@ -155,6 +157,23 @@ class LbwebCollector:
                 _add(f["backend_current_sessions"], labels, in_census.get("ac"))
                 _add(f["backend_snat_ports_in_use"], labels, in_census.get("sp"))
         yield from f.values()
+
+    def http_farms(self, latest: dict[str, Any]) -> Iterable[Metric]:
+        """HTTP farms' retries and redispatches per second in the newest sample (HAProxy's, by the collector)."""
+        families = {
+            "rt": GaugeMetricFamily(
+                "lbweb_http_farm_retries_per_second", "Requests HAProxy sent again (retry_on).", labels=["farm"]
+            ),
+            "rd": GaugeMetricFamily(
+                "lbweb_http_farm_redispatches_per_second", "Retries sent to another backend.", labels=["farm"]
+            ),
+        }
+        names = dict(Farm.objects.filter(id__in=[int(f) for f in latest]).values_list("id", "name"))
+        for farm_id, fields in sorted(latest.items()):
+            for short, family in families.items():
+                if fields.get(short) is not None and int(farm_id) in names:
+                    family.add_metric([names[int(farm_id)]], fields[short])
+        yield from families.values()
 
     def system(self, latest: dict[str, Any], census: dict[str, Any]) -> Iterable[Metric]:
         system = latest.get("system", {})

@@ -70,6 +70,8 @@ FARM_FIELDS = {
     "latency_ms": "lt",
     "sessions": "ss",
     "queue": "q",
+    "retries": "rt",  # requests sent again per second (retry_on), and of them sent to another backend (redispatch)
+    "redispatches": "rd",
     # A farm whose figures could not be read (collector/sampler.py error_entry): why, and no figure at that instant
     "error": "e",
 }

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support import image_side
 from tests.support.lab import Lab
 from tests.support.stack import ROOT, Collector, RedisServer, Worker, database_url, wait_until
 
@@ -292,3 +293,23 @@ def csp_violations(browser_page) -> list[str]:
 
 def pytest_sessionstart(session):
     Path(OUTPUT).mkdir(exist_ok=True)
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselected theirs
+def pytest_collection_modifyitems(config, items):
+    """The appliance image's test under qemu (~10 min of one emulated machine) runs beside the suite when both are
+    in this session: it starts once collection is done, and the tests reading its report come last."""
+    image_side.plan(config, items)
+
+
+def pytest_collection_finish(session):
+    image_side.start_planned()
+
+
+def pytest_sessionfinish(session):
+    image_side.stop_beside()  # interrupted, or its tests deselected or never reached: ended with its machines
+
+
+def pytest_terminal_summary(terminalreporter):
+    if line := image_side.summary():
+        terminalreporter.write_line(line)

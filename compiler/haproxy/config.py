@@ -30,6 +30,11 @@ from .spec import EngineSpec, FarmSpec, HeaderRule, ServerSpec, ServiceSpec
 CONFIG_NAME = "lbweb.cfg"
 BARE = re.compile(r"[A-Za-z0-9_.-]+")  # characters HAProxy's parser gives no meaning to, outside quotes
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+TRUSTED = re.compile(r"[0-9A-Fa-f.:]+/[0-9]{1,3}")  # a network as l7/validation.py writes it (ipaddress's form)
+RETRY_WORDS = re.compile(r"conn-failure|empty-response|junk-response|response-timeout|50[0-4]")
+# Requests a response-level retry may send again (RFC 9110 9.2.2: idempotent methods); a connection failure is
+# retried for any method (the request never left).
+IDEMPOTENT = "GET HEAD OPTIONS PUT DELETE TRACE"
 PATTERNS_PER_LINE = 32  # HAProxy reads at most 64 words a line: longer host lists go on more acl lines (an OR)
 ACME_BACKEND = "lbweb-acme"
 ERROR_REASONS = {
@@ -142,6 +147,7 @@ def _frontend(
     if access_log:  # the defaults' log (global), and the access log to rsyslog for remote syslog
         out += ["    log global", f"    log {access_log} format rfc5424 local0 info"]
     tls = farm.mode == "https" and farm.certificates
+    proxy = " accept-proxy" if farm.accept_proxy else ""
     if tls:
         crt_list = f"crt-lists/{f}.list"
         entries = []
@@ -152,14 +158,19 @@ def _frontend(
         files[crt_list] = "\n".join(entries) + "\n"
         alpn = " alpn h2,http/1.1" if farm.http2 else " alpn http/1.1"
         for port in farm.ports:
-            out.append(f"    bind {address(farm.vip, port)} ssl crt-list {base}/{crt_list}{alpn}")
+            out.append(f"    bind {address(farm.vip, port)}{proxy} ssl crt-list {base}/{crt_list}{alpn}")
         for port in farm.redirect_ports:
-            out.append(f"    bind {address(farm.vip, port)}")
+            out.append(f"    bind {address(farm.vip, port)}{proxy}")
     else:
         for port in farm.ports:
-            out.append(f"    bind {address(farm.vip, port)}")
+            out.append(f"    bind {address(farm.vip, port)}{proxy}")
     if farm.unbound_ports:
         out.append(f"    # not bound, beyond the ports an HTTP farm binds: {farm.unbound_ports}")
+    if farm.accept_proxy:
+        # tcp-request connection rules see the connection's own source, not the PROXY header's: only the load
+        # balancers in front may connect, and only they choose the address the farm sees.
+        trusted = " ".join(network for network in farm.proxy_trusted if TRUSTED.fullmatch(network))
+        out.append("    tcp-request connection reject" + (f" unless {{ src {trusted} }}" if trusted else ""))
     out += [
         f"    timeout client {farm.timeout_client}s",
         f"    timeout http-request {farm.timeout_http_request}s",
@@ -264,6 +275,7 @@ def _backend(farm: FarmSpec, service: ServiceSpec, base: str) -> list[str]:
     ]
     if service.scheduler in ("source", "uri"):
         out.append("    hash-type consistent")
+    out += _retries(farm)
     if farm.error_pages:
         out.append(f"    errorfiles {farm.frontend_name}-errors")
     ttl = service.persistence_ttl
@@ -280,6 +292,21 @@ def _backend(farm: FarmSpec, service: ServiceSpec, base: str) -> list[str]:
     out += _headers(service.headers)
     for server in service.servers:
         out.append("    " + server_line(server, service))
+    return out
+
+
+def _retries(farm: FarmSpec) -> list[str]:
+    """The farm's retry policy in one of its backends: nothing at all with HAProxy's defaults."""
+    out = []
+    words = [w for w in farm.retry_on if RETRY_WORDS.fullmatch(w)]
+    if farm.retries != 3:
+        out.append(f"    retries {int(farm.retries)}")
+    if words:
+        out.append(f"    retry-on {' '.join(words)}")
+        if words != ["conn-failure"]:
+            out.append(f"    http-request disable-l7-retry unless {{ method {IDEMPOTENT} }}")
+    if farm.redispatch:
+        out.append("    option redispatch 1")
     return out
 
 
@@ -300,6 +327,15 @@ def server_line(server: ServerSpec, service: ServiceSpec) -> str:
         parts.append("ssl " + ("verify required ca-file @system-ca" if server.tls_verify else "verify none"))
         if server.tls_sni:
             parts.append(f"sni {fetch('str', server.tls_sni)}")
+    if server.send_proxy:
+        parts.append("send-proxy-v2")
+    if server.slowstart:
+        parts.append(f"slowstart {int(server.slowstart)}s")
+    if server.passive_errors:
+        # HAProxy observes only servers it checks: its own check runs hourly while the server is up (healthd's
+        # checks are the active ones), every 10 s while it is out, so it comes back by itself if healthd is away.
+        check = "check inter 1h downinter 10s rise 2" + (" check-send-proxy" if server.send_proxy else "")
+        parts.append(f"{check} observe layer7 error-limit {int(server.passive_errors)} on-error mark-down")
     return " ".join(parts)
 
 

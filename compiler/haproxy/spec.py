@@ -28,6 +28,9 @@ class ServerSpec:
     tls: bool = False
     tls_verify: bool = False
     tls_sni: str = ""
+    slowstart: int = 0  # seconds over which a backend back from down or maintenance ramps up to its weight
+    passive_errors: int = 0  # consecutive failed requests that take it out (observe layer7 ... on-error mark-down)
+    send_proxy: bool = False  # PROXY protocol v2 header to the backend, with the client's address
 
     @property
     def name(self) -> str:
@@ -120,6 +123,11 @@ class FarmSpec:
     redirects: tuple[RedirectRule, ...] = ()
     headers: tuple[HeaderRule, ...] = ()
     error_pages: tuple[tuple[int, str], ...] = ()  # (status, HTML body)
+    retry_on: tuple[str, ...] = ()  # HAProxy retry-on keywords (l7/validation.py RETRY_ON); (): its default
+    retries: int = 3  # HAProxy's default
+    redispatch: bool = False  # each retry to another server (option redispatch 1)
+    accept_proxy: bool = False  # read the PROXY protocol on every bind line
+    proxy_trusted: tuple[str, ...] = ()  # networks allowed to connect when accept_proxy (canonical ipaddress text)
     enabled: bool = True
 
     @property

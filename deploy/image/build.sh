@@ -69,6 +69,9 @@ key=$( {
   sed -n '/^# base recipe:/,/^# end of base recipe/p' "$0"
 } | sha256sum | cut -c1-16)
 base=$cache/base-$suite-$key.tar
+# One build at a time reads or writes the cache, until its base is unpacked: two at once wrote the same .part file.
+exec 8>"$cache/.lock"
+flock 8
 # base recipe: what goes into the cached tarball (this block is part of the cache key)
 if [ ! -e "$base" ]; then
   log "building the base system ($suite) into $base"
@@ -96,6 +99,7 @@ version=$(dpkg-deb -f "$deb" Version)
 tree=$work/tree
 mkdir "$tree"
 tar -C "$tree" --xattrs --xattrs-include='*' -xf "$base"
+flock -u 8
 mount -t proc proc "$tree/proc"
 mount --rbind /sys "$tree/sys"
 mount --rbind /dev "$tree/dev"

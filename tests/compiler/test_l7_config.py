@@ -19,7 +19,12 @@ from tests.support import l7_specs
 GOLDEN = support.GOLDEN / "l7"
 UPDATE = os.environ.get("LBWEB_UPDATE_GOLDEN") == "1"
 BASE = "/run/lbweb-haproxy/conf"
-SPECS = {"full": l7_specs.full, "http": lambda: EngineSpec((l7_specs.http_farm(),)), "empty": EngineSpec}
+SPECS = {
+    "full": l7_specs.full,
+    "edge": l7_specs.edge,
+    "http": lambda: EngineSpec((l7_specs.http_farm(),)),
+    "empty": EngineSpec,
+}
 
 
 @pytest.mark.parametrize("name", SPECS)

@@ -249,3 +249,59 @@ def test_healthd_verdict_reaches_haproxy_without_reload(lab, haproxy, l7_worker,
     finally:
         healthd.stop()
         lab.ensure_servers()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_haproxys_passive_verdict_reaches_healthd_and_the_farm_with_its_reason(
+    lab, haproxy, l7_worker, api_client, worker_env, request
+):
+    """Issue 43, part 3, with every process real: a backend answering 503 (its port still open, so the TCP check
+    passes) is taken out by HAProxy's passive health; the real healthd records it down with HAProxy's reason; the
+    worker puts it in maintenance; once it answers again, healthd's check brings it back."""
+    import subprocess
+    import sys
+
+    from tests.dataplane.test_l7_edge import FLAKY_PORT, fail
+    from tests.support.lab import HERE, wait_listening
+    from tests.support.stack import Healthd
+
+    flaky = []
+    for name in ("b1", "b2"):
+        command = [sys.executable, str(HERE / "lab_flaky_server.py"), name, backend4(name), str(FLAKY_PORT)]
+        flaky.append(subprocess.Popen(["ip", "netns", "exec", lab.backends[name], *command]))
+        wait_listening(lab.lb, backend4(name), FLAKY_PORT)
+    client = api_client
+    farm = post(client, "/api/v1/farms/", {"name": "web", "vip": VIP, "ports": "80", "mode": "http"})
+    b1 = post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b1"), "port": FLAKY_PORT})
+    post(client, "/api/v1/backends/", {"farm": farm["id"], "address": backend4("b2"), "port": FLAKY_PORT})
+    post(client, "/api/v1/health-checks/", {"farm": farm["id"], "type": "tcp", "interval": 1, "timeout": 0.5,
+                                            "rise": 2, "fall": 3})  # fmt: skip
+    options = {"passive_errors": 3, "slowstart": 2}
+    assert client.patch(f"/api/v1/backends/{b1['id']}/http/", options, format="json").status_code == 200
+    wait_applied(client, farm["id"])
+    server = (f"f{farm['id']}-default", f"b{b1['id']}")
+    env = dict(worker_env, LBWEB_HAPROXY_DIR=str(haproxy.workdir))
+    healthd = Healthd(lab.lb, env, OUTPUT / "logs" / f"healthd-{request.node.name}.log").start()
+    try:
+        wait_for(lambda: client.get(f"/api/v1/backends/{b1['id']}/").json()["health"] == "up", what="b1 up")
+        fail(lab, "b1")
+        statuses = [haproxy.get(VIP, "/").status for _ in range(8)]
+        assert statuses.count(503) == 3  # b1's three failures; then it is out
+        row = wait_for(
+            lambda: (b := client.get(f"/api/v1/backends/{b1['id']}/").json())["health"] == "down" and b,
+            what="b1 recorded down",
+        )
+        assert row["health_reason"].startswith("HAProxy passive health: Detected 3 consecutive errors"), row
+        wait_for(lambda: haproxy.engine.cli.servers()[server]["status"] == "MAINT", what="b1 in maintenance")
+        assert {haproxy.get(VIP, "/").status for _ in range(6)} == {200}
+        fail(lab, "b1", False)
+        wait_for(lambda: client.get(f"/api/v1/backends/{b1['id']}/").json()["health"] == "up", what="b1 back")
+        wait_for(lambda: haproxy.engine.cli.servers()[server]["status"].startswith("UP"), what="b1 serving")
+        assert {haproxy.get(VIP, "/").status for _ in range(6)} == {200}
+        events = client.get(f"/api/v1/health-events/?backend={b1['id']}").json()["results"]
+        assert any(e["reason"].startswith("HAProxy passive health") and e["current"] == "down" for e in events)
+    finally:
+        healthd.stop()
+        for proc in flaky:
+            proc.kill()
+            proc.wait(timeout=5)

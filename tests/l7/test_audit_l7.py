@@ -18,7 +18,8 @@ pytestmark = pytest.mark.django_db
 OPTIONS = {
     "redirect_ports": "", "http2": True, "hsts_max_age": 0, "forwarded_headers": True, "timeout_client": 30,
     "timeout_server": 30, "timeout_connect": 5, "timeout_http_request": 10, "timeout_keep_alive": 10,
-    "timeout_tunnel": 3600, "headers": [], "redirects": [], "error_pages": {}, "default_certificate": None,
+    "timeout_tunnel": 3600, "headers": [], "redirects": [], "error_pages": {}, "retry_on": "", "retries": 3,
+    "redispatch": False, "accept_proxy": False, "proxy_trusted": "", "default_certificate": None,
     "certificates": [],
 }  # fmt: skip
 SERVICE = {
@@ -26,7 +27,10 @@ SERVICE = {
     "persistence": "", "persistence_ttl": 0, "persistence_header": "", "cookie_name": "LBWEBSRV", "queue_timeout": 5,
     "reuse": True, "headers": [],
 }  # fmt: skip
-BACKEND = {"service": None, "capacity": None, "tls": False, "tls_verify": False, "tls_sni": ""}
+BACKEND = {
+    "service": None, "capacity": None, "tls": False, "tls_verify": False, "tls_sni": "", "slowstart": 0,
+    "passive_errors": 0, "send_proxy": False,
+}  # fmt: skip
 
 
 def entries(since: int) -> list[tuple]:

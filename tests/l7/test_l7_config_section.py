@@ -23,13 +23,17 @@ def shop(admin_user) -> Farm:
     farm = services.farm_create(name="shop", vip="198.18.100.10", ports="443", mode="https", actor=admin_user)
     l7.farm_options_update(
         farm=farm, certificates=[cert], default_certificate=cert, redirect_ports="80", hsts_max_age=600,
-        headers=[{"direction": "response", "name": "X-Shop", "value": "1"}],
+        headers=[{"direction": "response", "name": "X-Shop", "value": "1"}], retry_on="503 conn-failure",
+        retries=2, redispatch=True, accept_proxy=True, proxy_trusted="198.18.0.9 198.18.7.0/24",
     )  # fmt: skip
     api = l7.service_create(farm=farm, name="api", position=1, path_prefix="/api", persistence="cookie")
     l7.service_create(farm=farm, name="static", position=2, hosts="static.example.com")
     one = services.backend_create(farm=farm, address="198.18.1.11", port=8080)
     services.backend_create(farm=farm, address="198.18.1.12", port=8080)
-    l7.backend_options_update(backend=one, service=api, capacity=40, tls=True, tls_sni="api.example.com")
+    l7.backend_options_update(
+        backend=one, service=api, capacity=40, tls=True, tls_sni="api.example.com", slowstart=30, passive_errors=5,
+        send_proxy=True,
+    )  # fmt: skip
     return farm
 
 
@@ -42,8 +46,10 @@ def test_export_carries_every_http_row_and_no_private_key(shop):
     assert [s["name"] for s in entry["services"]] == ["api", "static"]
     assert entry["backends"][0] == {
         "address": "198.18.1.11", "port": 8080, "service": "api", "capacity": 40, "tls": True,
-        "tls_verify": False, "tls_sni": "api.example.com",
+        "tls_verify": False, "tls_sni": "api.example.com", "slowstart": 30, "passive_errors": 5, "send_proxy": True,
     }  # fmt: skip
+    assert entry["options"]["retry_on"] == "conn-failure 503" and entry["options"]["redispatch"] is True
+    assert entry["options"]["proxy_trusted"] == "198.18.0.9/32 198.18.7.0/24" and entry["options"]["retries"] == 2
     assert entry["backends"][1]["service"] is None and entry["backends"][1]["capacity"] is None
     assert "PRIVATE KEY" not in json.dumps(document)
 

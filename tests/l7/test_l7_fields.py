@@ -9,17 +9,27 @@ HAProxy (on UNIX sockets: no packet moves).
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import os
+import string
+from collections import Counter
 
 import pytest
+from django.core.exceptions import ValidationError
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bench.fuzz import Counts, haproxy
 from bench.fuzz.haproxy_live import LiveHAProxy
+from bench.fuzz.text import hostile
 from compiler.haproxy.config import render
+from compiler.haproxy.spec import EngineSpec
 from dataplane.l7.engine import check
-from l7 import specs
+from l7 import specs, validation
+from l7.models import L7Farm
 from tests.l7.test_l7_api import backend, http_farm
+from tests.support import l7_specs
 
 # About 50 s on a 2-core machine (0.3 s an example: two haproxy processes, one -c and one serving), 3 minutes on
 # one loaded by other work: bounded by the count, not a clock, and well inside pytest's 300 s.
@@ -122,3 +132,116 @@ def test_a_persistence_header_with_a_hash_or_a_quote_keeps_its_clients(client, t
     with serving(tmp_path) as engine:
         assert engine.get(f"f{farm['id']}", "/", {"Host": "x", "X-K#'": "client-7"}).status == 200
         assert engine.table_keys(f"s{made.json()['id']}") == ["client-7"]
+
+
+# -- issue 43: retries and the PROXY protocol ---------------------------------------------------------------------
+
+EDGE_REFUSED = [
+    ({"retry_on": "503 #x"}, "retry_on"),
+    ({"retry_on": "conn-failure\nlisten evil"}, "retry_on"),
+    ({"retry_on": "all-retryable-errors"}, "retry_on"),
+    ({"retries": 11}, "retries"),
+    ({"retries": -1}, "retries"),
+    ({"accept_proxy": True}, "proxy_trusted"),  # from anyone: any client would choose its own address
+    ({"accept_proxy": True, "proxy_trusted": "lb.example.com"}, "proxy_trusted"),
+    ({"proxy_trusted": "198.18.0.1 }"}, "proxy_trusted"),
+    ({"proxy_trusted": "198.18.0.1/33"}, "proxy_trusted"),
+    ({"proxy_trusted": "fe80::1%eth0"}, "proxy_trusted"),
+    ({"proxy_trusted": '198.18.0.1"'}, "proxy_trusted"),
+    ({"proxy_trusted": "198.18.0.1\\"}, "proxy_trusted"),
+]
+BACKEND_REFUSED = [
+    ({"slowstart": 3601}, "slowstart"),
+    ({"slowstart": -1}, "slowstart"),
+    ({"passive_errors": 101}, "passive_errors"),
+    ({"send_proxy": "sometimes"}, "send_proxy"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("values", "field"), EDGE_REFUSED)
+def test_bad_retry_and_proxy_options_are_field_errors_that_change_nothing(client, values, field):
+    farm = http_farm(client)
+    before = client.get(f"/api/v1/farms/{farm['id']}/http/").json()
+    response = client.patch(f"/api/v1/farms/{farm['id']}/http/", values, format="json")
+    assert response.status_code == 400 and list(response.json()) == [field], response.content
+    assert client.get(f"/api/v1/farms/{farm['id']}/http/").json() == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("values", "field"), BACKEND_REFUSED)
+def test_bad_backend_options_are_field_errors_that_change_nothing(client, values, field):
+    one = backend(client, http_farm(client))
+    before = client.get(f"/api/v1/backends/{one['id']}/http/").json()
+    response = client.patch(f"/api/v1/backends/{one['id']}/http/", values, format="json")
+    assert response.status_code == 400 and list(response.json()) == [field], response.content
+    assert client.get(f"/api/v1/backends/{one['id']}/http/").json() == before
+
+
+@pytest.mark.django_db
+def test_retry_and_proxy_options_are_stored_as_haproxy_reads_them(client):
+    farm = http_farm(client)
+    values = {"retry_on": " 503  conn-failure 503 ", "accept_proxy": True, "proxy_trusted": "198.18.0.9 198.18.7.1/24"}
+    response = client.patch(f"/api/v1/farms/{farm['id']}/http/", values, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["retry_on"] == "conn-failure 503"
+    assert response.json()["proxy_trusted"] == "198.18.0.9/32 198.18.7.0/24"
+    one = backend(client, farm)
+    values = {"slowstart": 30, "passive_errors": 5, "send_proxy": True}
+    assert client.patch(f"/api/v1/backends/{one['id']}/http/", values, format="json").json()["send_proxy"] is True
+    text = specs.preview("/nonexistent")["diff"]
+    assert "+    tcp-request connection reject unless { src 198.18.0.9/32 198.18.7.0/24 }\n" in text
+    assert "+    retry-on conn-failure 503\n" in text and " accept-proxy\n" in text
+    assert "send-proxy-v2 slowstart 30s check inter 1h" in text and "error-limit 5 on-error mark-down" in text
+
+
+RETRY_TEXT = string.ascii_letters + string.digits + "-_ \t\n#\"'\\{}$%"
+TRUSTED_TEXT = string.hexdigits + "./: %\n#\"'\\{}$"
+
+
+def _cleaned(field: str, text: str) -> str | None:
+    """``text`` as ``L7Farm.clean()`` stores it in ``field``, None when it is refused (at that field only)."""
+    options = L7Farm(**{field: text}, accept_proxy=field == "proxy_trusted")
+    try:
+        options.full_clean(exclude=["farm", "default_certificate"], validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        assert list(exc.message_dict) == [field], exc.message_dict
+        return None
+    return getattr(options, field)
+
+
+def test_retry_and_trusted_sources_reach_haproxy_as_words_it_reads_as_typed():
+    """The two typed fields of issue 43 are written only in a canonical form (keywords of a closed set, addresses
+    as ``ipaddress`` writes them): what validation takes, ``haproxy -c`` takes, and its line holds those words and
+    no other; the rest is refused at its field."""
+    from bench.fuzz.haproxy_words import words
+
+    seen = {"retry_on": Counter(), "proxy_trusted": Counter()}
+
+    @settings(max_examples=EXAMPLES // 3, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+    @given(
+        retry_on=hostile(RETRY_TEXT, max_size=60, samples=(*validation.RETRY_ON, "503 500 conn-failure", "503 #")),
+        trusted=st.one_of(
+            hostile(TRUSTED_TEXT, max_size=60, samples=("198.18.0.1", "2001:2::/48 198.18.0.0/15", "::1%lo")),
+            st.lists(st.ip_addresses().map(str), min_size=1, max_size=4).map(" ".join),
+        ),
+    )
+    def example(retry_on, trusted):
+        keywords, networks = _cleaned("retry_on", retry_on), _cleaned("proxy_trusted", trusted)
+        seen["retry_on"]["refused" if keywords is None else "accepted"] += 1
+        seen["proxy_trusted"]["refused" if not networks else "accepted"] += 1
+        keywords, networks = (keywords or "").split(), (networks or "198.18.0.9/32").split()
+        assert all(str(ipaddress.ip_network(n)) == n for n in networks)
+        farm = dataclasses.replace(
+            l7_specs.http_farm(), accept_proxy=True, proxy_trusted=tuple(networks), retry_on=tuple(keywords)
+        )
+        text = render(EngineSpec((farm,)), "/run/lbweb-haproxy/conf").config
+        read = [words(line) for line in text.splitlines()]
+        assert ["tcp-request", "connection", "reject", "unless", "{", "src", *networks, "}"] in read
+        assert read.count(["retry-on", *keywords]) == (3 if keywords else 0)  # one per backend of the farm
+        check(EngineSpec((farm,)))
+
+    example()
+    for name, verdicts in seen.items():  # both kinds of value, in both fields: the property is not vacuous
+        assert verdicts["accepted"] >= 5 and verdicts["refused"] >= 5, (name, verdicts)

@@ -51,19 +51,25 @@ def test_certificate_pages_check_like_the_api_and_keep_nothing_on_error(admin_cl
 
 def test_options_services_and_backend_options_through_the_pages(admin_client, shop):
     cert = services.certificate_self_signed(name="shop-cert", names=["shop.example.com"])
-    page = admin_client.post(
-        f"/http/farms/{shop.pk}/options/",
-        {
-            "certificates": [cert.pk], "default_certificate": cert.pk, "redirect_ports": "80", "hsts_max_age": "600",
-            "http2": "on", "forwarded_headers": "on", "headers": "[]", "redirects": "[]", "error_pages": "{}",
-            "timeout_client": 30, "timeout_server": 30, "timeout_connect": 5, "timeout_http_request": 10,
-            "timeout_keep_alive": 10, "timeout_tunnel": 3600, "_save": "1",
-        },
-    )  # fmt: skip
+    posted = {
+        "certificates": [cert.pk], "default_certificate": cert.pk, "redirect_ports": "80", "hsts_max_age": "600",
+        "http2": "on", "forwarded_headers": "on", "headers": "[]", "redirects": "[]", "error_pages": "{}",
+        "timeout_client": 30, "timeout_server": 30, "timeout_connect": 5, "timeout_http_request": 10,
+        "timeout_keep_alive": 10, "timeout_tunnel": 3600, "retry_on": "503 empty-response", "retries": 2,
+        "redispatch": "on", "accept_proxy": "on", "proxy_trusted": "198.18.0.9", "_save": "1",
+    }  # fmt: skip
+    bad = admin_client.post(f"/http/farms/{shop.pk}/options/", {**posted, "proxy_trusted": "lb.example.com"})
+    assert bad.status_code == 200 and list(bad.context["form"].errors) == ["proxy_trusted"]
+    page = admin_client.post(f"/http/farms/{shop.pk}/options/", posted)
     assert page.status_code == 302, page.context["form"].errors
     options = L7Farm.objects.get(farm=shop)
     assert options.default_certificate == cert and list(options.certificates.all()) == [cert]
     assert options.redirect_ports == "80" and options.hsts_max_age == 600
+    assert (options.retry_on, options.proxy_trusted, options.accept_proxy) == (
+        "empty-response 503",
+        "198.18.0.9/32",
+        True,
+    )
 
     service = {
         "name": "api", "position": 1, "path_prefix": "/api", "scheduler": "roundrobin", "persistence": "",
@@ -82,14 +88,22 @@ def test_options_services_and_backend_options_through_the_pages(admin_client, sh
     form = admin_client.get(f"/http/backends/{backend.pk}/options/").context["form"]
     assert list(form.fields["service"].queryset) == [api]  # only this farm's services
     saved = admin_client.post(
-        f"/http/backends/{backend.pk}/options/", {"service": api.pk, "capacity": 40, "tls_sni": "", "_save": "1"}
-    )
-    assert saved.status_code == 302
+        f"/http/backends/{backend.pk}/options/",
+        {"service": api.pk, "capacity": 40, "tls_sni": "", "slowstart": 20, "passive_errors": 5, "send_proxy": "on",
+         "_save": "1"},
+    )  # fmt: skip
+    assert saved.status_code == 302, saved.context["form"].errors
     assert (L7Backend.objects.get(backend=backend).service, L7Backend.objects.get().capacity) == (api, 40)
+    assert L7Backend.objects.filter(slowstart=20, passive_errors=5, send_proxy=True).count() == 1
 
     assert f'href="/http/#farm-{shop.pk}"' in admin_client.get(f"/farms/{shop.pk}/").content.decode()
     listing = admin_client.get("/http/").content.decode()
     assert f'href="/http/services/{api.pk}/edit/"' in listing and f"/http/backends/{backend.pk}/options/" in listing
+    assert "out after 5 failed requests · slow start 20 s · PROXY v2" in listing
+    assert (
+        "Retried on empty-response 503 (2 times, on another backend). PROXY protocol from 198.18.0.9/32 only."
+        in listing
+    )
     assert admin_client.post(f"/http/services/{api.pk}/delete/").status_code == 302
     assert not HttpService.objects.exists() and L7Backend.objects.get().service is None
     refused = admin_client.post(f"/http/certificates/{cert.pk}/delete/")

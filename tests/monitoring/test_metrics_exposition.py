@@ -161,3 +161,14 @@ def test_tokens_api_and_command_are_audited_and_admin_only(store, admin_user, ro
     out = io.StringIO()
     call_command("create_metrics_token", "prometheus", stdout=out, stderr=io.StringIO())
     assert scrape(out.getvalue().strip())[0] == 200
+
+
+def test_http_farms_retries_and_redispatches_from_the_newest_sample(store):
+    farm = services.farm_create(name="shop", vip="198.18.100.1", ports="80", mode="http")
+    entry = {"requests": 40.0, "retries": 12.5, "redispatches": 12.5, "backends": {}}
+    store.write(Sample(t=1_800_000_000.0, system={}, farms={farm.id: entry}, census=False))
+    _row, token = MetricsToken.issue(name="prometheus")
+    status, series = scrape(token)
+    assert status == 200
+    assert series["lbweb_http_farm_retries_per_second"] == {(("farm", "shop"),): 12.5}
+    assert series["lbweb_http_farm_redispatches_per_second"] == {(("farm", "shop"),): 12.5}

@@ -9,9 +9,9 @@ which builds what it needs first; ``tests/deploy/test_image.py`` runs that comma
                                                              +-- b2 198.19.1.22
     VIPs 198.19.2.0/24, routed by the client to the appliance.
 
-Only 198.18.0.0/15 is used, only in namespaces made here (names carry the pid), all removed at the end. Commands
-inside the machine go through the QEMU guest agent (a virtio channel only the hypervisor holds: the appliance has
-no SSH and listens on no network for this). Timings are wall-clock seconds on this machine.
+Only 198.18.0.0/15 is used, only in namespaces made here (names carry the pid, or LBWEB_IMAGE_NS_TAG), all removed
+at the end. Commands inside the machine go through the QEMU guest agent (a virtio channel only the hypervisor holds:
+the appliance has no SSH and listens on no network for this). Timings are wall-clock seconds on this machine.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # verify=False is deliberate (the certificate names the appliance's address, not 127.0.0.1): no warning per call.
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 PID = os.getpid()
+# The lab's namespaces are TAG-w, -c, -b1, -b2; tests/support/image_side.py names the tag, to remove them after a kill.
+TAG = os.environ.get("LBWEB_IMAGE_NS_TAG") or f"lbi{PID}"
 MGMT_NET, MGMT_HOST, MGMT_ADDR = "198.19.254.0/24", "198.19.254.2", "198.19.254.15"
 DATA_ADDR, CLIENT, BACKENDS = "198.19.1.1", "198.19.1.10", {"b1": "198.19.1.21", "b2": "198.19.1.22"}
 VIP_WEB, VIP_FAST = "198.19.2.1", "198.19.2.2"
@@ -215,8 +217,8 @@ class Lab:
 
     def __init__(self, work: Path) -> None:
         self.work = work
-        self.wire, self.client = f"lbi{PID}-w", f"lbi{PID}-c"
-        self.backends = {name: f"lbi{PID}-{name}" for name in BACKENDS}
+        self.wire, self.client = f"{TAG}-w", f"{TAG}-c"
+        self.backends = {name: f"{TAG}-{name}" for name in BACKENDS}
         self.servers: list[subprocess.Popen] = []
         self.tap_fd = -1
 

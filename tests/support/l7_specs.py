@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from compiler.haproxy.spec import (
@@ -105,3 +106,41 @@ def full() -> EngineSpec:
     return EngineSpec(
         farms=(http_farm(), https_farm(), FarmSpec(3, "off", "http", "198.18.100.3", (80,), enabled=False))
     )
+
+
+def edge() -> EngineSpec:
+    """A farm with every option of issue 43's parts 3 and 4: slow start, passive health, retries and redispatch,
+    PROXY v2 to backends, the PROXY protocol accepted from trusted sources (on TLS and redirect ports too)."""
+    https = https_farm()
+    return EngineSpec(
+        farms=(
+            FarmSpec(
+                id=4,
+                name="edge",
+                mode="http",
+                vip="198.18.100.4",
+                ports=(80,),
+                retry_on=("conn-failure", "empty-response", "503"),
+                retries=2,
+                redispatch=True,
+                accept_proxy=True,
+                proxy_trusted=("198.18.0.9/32", "2001:2::/64"),
+                services=(
+                    ServiceSpec(
+                        id=40,
+                        name="app",
+                        servers=(
+                            ServerSpec(401, "198.18.1.11", 80, slowstart=30, passive_errors=5),
+                            ServerSpec(402, "198.18.1.12", 80, send_proxy=True, passive_errors=10, capacity=4),
+                            ServerSpec(403, "198.18.1.13", 443, send_proxy=True, tls=True, slowstart=10),
+                        ),
+                    ),
+                ),
+            ),
+            FarmSpec(
+                id=5, name="connect-only", mode="http", vip="198.18.100.5", ports=(80,), retry_on=("conn-failure",),
+                services=(ServiceSpec(50, "a", servers=(ServerSpec(501, "198.18.1.11", 80),)),),
+            ),
+            dataclasses.replace(https, id=6, name="secure-edge", accept_proxy=True, proxy_trusted=("198.18.0.0/24",)),
+        )
+    )  # fmt: skip

@@ -6,3 +6,8 @@ class AccountsConfig(AppConfig):
 
     name = "accounts"
     verbose_name = "Accounts"
+
+    def ready(self):
+        from . import backup_section
+
+        backup_section.register()

@@ -131,3 +131,13 @@ def restore_at_boot(sender=None, **_kwargs) -> None:
 def beat_heartbeat(sender=None, **_kwargs) -> None:
     """beat's liveness: without it no reconcile runs, and nothing else would tell."""
     heartbeat.start_publisher("beat")
+
+
+@shared_task(name="system.tasks.scheduled_backup")
+def scheduled_backup() -> str | None:
+    """Write the scheduled backup when one is due (``system/backup/services.py``); beat asks every
+    ``LBWEB_BACKUP_CHECK_SECONDS``. The path written, or None."""
+    from system.backup import services as backup
+
+    path = backup.scheduled_backup()
+    return str(path) if path else None

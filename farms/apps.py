@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class FarmsConfig(AppConfig):
     name = "farms"
     verbose_name = "Farms"
+
+    def ready(self):
+        from . import backup_section
+
+        backup_section.register()

@@ -44,6 +44,11 @@ def acting(actor):
         _ACTOR.reset(token)
 
 
+def current_actor():
+    """The account of the enclosing :func:`acting` block (None outside one)."""
+    return _ACTOR.get()
+
+
 def state_of(obj: models.Model | None) -> dict[str, Any] | None:
     """The fields of ``obj`` an operator configures, as plain JSON (what before/after show)."""
     if obj is None:

@@ -472,6 +472,15 @@ def type_errors(model, item: Json) -> list[tuple[str, str]]:
     return errors
 
 
+def load_document(document: Any, result: ImportResult, *, actor=None) -> None:
+    """Make the configuration equal to ``document`` inside the caller's transaction, errors and counts into
+    ``result``, recording nothing (a backup's restore: the caller audits the whole and rolls back on errors)."""
+    importer = _Importer(actor)
+    importer.result = result
+    with audit.quiet(), audit.acting(actor):
+        importer.run(document)
+
+
 def import_config(
     document: Any,
     *,

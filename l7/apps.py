@@ -9,6 +9,7 @@ class L7Config(AppConfig):
     verbose_name = "HTTP farms"
 
     def ready(self):
-        from . import config_section
+        from . import backup_section, config_section
 
         config_section.register()
+        backup_section.register()

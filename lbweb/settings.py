@@ -290,6 +290,7 @@ CELERY_TASK_ROUTES = {
     "cluster.tasks.*": {"queue": "dataplane"},
     "bgp.tasks.*": {"queue": "dataplane"},
     "syslog.tasks.*": {"queue": "dataplane"},
+    "system.tasks.*": {"queue": "dataplane"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
@@ -316,6 +317,11 @@ CELERY_BEAT_SCHEDULE = {
     "cluster-heartbeat": {"task": "cluster.tasks.heartbeat", "schedule": 2.0},
     # BGP: the routes follow what can serve here (a farm applied, a drain period over) within one beat.
     "bgp-heartbeat": {"task": "bgp.tasks.heartbeat", "schedule": 2.0},
+    # Scheduled backups (System › Backup): written when the last one is the schedule's interval old.
+    "backup": {
+        "task": "system.tasks.scheduled_backup",
+        "schedule": float(os.environ.get("LBWEB_BACKUP_CHECK_SECONDS", "300")),
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

@@ -6,3 +6,8 @@ class RemotelogConfig(AppConfig):
 
     name = "remotelog"
     verbose_name = "Remote syslog"
+
+    def ready(self):
+        from . import backup_section
+
+        backup_section.register()

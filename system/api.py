@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from axes.handlers.proxy import AxesProxyHandler
 from axes.helpers import get_cool_off
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from knox import views as knox_views
 from knox.auth import TokenAuthentication
@@ -28,6 +32,8 @@ from rest_framework.views import APIView
 from accounts import second_factor
 
 from . import services, tls
+from .backup import services as backup
+from .models import BackupSchedule
 
 # -- tokens ---------------------------------------------------------------------------------------
 
@@ -226,3 +232,106 @@ class CertificateView(APIView):
         except tls.CertificateError as error:
             raise serializers.ValidationError(error.errors) from None
         return Response(new.as_dict())
+
+
+# -- backups --------------------------------------------------------------------------------------
+
+
+def _field_errors(exc) -> dict:
+    """A refusal as the API answers every field-level one: {field: [messages]}."""
+    return exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+
+
+class BackupView(APIView):
+    """``POST`` with a ``passphrase``: the whole appliance as one encrypted archive (admins; audited).
+
+    The archive holds the farms and HTTP farms, certificates with their private keys, accounts with their roles
+    and second factors, the authentication settings with their secrets, the network and the cluster's settings.
+    """
+
+    @extend_schema(
+        request=inline_serializer("BackupRequest", {"passphrase": serializers.CharField(min_length=12)}),
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 400: OpenApiTypes.OBJECT},
+        tags=["system"],
+    )
+    def post(self, request):
+        try:
+            data, name = backup.backup_create(passphrase=request.data.get("passphrase"), actor=request.user)
+        except ValidationError as exc:
+            return Response(_field_errors(exc), status=400)
+        response = HttpResponse(data, content_type="application/octet-stream")
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+
+class BackupRestoreView(APIView):
+    """``POST`` (multipart) an ``archive`` file and its ``passphrase``: the appliance becomes what the archive holds
+    (admins; one audit event ``restore``). A wrong passphrase or a damaged archive is a 400 on that field; a value
+    this appliance refuses is a 400 listing every error with its place. Either way nothing changes.
+    ``dry_run=1`` only checks."""
+
+    @extend_schema(
+        request={
+            "multipart/form-data": inline_serializer(
+                "BackupRestoreRequest",
+                {
+                    "archive": serializers.FileField(),
+                    "passphrase": serializers.CharField(),
+                    "dry_run": serializers.BooleanField(required=False),
+                },
+            )
+        },
+        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+        tags=["system"],
+    )
+    def post(self, request):
+        upload = request.FILES.get("archive")
+        if upload is None:
+            return Response({"archive": ["Send the archive as the file field 'archive'."]}, status=400)
+        if upload.size > settings.LBWEB_IMPORT_MAX_BYTES:
+            limit = settings.LBWEB_IMPORT_MAX_BYTES
+            return Response({"archive": [f"The archive is larger than {limit:,} bytes (LBWEB_IMPORT_MAX_BYTES)."]}, 400)
+        dry_run = str(request.data.get("dry_run", "")).lower() in ("1", "true", "yes", "on")
+        try:
+            result = backup.backup_restore(
+                data=upload.read(), passphrase=request.data.get("passphrase"), actor=request.user, dry_run=dry_run
+            )
+        except ValidationError as exc:
+            return Response(_field_errors(exc), status=400)
+        return Response(result.to_json(), status=200 if result.ok else 400)
+
+
+class BackupScheduleSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(required=False)
+    directory = serializers.CharField(required=False, allow_blank=True)
+    interval_hours = serializers.IntegerField(required=False)
+    keep = serializers.IntegerField(required=False)
+    passphrase = serializers.CharField(required=False, allow_blank=True, write_only=True, trim_whitespace=False)
+    passphrase_set = serializers.SerializerMethodField()
+    last_run = serializers.DateTimeField(read_only=True, allow_null=True)
+    last_file = serializers.CharField(read_only=True)
+    last_error = serializers.CharField(read_only=True)
+
+    def get_passphrase_set(self, row) -> bool:
+        return bool(row.passphrase)
+
+
+class BackupScheduleView(APIView):
+    """The backups the worker writes to a directory: read by every role, changed by admins. The passphrase is
+    write-only (``passphrase_set`` says whether one is stored); leaving it out keeps it."""
+
+    @extend_schema(responses={200: BackupScheduleSerializer}, tags=["system"])
+    def get(self, request):
+        return Response(BackupScheduleSerializer(BackupSchedule.load()).data)
+
+    @extend_schema(request=BackupScheduleSerializer, responses={200: BackupScheduleSerializer}, tags=["system"])
+    def put(self, request):
+        serializer = BackupScheduleSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            row = backup.schedule_update(actor=request.user, **serializer.validated_data)
+        except ValidationError as exc:
+            return Response(_field_errors(exc), status=400)
+        return Response(BackupScheduleSerializer(row).data)
+
+    patch = put

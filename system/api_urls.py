@@ -10,5 +10,8 @@ urlpatterns = [
     path("auth/logoutall/", api.TokenLogoutAllView.as_view(), name="auth-logoutall"),
     path("auth/tokens/", api.TokenListView.as_view(), name="auth-tokens"),
     path("auth/tokens/<str:token_key>/", api.TokenRevokeView.as_view(), name="auth-token"),
+    path("system/backup/", api.BackupView.as_view(), name="backup"),
+    path("system/backup/restore/", api.BackupRestoreView.as_view(), name="backup-restore"),
+    path("system/backup/schedule/", api.BackupScheduleView.as_view(), name="backup-schedule"),
     path("system/tls-certificate/", api.CertificateView.as_view(), name="tls-certificate"),
 ]

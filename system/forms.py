@@ -32,3 +32,31 @@ class CertificateUploadForm(forms.Form):
         if upload:
             return upload.read(1 << 20).decode("utf-8", errors="replace")
         return self.cleaned_data.get(name) or ""
+
+
+class BackupDownloadForm(forms.Form):
+    passphrase = forms.CharField(
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+        help_text="At least 12 characters. Without it the archive cannot be opened: keep it apart from the archive.",
+    )
+
+
+class BackupRestoreForm(forms.Form):
+    archive = forms.FileField(label="Backup archive (.lbbackup)")
+    passphrase = forms.CharField(strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "off"}))
+
+
+class BackupScheduleForm(forms.Form):
+    enabled = forms.BooleanField(required=False, label="Write backups on a schedule")
+    directory = forms.CharField(
+        required=False, help_text="An absolute path the worker may write (on the appliance: under /var/lib/lbweb)."
+    )
+    interval_hours = forms.IntegerField(label="Every (hours)", min_value=1, max_value=720)
+    keep = forms.IntegerField(label="Keep the newest", min_value=1, max_value=1000)
+    passphrase = forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+        help_text="Blank: keep the stored one. Never shown again once saved.",
+    )

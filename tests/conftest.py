@@ -29,6 +29,15 @@ def fast_password_hashing():
     get_hashers_by_algorithm.cache_clear()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fast_key_derivation():
+    """Backups are sealed by the dozen in tests: scrypt at N = 2^14 instead of 2^17 (the archive's header says
+    which; the README's appliance, a process of its own, seals at full strength)."""
+    from system.backup import archive
+
+    archive.LOG2_N = 14
+
+
 @pytest.fixture(autouse=True)
 def forget_config_parts():
     """The configuration history and the worker's unit cache remember farms by generation in the process

@@ -369,6 +369,65 @@ def test_the_health_check_and_nftlb_commands_work_as_written(appliance):
     assert [b["ip-addr"] for b in farm["backends"]] == ["198.18.1.12"], farm
 
 
+def test_the_backup_commands_work_as_written(appliance):
+    """docs/backup.md's blocks word for word on the README's appliance: a download; the farms deleted; the dry run
+    and the restore bring the configuration back, equal to the export before; the schedule writes an archive."""
+    login = first_farm_login()
+    client = Client(appliance)
+    client.login()
+
+    def export() -> dict:
+        document = client.request("GET", "config/export/").json()
+        document.pop("exported_at")
+        return document
+
+    made = client.request(
+        "POST",
+        "farms/",
+        json={"name": "backed-up", "vip": "198.18.71.1", "protocol": "tcp", "ports": "80", "mode": "dnat"},
+    )
+    assert made.status_code == 201, made.text
+    before = export()
+    download = readme_block("## Download one", "docs/backup.md")
+    result = in_appliance_shell(appliance, login + download)
+    assert result.returncode == 0, result.stdout + result.stderr
+    archive = appliance.checkout / "appliance.lbbackup"
+    assert archive.read_bytes()[:12] == b"LBWEB-BACKUP"
+    assert client.request("DELETE", f"farms/{made.json()['id']}/").status_code == 204  # the others keep their ids
+    assert "backed-up" not in [farm["name"] for farm in export()["farms"]]
+
+    passphrase_line = download.splitlines()[0]
+    restore = in_appliance_shell(
+        appliance, login + passphrase_line + "\n" + readme_block("## Restore one", "docs/backup.md")
+    )
+    assert restore.returncode == 0, restore.stdout + restore.stderr
+    dry_run, restored = json_documents(restore.stdout)
+    assert dry_run["ok"] and dry_run["dry_run"] and "backed-up" in dry_run["changes"]["farms"]["created"], dry_run
+    assert restored["ok"] and not restored["dry_run"], restored
+    assert export() == before
+
+    schedule = in_appliance_shell(
+        appliance, login + passphrase_line + "\n" + readme_block("## On a schedule", "docs/backup.md")
+    )
+    assert schedule.returncode == 0, schedule.stdout + schedule.stderr
+    assert schedule.stdout.startswith("{"), schedule.stdout + schedule.stderr
+    (saved,) = json_documents(schedule.stdout)
+    assert saved["enabled"] and saved["passphrase_set"] and "passphrase" not in saved, saved
+    backups = appliance.checkout / "var" / "backups"
+    deadline = time.monotonic() + 60
+    while not (backups.is_dir() and list(backups.glob("lbweb-*.lbbackup"))):
+        assert time.monotonic() < deadline, f"no scheduled backup in {backups}:\n{appliance.output()[-3000:]}"
+        time.sleep(0.5)
+    assert backups.stat().st_mode & 0o777 == 0o700
+
+    console = in_appliance_shell(
+        appliance, passphrase_line + "\n" + readme_block("## From the console", "docs/backup.md")
+    )
+    assert console.returncode == 0, console.stdout + console.stderr
+    assert "appliance-console.lbbackup: " in console.stdout and "dry run: it would restore" in console.stdout
+    assert export() == before
+
+
 def test_the_bgp_commands_work_as_written(appliance):
     """docs/bgp.md's blocks, word for word: BGP on, a peer, farm 1's announcement; then BIRD, started by its
     supervised wrapper once the worker wrote its file, answers ``birdc``; then the node is drained. (BIRD keeps

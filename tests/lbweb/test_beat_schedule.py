@@ -15,6 +15,7 @@ PERIODIC = {  # the worker's tasks that only beat starts
     "farms.tasks.balance_least_connections",
     "l7.tasks.acme_renew",
     "cluster.tasks.heartbeat",
+    "system.tasks.scheduled_backup",
 }
 
 

@@ -30,6 +30,7 @@ HOSTILE = {
 
 def seed() -> None:
     """One object of each kind a path names (the HTTP farm first: the first farm is the one a path gets)."""
+    from bgp.services import peer_create
     from farms.health_services import health_check_create
     from l7 import services as l7_services
     from monitoring.models import MetricsToken
@@ -49,6 +50,7 @@ def seed() -> None:
     network.route_create(destination="198.18.50.0/24", gateway="198.18.0.254", interface=eth)
     MetricsToken.issue(name="prometheus")
     syslog_server_create(name="siem", host="198.18.10.1", port=514)
+    peer_create(name="router", address="198.18.10.2", asn=64512)
     assert backend.farm_id == web.id
 
 

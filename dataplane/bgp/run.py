@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-POLL = 0.5
+from ..wrapper import POLL, StopSignal
+
 PR_SET_PDEATHSIG = 1
 BIRD = "/usr/sbin/bird"
 
@@ -38,14 +39,7 @@ def _die_with_parent() -> None:
 def run(directory: Path) -> int:
     """Until SIGTERM: wait for the configuration, run BIRD while it exists. 0 when stopped, 1 when BIRD ended."""
     conf = directory / "bird.conf"
-    stopping = False
-
-    def stop(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = StopSignal()
     while not stopping:
         if not conf.exists():
             time.sleep(POLL)

@@ -21,14 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-POLL = 0.5
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime_ns
-    except FileNotFoundError:
-        return None
+from ..wrapper import POLL, StopSignal, mtime
 
 
 def argv_for(daemon: str, directory: Path) -> list[str]:
@@ -55,19 +48,12 @@ def run(daemon: str, directory: Path) -> int:
     """Until SIGTERM: wait for the configuration, run the daemon while it exists. Returns 0 when stopped, 1 when the
     daemon ended by itself (its supervisor restarts the wrapper, with the daemon)."""
     conf = directory / f"{daemon}.conf"
-    stopping = False
-
-    def stop(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = StopSignal()
     while not stopping:
-        if _mtime(conf) is None:
+        if mtime(conf) is None:
             time.sleep(POLL)
             continue
-        ended = _supervise(daemon, directory, conf, lambda: stopping)
+        ended = _supervise(daemon, directory, conf, stopping)
         if ended:
             return 1
     return 0
@@ -79,9 +65,9 @@ def _start(daemon: str, directory: Path) -> subprocess.Popen:
     return subprocess.Popen(argv_for(daemon, directory))
 
 
-def _supervise(daemon: str, directory: Path, conf: Path, stopping) -> bool:
+def _supervise(daemon: str, directory: Path, conf: Path, stopping: StopSignal) -> bool:
     """Run the daemon until it ends (True), or until SIGTERM or its configuration is removed (False)."""
-    seen = _mtime(conf)
+    seen = mtime(conf)
     child = _start(daemon, directory)
     ended = False
     try:
@@ -89,8 +75,8 @@ def _supervise(daemon: str, directory: Path, conf: Path, stopping) -> bool:
             if child.poll() is not None:
                 ended = True
                 break
-            now = _mtime(conf)
-            if stopping() or now is None:
+            now = mtime(conf)
+            if stopping or now is None:
                 child.terminate()
                 child.wait(timeout=30)
                 break

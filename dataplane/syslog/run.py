@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,15 +23,9 @@ from pathlib import Path
 
 from compiler.syslog.render import SINCE_ENV
 
-POLL = 0.5
+from ..wrapper import POLL, StopSignal, mtime
+
 RSYSLOGD = "/usr/sbin/rsyslogd"
-
-
-def _mtime(path: Path) -> int | None:
-    try:
-        return path.stat().st_mtime_ns
-    except FileNotFoundError:
-        return None
 
 
 def argv_for(directory: Path) -> list[str]:
@@ -57,19 +50,12 @@ def _stop(child: subprocess.Popen) -> None:
 def run(directory: Path) -> int:
     """Until SIGTERM: rsyslog while its configuration exists. 0 when stopped, 1 when rsyslog ended by itself."""
     conf = directory / "rsyslog.conf"
-    stopping = False
-
-    def stop(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = StopSignal()
     child: subprocess.Popen | None = None
     seen = None
     since = int(time.time())  # the kernel's lines from this second on: the first rsyslog sends no old ones
     while not stopping:
-        now = _mtime(conf)
+        now = mtime(conf)
         if child is not None and child.poll() is not None:
             return 1
         if child is not None and now != seen:

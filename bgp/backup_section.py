@@ -34,7 +34,7 @@ def _default(model, name: str):
 
 
 def restore(data: Any, result: ImportResult) -> None:
-    from system.backup.sections import attempt, fields_ok, items_ok
+    from system.backup.sections import attempt, fields_ok, items_ok, sync
 
     if not fields_ok(result, "bgp", data, KEYS):
         return
@@ -48,19 +48,13 @@ def restore(data: Any, result: ImportResult) -> None:
                 f"bgp.peers[{index}]",
                 {n: entry.get(n, _default(BgpPeer, n)) for n in PEER_FIELDS},
             )
-    existing = {p.name: p for p in BgpPeer.objects.all()}
-    for name, peer in existing.items():
-        if name not in peers and attempt(result, "bgp.peers", lambda p=peer: services.peer_delete(peer=p)):
-            result.count("bgp_peers", "deleted", name)
-    for name, (where, values) in peers.items():
-        peer = existing.get(name)
-        if peer is None:
-            if attempt(result, where, lambda v=values: services.peer_create(**v)):
-                result.count("bgp_peers", "created", name)
-        elif {n: getattr(peer, n) for n in PEER_FIELDS} != values and attempt(
-            result, where, lambda p=peer, v=values: services.peer_update(peer=p, **v)
-        ):
-            result.count("bgp_peers", "updated", name)
+    sync(
+        result, "bgp_peers", {p.name: p for p in BgpPeer.objects.all()}, peers, PEER_FIELDS,
+        create=lambda _name, v: services.peer_create(**v),
+        update=lambda peer, v: services.peer_update(peer=peer, **v),
+        delete=lambda peer: services.peer_delete(peer=peer),
+        location="bgp.peers",
+    )  # fmt: skip
     farms = {f.name: f for f in Farm.objects.all()}
     listed = set()
     for index, entry in enumerate(items_ok(result, "bgp.announcements", data.get("announcements", []))):

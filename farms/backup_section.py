@@ -36,7 +36,7 @@ def export_health_checks() -> list[Json]:
 
 
 def restore_health_checks(data: Any, result: config_io.ImportResult) -> None:
-    from system.backup.sections import attempt, fields_ok, items_ok
+    from system.backup.sections import fields_ok, items_ok, sync
 
     farms = {f.name: f for f in Farm.objects.all()}
     wanted: dict[str, tuple[str, Json]] = {}
@@ -47,22 +47,15 @@ def restore_health_checks(data: Any, result: config_io.ImportResult) -> None:
         if entry.get("farm") not in farms:
             result.errors.append(config_io.ImportError_(where, "farm", f"No farm '{entry.get('farm')}' in the backup."))
             continue
-        wanted[entry["farm"]] = (where, {k: v for k, v in entry.items() if k != "farm"})
-    for check in HealthCheck.objects.select_related("farm"):
-        if check.farm.name not in wanted:
-            health_services.health_check_delete(health_check=check)
-            result.count("health_checks", "deleted", check.farm.name)
-    for name, (where, values) in wanted.items():
-        farm = farms[name]
-        check = HealthCheck.objects.filter(farm=farm).first()
-        full = {n: values.get(n, HealthCheck._meta.get_field(n).get_default()) for n in HEALTH_CHECK_FIELDS}
-        if check is None:
-            if attempt(result, where, lambda f=farm, v=full: health_services.health_check_create(farm=f, **v)):
-                result.count("health_checks", "created", name)
-        elif {n: getattr(check, n) for n in HEALTH_CHECK_FIELDS} == full:
-            result.count("health_checks", "unchanged")
-        elif attempt(result, where, lambda c=check, v=full: health_services.health_check_update(health_check=c, **v)):
-            result.count("health_checks", "updated", name)
+        full = {n: entry.get(n, HealthCheck._meta.get_field(n).get_default()) for n in HEALTH_CHECK_FIELDS}
+        wanted[entry["farm"]] = (where, full)
+    existing = {check.farm.name: check for check in HealthCheck.objects.select_related("farm")}
+    sync(
+        result, "health_checks", existing, wanted, HEALTH_CHECK_FIELDS,
+        create=lambda name, v: health_services.health_check_create(farm=farms[name], **v),
+        update=lambda check, v: health_services.health_check_update(health_check=check, **v),
+        delete=lambda check: health_services.health_check_delete(health_check=check),
+    )  # fmt: skip
 
 
 def register() -> None:

@@ -16,7 +16,7 @@ def export() -> list[Json]:
 
 
 def restore(data: Any, result: ImportResult) -> None:
-    from system.backup.sections import attempt, fields_ok, items_ok
+    from system.backup.sections import fields_ok, items_ok, sync
 
     existing = {s.name: s for s in SyslogServer.objects.all()}
     wanted: dict[str, tuple[str, Json]] = {}
@@ -27,22 +27,14 @@ def restore(data: Any, result: ImportResult) -> None:
         if entry.get("name") in wanted:
             result.errors.append(ImportError_(where, "name", f"Server '{entry.get('name')}' appears twice."))
             continue
-        wanted[entry.get("name")] = (where, entry)
-    for name, server in existing.items():
-        if name not in wanted and attempt(
-            result, "syslog_servers", lambda s=server: services.syslog_server_delete(server=s)
-        ):
-            result.count("syslog_servers", "deleted", name)
-    for name, (where, entry) in wanted.items():
         values = {n: entry.get(n, SyslogServer._meta.get_field(n).get_default()) for n in FIELDS}
-        server = existing.get(name)
-        if server is None:
-            if attempt(result, where, lambda v=values: services.syslog_server_create(**v)):
-                result.count("syslog_servers", "created", name)
-        elif {n: getattr(server, n) for n in FIELDS} == values:
-            result.count("syslog_servers", "unchanged")
-        elif attempt(result, where, lambda s=server, v=values: services.syslog_server_update(server=s, **v)):
-            result.count("syslog_servers", "updated", name)
+        wanted[entry.get("name")] = (where, values)
+    sync(
+        result, "syslog_servers", existing, wanted, FIELDS,
+        create=lambda _name, v: services.syslog_server_create(**v),
+        update=lambda server, v: services.syslog_server_update(server=server, **v),
+        delete=lambda server: services.syslog_server_delete(server=server),
+    )  # fmt: skip
 
 
 def register() -> None:

@@ -86,3 +86,32 @@ def attempt(result: ImportResult, location: str, write) -> bool:
     except ValidationError as exc:
         result.errors.extend(validation_errors(location, exc))
         return False
+
+
+def sync(
+    result: ImportResult,
+    kind: str,
+    existing: dict[str, Any],
+    wanted: dict[str, tuple[str, dict]],
+    fields: tuple[str, ...],
+    *,
+    create: Callable[[str, dict], Any],
+    update: Callable[[Any, dict], Any],
+    delete: Callable[[Any], Any],
+    location: str = "",
+) -> None:
+    """Make the objects of one kind, by name, what the archive holds (``wanted``: where in it, every field's
+    value) through the app's services: those it lacks deleted, the others created, updated, or counted unchanged.
+    Each refusal is recorded where it was found (a deletion's at ``location``, by default ``kind``)."""
+    for name, obj in existing.items():
+        if name not in wanted and attempt(result, location or kind, lambda o=obj: delete(o)):
+            result.count(kind, "deleted", name)
+    for name, (where, values) in wanted.items():
+        obj = existing.get(name)
+        if obj is None:
+            if attempt(result, where, lambda n=name, v=values: create(n, v)):
+                result.count(kind, "created", name)
+        elif {n: getattr(obj, n) for n in fields} == values:
+            result.count(kind, "unchanged")
+        elif attempt(result, where, lambda o=obj, v=values: update(o, v)):
+            result.count(kind, "updated", name)
